@@ -1,0 +1,61 @@
+"""``ddpctl.toml``: defaults for the command-line options, fed to Click's ``default_map``.
+
+    [cluster]            # ddpctl up (and run, when it brings a local cluster up)
+    name = "default"
+    provider = "local"
+    nodes = 2
+    nproc_per_node = 1
+    port = 29500
+    python = "/opt/venv/bin/python"
+
+    [cluster.env]        # extra environment for every rank
+    NCCL_DEBUG = "INFO"
+
+    [run]                # ddpctl run
+    nodes = 2
+    max_restarts = 1
+
+Flags given on the command line win. Unknown sections or keys are refused.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ddpctl.infra.errors import UsageError
+
+CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env"}
+RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env"}
+
+
+def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = set(data) - {"cluster", "run"}
+    if unknown:
+        raise UsageError(f"unknown section(s) {sorted(unknown)} in {path}: use [cluster] and [run]")
+    cluster = _section(data.get("cluster", {}), CLUSTER_KEYS, "cluster", path)
+    run = _section(data.get("run", {}), RUN_KEYS, "run", path)
+    # A run that brings its own cluster up takes the cluster's defaults too.
+    run_defaults = {k: v for k, v in cluster.items() if k in RUN_KEYS} | run
+    return {"up": cluster, "run": run_defaults, "down": _only(cluster, {"name"}), "status": _only(cluster, {"name"})}
+
+
+def _section(section: dict[str, Any], allowed: set[str], title: str, path: Path) -> dict[str, Any]:
+    unknown = set(section) - allowed
+    if unknown:
+        raise UsageError(f"unknown key(s) {sorted(unknown)} in [{title}] of {path}: allowed are {sorted(allowed)}")
+    out = dict(section)
+    if "env" in out:  # a table -> the repeated --env KEY=VALUE option
+        out["env"] = [f"{k}={v}" for k, v in out["env"].items()]
+    return out
+
+
+def _only(section: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if k in keys}

@@ -1,0 +1,294 @@
+"""The ``ddpctl`` command line: thin Click commands over ``ddpctl.infra``.
+
+Start-up stays light: nothing here imports torch, boto3, ansible or fabric (providers that need
+them are imported only when used).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from ddpctl import __version__
+from ddpctl.infra.errors import DdpctlError
+
+from .options import (
+    dry_run_option,
+    env_option,
+    json_option,
+    name_option,
+    nodes_option,
+    nproc_option,
+    port_option,
+    python_option,
+)
+
+# Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
+
+EXIT_CODES = """\b
+Exit codes:
+  0    success
+  1    an error ddpctl could not get past, or the job failed on a node
+  2    bad input (a flag, a path, a port, the config file): nothing was created
+  130  interrupted (Ctrl-C); every process of the run was stopped
+"""
+
+
+class DdpctlGroup(click.Group):
+    """Prints every error as one line ("Error: ...") and exits with its code."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
+            _fail(f"{exc.format_message()}{hint}", exc.exit_code)
+        except DdpctlError as exc:
+            _fail(str(exc), exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            _fail("interrupted", 130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    if "--json" in sys.argv[1:]:
+        click.echo(json.dumps({"ok": False, "error": message, "exit_code": code}))
+    sys.exit(code)
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    path = Path(value) if value else Path("ddpctl.toml")
+    if value or path.is_file():
+        from .config_file import load_default_map
+
+        ctx.default_map = load_default_map(path)
+    return value
+
+
+@click.group(cls=DdpctlGroup, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ddpctl")
+@click.option(
+    "--config", callback=_load_config, is_eager=True, expose_value=False, metavar="FILE",
+    help="Defaults for the options below, from a TOML file. [default: ./ddpctl.toml if present]",
+)  # fmt: skip
+def cli() -> None:
+    """Multi-node PyTorch DDP, from nothing to a finished run and back to nothing.
+
+    \b
+    Quick start (this machine, no cloud, no root):
+      ddpctl run mnist --nodes 2            # brings 2 local nodes up, trains, takes them down
+    A cluster that stays up between runs:
+      ddpctl up --nodes 2
+      ddpctl run message-passing --nodes 2
+      ddpctl status
+      ddpctl down
+
+    State lives in ~/.ddpctl (set DDPCTL_HOME to move it).
+    """
+
+
+def _store():
+    from ddpctl.infra.state import StateStore
+
+    return StateStore()
+
+
+@cli.command(epilog=EXIT_CODES)
+@name_option
+@click.option(
+    "--provider", type=click.Choice(["local", "onprem", "aws", "pcluster"]), default="local",
+    show_default=True, help="Where the nodes come from.",
+)  # fmt: skip
+@nodes_option
+@nproc_option
+@port_option
+@env_option
+@python_option
+@dry_run_option
+@json_option
+def up(name, provider, nodes, nproc_per_node, port, env, python, dry_run, as_json) -> int:
+    """Provision a cluster of NODES nodes and record it under the state home.
+
+    \b
+    Examples:
+      ddpctl up --nodes 2                    # two local nodes on this machine
+      ddpctl up --nodes 2 --dry-run --json   # the plan, as JSON; nothing is created
+    """
+    from ddpctl.infra import clusters
+    from ddpctl.infra.spec import ClusterSpec, parse_env
+
+    from .output import Output
+
+    out = Output(as_json)
+    kwargs = {"python": python} if python else {}
+    spec = ClusterSpec(
+        name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
+        port=port, env=parse_env(env), **kwargs,
+    )  # fmt: skip
+    store = _store()
+    provider_impl, state = clusters.plan_up(spec, store)
+    if dry_run:
+        if as_json:
+            out.document({"ok": True, "dry_run": True, "cluster": state.to_dict()})
+        else:
+            _print_cluster_plan(out, state)
+        return 0
+    state = clusters.up(provider_impl, state, store, out.progress)
+    if as_json:
+        out.document({"ok": True, "cluster": state.to_dict()})
+    return 0
+
+
+@cli.command(epilog=EXIT_CODES)
+@name_option
+@json_option
+def status(name, as_json) -> int:
+    """Show the clusters under the state home (or just --name)."""
+    from rich.table import Table
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = _store()
+    states = [store.load(name)] if name else [store.load(n) for n in store.names()]
+    if as_json:
+        out.document({"ok": True, "home": str(store.home), "clusters": [s.to_dict() for s in states]})
+        return 0
+    if not states:
+        out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
+        return 0
+    table = Table(title=f"clusters under {store.home}", title_justify="left")
+    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts"):
+        table.add_column(col)
+    for s in states:
+        hosts = ", ".join(sorted({n.host for n in s.nodes}))
+        label = s.status + (" (for one run)" if s.ephemeral else "")
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts)
+    out.table(table)
+    return 0
+
+
+@cli.command(epilog=EXIT_CODES)
+@name_option
+@click.option("--all", "all_", is_flag=True, help="Take down every cluster under the state home.")
+@json_option
+def down(name, all_, as_json) -> int:
+    """Take a cluster down: stop its processes and delete everything it created.
+
+    Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
+    cleaned up.
+    """
+    from ddpctl.infra import clusters
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = _store()
+    if all_:
+        names = store.names()
+    else:
+        resolved = clusters.resolve_name(store, name)
+        names = [resolved] if resolved else []
+    if not names:
+        out.progress(f"no cluster is up under {store.home}: nothing to take down")
+    downed = [clusters.down(n, store, out.progress).name for n in names]
+    if as_json:
+        out.document({"ok": True, "down": downed})
+    return 0
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("job")
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
+@nodes_option
+@nproc_option
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Times torchrun restarts the workers after a failure.")  # fmt: skip
+@name_option
+@port_option
+@click.option("--run-id", default="", metavar="ID", help="Run id (torchrun's --rdzv-id). [default: a new one]")
+@env_option
+@python_option
+@dry_run_option
+@json_option
+def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, env, python, dry_run, as_json) -> int:
+    """Run JOB with torchrun on NODES nodes and stream every rank's output.
+
+    JOB is a bundled job (message-passing, mnist, mingpt) or the path to your own script.
+    Arguments after `--` go to the job. With no cluster up, a local one is brought up for the
+    run and taken down after it. If any node fails, the others are stopped at once; Ctrl-C stops
+    every process of the run.
+
+    \b
+    Examples:
+      ddpctl run mnist --nodes 2
+      ddpctl run mnist --nodes 2 -- --epochs 1
+      ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
+      ddpctl run mingpt --nodes 2 --dry-run
+    """
+    from ddpctl.infra import runs
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = _store()
+    opts = runs.RunOptions(
+        job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
+        name=name, port=port, run_id=run_id, env=tuple(env), python=python,
+    )  # fmt: skip
+    prep = runs.prepare(opts, store)
+    if dry_run:
+        if as_json:
+            doc = {"ok": True, "dry_run": True, "plan": prep.plan.to_dict()}
+            if prep.ephemeral:
+                doc["cluster"] = prep.cluster.to_dict()
+            out.document(doc)
+        else:
+            if prep.ephemeral:
+                _print_cluster_plan(out, prep.cluster, note=" (for this run; taken down after it)")
+            _print_launch_plan(out, prep.plan)
+        return 0
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        result = runs.execute(prep, store, out.line, out.progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out.run_summary(result)
+    if as_json:
+        from dataclasses import asdict
+
+        out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": asdict(result)})
+    return result.exit_code
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_cluster_plan(out, state, note: str = "") -> None:
+    click.echo(f"Would create {state.spec.provider} cluster {state.name!r}{note}:")
+    for res in state.resources:
+        click.echo(f"  {res.kind:<10} {res.id}")
+    for node in state.nodes:
+        click.echo(f"  node       {node.name} at {node.host} (workdir {node.workdir})")
+
+
+def _print_launch_plan(out, plan) -> None:
+    click.echo(
+        f"Would run {plan.job} as run {plan.run_id}: world size {plan.world_size}, "
+        f"rendezvous {plan.rdzv_endpoint}"
+    )
+    for node in plan.nodes:
+        click.echo(f"  {node.node} ({node.host}):")
+        click.echo(f"    cwd:  {node.cwd}")
+        for key, value in node.env.items():
+            click.echo(f"    env:  {key}={value}")
+        click.echo(f"    argv: {shlex.join(node.argv)}")

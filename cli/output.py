@@ -1,0 +1,59 @@
+"""Terminal output: job lines prefixed per node and rank, progress, summaries, and --json.
+
+With ``--json`` exactly one JSON document goes to stdout; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ddpctl.infra.launch.supervise import OutputLine, RunResult
+
+NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
+
+
+class Output:
+    def __init__(self, as_json: bool = False) -> None:
+        self.as_json = as_json
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        # Job output is the command's output, unless stdout is reserved for the JSON document.
+        self.jobs = self.err if as_json else Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        self._colours: dict[str, str] = {}
+
+    def progress(self, message: str) -> None:
+        self.err.print(Text(message, style="dim"))
+
+    def line(self, line: OutputLine) -> None:
+        colour = self._colours.setdefault(line.node, NODE_COLOURS[len(self._colours) % len(NODE_COLOURS)])
+        label = f"[{line.node} r{line.rank}]" if line.rank is not None else f"[{line.node}]"
+        self.jobs.print(Text(label, style=colour), Text(line.text))
+
+    def document(self, doc: dict[str, Any]) -> None:
+        click.echo(json.dumps(doc, indent=2, default=str))
+
+    def table(self, table: Table) -> None:
+        self.err.print(table)
+
+    def run_summary(self, result: RunResult) -> None:
+        table = Table(title=f"run {result.run_id}: {_verdict(result)} in {result.wall_s:.1f} s", title_justify="left")
+        for col in ("node", "exit code", "status"):
+            table.add_column(col)
+        for node in result.nodes:
+            style = {"ok": "green", "failed": "red"}.get(node.status, "yellow")
+            table.add_row(node.node, str(node.exit_code), Text(node.status, style=style))
+        self.err.print(table)
+
+
+def _verdict(result: RunResult) -> str:
+    if result.interrupted:
+        return "interrupted"
+    if result.failed_node:
+        return f"failed on {result.failed_node}"
+    return "succeeded"

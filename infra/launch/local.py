@@ -1,0 +1,84 @@
+"""The local executor: each node's torchrun agent is a subprocess of this machine."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+from ..procs import RUN_KEY, stop_tagged
+from .plan import LaunchPlan, NodeLaunch
+from .supervise import OutputLine, RunResult, supervise
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the controller dies (even SIGKILL), the agent gets SIGTERM and stops its workers."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class LocalNodeProcess:
+    def __init__(self, launch: NodeLaunch) -> None:
+        self.node = launch.node
+        self._popen = subprocess.Popen(
+            launch.argv,
+            cwd=launch.cwd,
+            env={**os.environ, **launch.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # its own process group: signals reach the agent, not us
+            preexec_fn=_die_with_parent,
+        )
+
+    def lines(self) -> Iterator[str]:
+        assert self._popen.stdout is not None
+        yield from self._popen.stdout
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self._popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class LocalExecutor:
+    """Carries out a ``LaunchPlan`` whose nodes are all this machine."""
+
+    def __init__(self, sink: Callable[[OutputLine], None], grace_s: float = 3.0) -> None:
+        self.sink = sink
+        self.grace_s = grace_s
+
+    def run(self, plan: LaunchPlan) -> RunResult:
+        procs = []
+        try:
+            for launch in plan.nodes:
+                procs.append(LocalNodeProcess(launch))
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+            raise
+        return supervise(
+            plan.run_id,
+            procs,
+            self.sink,
+            cleanup=lambda: stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True),
+            grace_s=self.grace_s,
+        )

@@ -1,0 +1,119 @@
+"""The torchrun planner: cluster + run spec -> for each node the exact argv, env and directory.
+
+Pure: no processes, no files, no network. ``ddpctl run --dry-run`` prints its result, and the
+executors (local, SSH) carry it out unchanged.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+
+from ..errors import UsageError
+from ..procs import CLUSTER_KEY, RUN_KEY
+from ..spec import RunSpec
+from ..state import ClusterState
+
+#: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+DEFAULT_NCCL_DEBUG = "WARN"
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What runs on one node: one torchrun agent."""
+
+    node: str
+    host: str
+    node_rank: int
+    argv: tuple[str, ...]
+    env: dict[str, str]  # added to the node's environment
+    cwd: str
+    log_dir: str
+
+    def shell(self) -> str:
+        """The same launch as one shell line (what the SSH executor runs; what --dry-run shows)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    job: str
+    cluster: str
+    rdzv_endpoint: str
+    world_size: int
+    nodes: tuple[NodeLaunch, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_torchrun(cluster: ClusterState, run: RunSpec, *, script: str, port: int) -> LaunchPlan:
+    """Plan ``torchrun`` on the first ``run.nodes`` nodes of ``cluster`` (head node first)."""
+    if run.nodes > len(cluster.nodes):
+        raise UsageError(
+            f"--nodes {run.nodes} but cluster {cluster.name!r} has {len(cluster.nodes)} node(s): "
+            f"use --nodes {len(cluster.nodes)} or fewer, or bring up a bigger cluster"
+        )
+    nodes = cluster.nodes[: run.nodes]
+    head = nodes[0]
+    endpoint = f"{head.host}:{port}"
+    launches = []
+    for rank, node in enumerate(nodes):
+        log_dir = f"{node.workdir}/logs/{run.run_id}"
+        argv = (
+            cluster.spec.python, "-m", "torch.distributed.run",
+            "--nnodes", str(run.nodes),
+            "--nproc-per-node", str(run.nproc_per_node),
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint,
+            "--rdzv-id", run.run_id,
+            # The head node hosts the c10d store; saying so avoids guessing from host names.
+            "--rdzv-conf", f"is_host={int(rank == 0)}",
+            "--local-addr", node.host,
+            "--max-restarts", str(run.max_restarts),
+            "--log-dir", log_dir,
+            "--tee", "3",
+            "--log-line-prefix-template", RANK_PREFIX_TEMPLATE,
+            script, *run.args,
+        )  # fmt: skip
+        launches.append(
+            NodeLaunch(
+                node=node.name,
+                host=node.host,
+                node_rank=rank,
+                argv=argv,
+                env=node_env(cluster, run, node.cpus, node.ifname),
+                cwd=node.workdir,
+                log_dir=log_dir,
+            )
+        )
+    return LaunchPlan(
+        run_id=run.run_id,
+        job=run.job,
+        cluster=cluster.name,
+        rdzv_endpoint=endpoint,
+        world_size=run.nodes * run.nproc_per_node,
+        nodes=tuple(launches),
+    )
+
+
+def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None) -> dict[str, str]:
+    """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's."""
+    env = {
+        "OMP_NUM_THREADS": str(max(1, cpus // run.nproc_per_node)),
+        "NCCL_DEBUG": DEFAULT_NCCL_DEBUG,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if ifname:
+        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
+    if cluster.shared_dir:
+        env["DDPCTL_SHARED_DIR"] = cluster.shared_dir
+    env.update(cluster.spec.env)
+    env.update(run.env)
+    # Markers last: they are how a run's processes are found and stopped.
+    env[RUN_KEY] = run.run_id
+    env[CLUSTER_KEY] = cluster.cluster_id
+    return env

@@ -1,0 +1,106 @@
+"""One run of a job: pick (or bring up) the cluster, plan the launch, execute it, clean up.
+
+``prepare`` creates nothing (it is what ``run --dry-run`` shows); ``execute`` carries it out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from . import clusters
+from .jobs import resolve_job
+from .launch.plan import LaunchPlan, plan_torchrun
+from .launch.supervise import OutputLine, RunResult
+from .providers import get_provider
+from .providers.base import Progress, Provider
+from .spec import ClusterSpec, RunSpec, parse_env
+from .state import ClusterState, StateStore, atomic_write
+
+
+@dataclass
+class PreparedRun:
+    provider: Provider
+    cluster: ClusterState
+    run: RunSpec
+    plan: LaunchPlan
+    ephemeral: bool  # the cluster is brought up for this run and taken down after it
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``ddpctl run``'s options as given (None: not given)."""
+
+    job: str
+    args: tuple[str, ...] = ()
+    nodes: int = 1
+    nproc_per_node: int | None = None
+    max_restarts: int = 0
+    name: str | None = None
+    port: int | None = None
+    run_id: str = ""
+    env: tuple[str, ...] = ()
+    python: str | None = None
+
+
+def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
+    """Validate everything and plan the launch; nothing is created."""
+    job = resolve_job(opts.job)
+    env = parse_env(opts.env)
+    store.check_writable()
+    name = clusters.resolve_name(store, opts.name)
+    if name is not None and store.exists(name):
+        cluster = store.load(name)
+        provider = get_provider(cluster.spec.provider)
+        ephemeral = False
+        nproc = opts.nproc_per_node or cluster.spec.nproc_per_node
+    else:
+        nproc = opts.nproc_per_node or 1
+        spec_kwargs = {"python": opts.python} if opts.python else {}
+        spec = ClusterSpec(name=name or "default", nodes=opts.nodes, nproc_per_node=nproc, port=opts.port, **spec_kwargs)
+        provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
+        ephemeral = True
+    run = RunSpec(
+        job=job.name,
+        args=opts.args,
+        nodes=opts.nodes,
+        nproc_per_node=nproc,
+        max_restarts=opts.max_restarts,
+        run_id=opts.run_id,
+        env=env,
+    )
+    port = provider.rdzv_port(cluster, opts.port)
+    plan = plan_torchrun(cluster, run, script=provider.script_path(cluster, str(job.script)), port=port)
+    return PreparedRun(provider, cluster, run, plan, ephemeral)
+
+
+def execute(
+    prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress
+) -> RunResult:
+    """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
+    prep.provider.preflight(prep.cluster)
+    run_dir = store.run_dir(prep.run.run_id)
+    if prep.ephemeral:
+        clusters.up(prep.provider, prep.cluster, store, progress)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        progress(
+            f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s) x {prep.run.nproc_per_node} "
+            f"process(es), rendezvous {prep.plan.rdzv_endpoint}; output also in {run_dir / 'output.log'}"
+        )
+        with open(run_dir / "output.log", "a", buffering=1) as log:
+
+            def tee(line: OutputLine) -> None:
+                rank = "" if line.rank is None else f" r{line.rank}"
+                log.write(f"[{line.node}{rank}] {line.text}\n")
+                sink(line)
+
+            result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
+    finally:
+        if prep.ephemeral:
+            prep.provider.down(store.load(prep.cluster.name), store, progress)
+    doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
+    atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
+    return result
+

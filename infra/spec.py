@@ -1,0 +1,94 @@
+"""What the user asked for, as typed values: the cluster spec and the run spec.
+
+Both are built from flags (and optionally ``ddpctl.toml``) by the CLI and validated here, so that bad
+input is refused before anything is created.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import sys
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+PROVIDERS = ("local", "onprem", "aws", "pcluster")
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}$")
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster to provision: where, how many nodes, how many processes each runs."""
+
+    name: str = "default"
+    provider: str = "local"
+    nodes: int = 1
+    nproc_per_node: int = 1
+    #: c10d rendezvous port on the head node; None picks a free one at launch (local provider).
+    port: int | None = None
+    #: Extra environment for every rank (NCCL_DEBUG=INFO, ...); a user's value always wins.
+    env: dict[str, str] = field(default_factory=dict)
+    #: The Python that runs torchrun on the nodes (local: this interpreter).
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name):
+            raise UsageError(
+                f"invalid cluster name {self.name!r}: use lowercase letters, digits and '-', "
+                "starting with a letter (at most 39 characters)"
+            )
+        if self.provider not in PROVIDERS:
+            raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(PROVIDERS)}")
+        check_positive("--nodes", self.nodes)
+        check_positive("--nproc-per-node", self.nproc_per_node)
+        if self.port is not None and not 1024 <= self.port <= 65535:
+            raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
+        for key in self.env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise UsageError(f"invalid environment variable name {key!r}: use KEY=VALUE")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One launch of a job on a cluster."""
+
+    job: str
+    args: tuple[str, ...] = ()
+    nodes: int = 1
+    nproc_per_node: int = 1
+    max_restarts: int = 0
+    run_id: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_positive("--nodes", self.nodes)
+        check_positive("--nproc-per-node", self.nproc_per_node)
+        if self.max_restarts < 0:
+            raise UsageError(f"--max-restarts {self.max_restarts} is negative: use 0 or more")
+        if not self.run_id:
+            object.__setattr__(self, "run_id", new_run_id())
+        elif not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.run_id):
+            raise UsageError(f"invalid --run-id {self.run_id!r}: use letters, digits, '.', '_' and '-'")
+
+
+def check_positive(flag: str, value: int) -> None:
+    if value < 1:
+        raise UsageError(f"{flag} {value} is not allowed: use 1 or more")
+
+
+def new_run_id() -> str:
+    """A run id that is unique per run (it is also torchrun's --rdzv-id)."""
+    return "r" + secrets.token_hex(5)
+
+
+def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``("A=1", "B=x")`` -> ``{"A": "1", "B": "x"}``; anything without '=' is refused."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env

@@ -1,0 +1,177 @@
+"""The command line without torch: help, start-up imports, bad input, dry runs, up/status/down."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ddpctl, tree
+
+HEAVY = ("torch", "boto3", "botocore", "ansible", "fabric", "paramiko")
+
+
+@pytest.mark.parametrize("command", [[], ["up"], ["run"], ["status"], ["down"]])
+def test_help_imports_nothing_heavy(command: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from ddpctl.main import cli\n"
+        f"sys.argv = ['ddpctl', *{command!r}, '--help']\n"
+        "try:\n    cli()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Usage:" in out
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_help_teaches() -> None:
+    out = ddpctl("--help").stdout
+    assert "ddpctl run mnist --nodes 2" in out and "Exit codes:" in out
+    out = ddpctl("run", "--help").stdout
+    for word in ("message-passing", "mnist", "mingpt", "--dry-run", "--json", "--max-restarts", "Examples:"):
+        assert word in out
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["run", "resnet", "--nodes", "2"], 2, "unknown job 'resnet': choose one of message-passing, mnist, mingpt"),
+        (["up", "--provider", "gcp"], 2, "'gcp' is not one of 'local', 'onprem', 'aws', 'pcluster'"),
+        (["run", "mnist", "--nodes", "0"], 2, "Invalid value for '--nodes' / '-n': 0 is not in the range x>=1"),
+        (["up", "--nodes", "0"], 2, "0 is not in the range x>=1"),
+        (["run", "mnist", "--nproc-per-node", "-1"], 2, "-1 is not in the range x>=1"),
+        (["run", "./missing/train.py", "--nodes", "2"], 2, "script './missing/train.py' does not exist"),
+        (["run", "mnist", "--max-restarts", "-2"], 2, "-2 is not in the range x>=0"),
+        (["run", "mnist", "--env", "NOEQUALS"], 2, "--env 'NOEQUALS' is not KEY=VALUE"),
+        (["down", "--name", "ghost"], 1, "no cluster named 'ghost'"),
+        (["status", "--name", "ghost"], 1, "no cluster named 'ghost'"),
+    ],
+)
+def test_bad_input(home: Path, args: list[str], code: int, message: str) -> None:
+    result = ddpctl(*args)
+    assert result.returncode == code, result.stderr
+    assert message in one_line_error(result)
+    assert tree(home) == []
+
+
+def test_port_in_use(home: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = ddpctl("run", "message-passing", "--nodes", "2", "--port", str(port))
+    assert result.returncode == 2
+    assert f"port {port} is in use on 127.0.0.1" in one_line_error(result)
+    assert tree(home) == []
+
+
+def test_unwritable_state_home(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {**__import__("os").environ, "DDPCTL_HOME": str(blocker / "home")}
+    for args in (["up", "--nodes", "2"], ["run", "mnist", "--nodes", "2"]):
+        result = ddpctl(*args, env=env)
+        assert result.returncode == 2
+        assert "is not writable" in one_line_error(result) and "DDPCTL_HOME" in result.stderr
+    assert blocker.read_text() == ""
+
+
+def test_json_error_document(home: Path) -> None:
+    result = ddpctl("run", "resnet", "--json")
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and "unknown job" in doc["error"] and doc["exit_code"] == 2
+
+
+def test_run_dry_run_creates_nothing(home: Path) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "2", "--nproc-per-node", "2", "--dry-run", "--run-id", "dry1",
+                    "--", "--epochs", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Would create local cluster 'default'" in out
+    assert "--rdzv-id dry1" in out and "--nnodes 2 --nproc-per-node 2" in out
+    assert "mnist.py --epochs 1" in out
+    assert "env:  GLOO_SOCKET_IFNAME=lo" in out
+    assert tree(home) == []
+
+
+def test_run_dry_run_json(home: Path) -> None:
+    result = ddpctl("run", "message-passing", "--nodes", "3", "--dry-run", "--json", "--run-id", "dry2")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["dry_run"] is True
+    plan = doc["plan"]
+    assert plan["run_id"] == "dry2" and plan["world_size"] == 3 and len(plan["nodes"]) == 3
+    assert [n["node"] for n in plan["nodes"]] == ["node0", "node1", "node2"]
+    assert doc["cluster"]["spec"]["nodes"] == 3
+    assert tree(home) == []
+
+
+def test_up_status_down(home: Path) -> None:
+    dry = ddpctl("up", "--nodes", "2", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["cluster"]["status"] == "planned"
+    assert tree(home) == []
+
+    up = ddpctl("up", "--nodes", "2", "--nproc-per-node", "2", "--json")
+    assert up.returncode == 0, up.stderr
+    cluster = json.loads(up.stdout)["cluster"]
+    assert cluster["status"] == "up" and len(cluster["nodes"]) == 2
+    assert all(r["status"] == "created" for r in cluster["resources"])
+    for node in cluster["nodes"]:
+        assert Path(node["workdir"]).is_dir()
+
+    again = ddpctl("up", "--nodes", "2")
+    assert again.returncode == 1 and "already exists" in one_line_error(again)
+
+    status = ddpctl("status", "--json")
+    doc = json.loads(status.stdout)
+    assert [c["spec"]["name"] for c in doc["clusters"]] == ["default"]
+    assert "default" in ddpctl("status").stderr
+
+    # a run on the cluster that is up: too many nodes is a usage error, nothing started
+    too_many = ddpctl("run", "message-passing", "--nodes", "3")
+    assert too_many.returncode == 2 and "cluster 'default' has 2 node(s)" in one_line_error(too_many)
+    dry = json.loads(ddpctl("run", "mnist", "--nodes", "2", "--dry-run", "--json").stdout)
+    assert "cluster" not in dry  # nothing to create: the cluster is up
+    assert dry["plan"]["world_size"] == 4  # the cluster's nproc-per-node
+
+    down = ddpctl("down", "--json")
+    assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout)["down"] == ["default"]
+    assert tree(home / "clusters") == []
+    assert ddpctl("down").returncode == 0  # nothing up: nothing to do
+
+
+def test_several_clusters_need_a_name(home: Path) -> None:
+    assert ddpctl("up", "--name", "a").returncode == 0
+    assert ddpctl("up", "--name", "b").returncode == 0
+    result = ddpctl("down")
+    assert result.returncode == 2 and "several clusters are up (a, b)" in one_line_error(result)
+    assert ddpctl("down", "--all").returncode == 0
+    assert tree(home / "clusters") == []
+
+
+def test_config_file_defaults(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "ddpctl.toml").write_text('[cluster]\nname = "lab"\nnodes = 3\n[cluster.env]\nNCCL_DEBUG = "INFO"\n')
+    result = ddpctl("run", "message-passing", "--dry-run", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["plan"]
+    assert plan["cluster"] == "lab" and len(plan["nodes"]) == 3
+    assert plan["nodes"][0]["env"]["NCCL_DEBUG"] == "INFO"
+    flags_win = json.loads(ddpctl("run", "message-passing", "--nodes", "1", "--dry-run", "--json", cwd=tmp_path).stdout)
+    assert len(flags_win["plan"]["nodes"]) == 1
+    (tmp_path / "ddpctl.toml").write_text("[cluster]\nnode = 3\n")
+    bad = ddpctl("up", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown key(s) ['node']" in one_line_error(bad)

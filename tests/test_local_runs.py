@@ -1,0 +1,167 @@
+"""Real runs on the local provider: real torchrun agents, real gloo over TCP, real processes killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ddpctl, tree
+from ddpctl.infra.procs import CLUSTER_KEY, RUN_KEY, find_tagged
+
+pytestmark = pytest.mark.slow
+
+MINGPT_TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "32",
+               "--max-steps", "60", "--log-every", "10"]  # fmt: skip
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    return find_tagged(RUN_KEY, run_id)
+
+
+def test_message_passing_two_nodes(home: Path) -> None:
+    result = ddpctl("run", "message-passing", "--nodes", "2", "--nproc-per-node", "2", "--run-id", "mp1", "--json")
+    assert result.returncode == 0, result.stderr
+    for rank in (1, 2, 3):
+        node = rank // 2
+        assert f"[node{node} r{rank}] rank {rank} received 42.0 from rank 0" in result.stderr
+    assert result.stderr.count("all_reduce OK (10.0 == 10.0)") == 4
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True and doc["result"]["exit_code"] == 0
+    assert [n["status"] for n in doc["result"]["nodes"]] == ["ok", "ok"]
+    # the run brought its own cluster up and took it down; its record and log stay
+    assert tree(home / "clusters") == []
+    assert "received 42.0" in (home / "runs" / "mp1" / "output.log").read_text()
+    assert run_processes("mp1") == []
+
+
+def test_mnist_reaches_90_percent_and_resumes(home: Path) -> None:
+    assert ddpctl("up", "--nodes", "2").returncode == 0
+    try:
+        first = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "2")
+        assert first.returncode == 0, first.stdout + first.stderr
+        accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", first.stdout)]
+        assert len(accuracies) == 2
+        assert accuracies[-1] >= 90.0, first.stdout
+        assert "using the bundled MNIST test set" in first.stdout
+        snapshot = home / "clusters" / "default" / "shared" / "mnist_snapshot.pt"
+        assert snapshot.is_file()
+
+        second = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "3")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "Resuming from snapshot at epoch 2" in second.stdout
+        assert re.findall(r"epoch (\d+)/3", second.stdout) == ["3"]  # only the epoch left to do
+    finally:
+        assert ddpctl("down").returncode == 0
+    assert tree(home / "clusters") == []
+
+
+def test_mingpt_loss_goes_down(home: Path) -> None:
+    result = ddpctl("run", "mingpt", "--nodes", "2", "--", *MINGPT_TINY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = [float(x) for x in re.findall(r"step \d+ \| loss ([\d.]+)", result.stdout)]
+    assert len(losses) >= 3, result.stdout
+    assert losses[-1] < losses[0] * 0.9
+    assert "sample:" in result.stdout
+
+
+def start_run(run_id: str, *job_args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", run_id, "--", *job_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_worker(run_id: str, rank: int, timeout: float = 120) -> psutil.Process:
+    """The worker process of global ``rank``, once it is training (its first epoch line printed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in run_processes(run_id):
+            try:
+                if proc.environ().get("RANK") == str(rank) and "mnist.py" in " ".join(proc.cmdline()):
+                    if time.time() - proc.create_time() > 4:  # past init_process_group: in training
+                        return proc
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no worker of rank {rank} for run {run_id}")
+
+
+def assert_nothing_left(run_id: str, home: Path) -> None:
+    assert run_processes(run_id) == []
+    for state in (home / "clusters").glob("*.json"):
+        raise AssertionError(f"cluster left behind: {state}")
+
+
+def test_kill_one_rank_fails_fast(home: Path) -> None:
+    proc = start_run("kill1", "--epochs", "20")
+    try:
+        worker = wait_for_worker("kill1", rank=1)
+        worker.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        assert time.monotonic() - killed_at < 10, "the other node was not stopped within 10 s"
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out
+    assert "failed on node" in out
+    assert_nothing_left("kill1", home)
+
+
+def test_sigint_stops_every_process(home: Path) -> None:
+    proc = start_run("int1", "--epochs", "20")
+    try:
+        wait_for_worker("int1", rank=0)
+        proc.send_signal(signal.SIGINT)
+        sent_at = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        assert time.monotonic() - sent_at < 10
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert_nothing_left("int1", home)
+
+
+def test_controller_killed_then_down_cleans_up(home: Path) -> None:
+    """A crash of ddpctl itself (SIGKILL: no clean-up code runs) leaves state that `down` cleans."""
+    proc = start_run("crash1", "--epochs", "20")
+    try:
+        wait_for_worker("crash1", rank=0)
+        cluster_id = json.loads((home / "clusters" / "default.json").read_text())["cluster_id"]
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert (home / "clusters" / "default.json").is_file()  # the state survived the crash
+    down = ddpctl("down")
+    assert down.returncode == 0, down.stderr
+    assert find_tagged(CLUSTER_KEY, cluster_id) == []
+    assert_nothing_left("crash1", home)
+    assert tree(home / "clusters") == []
+
+
+def test_users_own_script_and_failure_exit_code(home: Path, tmp_path: Path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text(
+        "import os, sys\n"
+        "rank = int(os.environ['RANK'])\n"
+        "print(f'hello from {rank} of {os.environ[\"WORLD_SIZE\"]}', flush=True)\n"
+        "sys.exit(3 if rank == 1 else 0)\n"
+    )
+    result = ddpctl("run", str(script), "--nodes", "2", "--run-id", "own1")
+    assert "[node0 r0] hello from 0 of 2" in result.stdout
+    assert "[node1 r1] hello from 1 of 2" in result.stdout
+    assert result.returncode == 1
+    assert "failed on node1" in result.stderr
+    assert_nothing_left("own1", home)

@@ -1,0 +1,99 @@
+"""The torchrun planner: argv and env per node, pure and fast."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from ddpctl.infra.errors import UsageError
+from ddpctl.infra.launch.plan import RANK_PREFIX_TEMPLATE, plan_torchrun
+from ddpctl.infra.spec import ClusterSpec, RunSpec
+from ddpctl.infra.state import ClusterState, NodeInfo
+
+
+def cluster(n: int, *, cpus: int = 8, ifname: str | None = "eth0", env: dict | None = None) -> ClusterState:
+    spec = ClusterSpec(name="c", nodes=n, python="/opt/venv/bin/python", env=env or {})
+    nodes = [NodeInfo(f"node{i}", f"10.0.0.{10 + i}", f"/work/node{i}", cpus=cpus, ifname=ifname) for i in range(n)]
+    return ClusterState(spec=spec, cluster_id="cid", status="up", shared_dir="/shared", nodes=nodes)
+
+
+def flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize("nodes,nproc,restarts", [(1, 1, 0), (2, 1, 0), (2, 4, 3), (4, 8, 1)])
+def test_argv_per_node(nodes: int, nproc: int, restarts: int) -> None:
+    run = RunSpec(job="mnist", args=("--epochs", "3"), nodes=nodes, nproc_per_node=nproc,
+                  max_restarts=restarts, run_id="r1")  # fmt: skip
+    plan = plan_torchrun(cluster(4), run, script="/b/mnist.py", port=29400)
+    assert len(plan.nodes) == nodes
+    assert plan.world_size == nodes * nproc
+    assert plan.rdzv_endpoint == "10.0.0.10:29400"
+    for rank, node in enumerate(plan.nodes):
+        argv = node.argv
+        assert argv[:3] == ("/opt/venv/bin/python", "-m", "torch.distributed.run")
+        assert flag(argv, "--nnodes") == str(nodes)
+        assert flag(argv, "--nproc-per-node") == str(nproc)
+        assert flag(argv, "--rdzv-backend") == "c10d"
+        assert flag(argv, "--rdzv-endpoint") == "10.0.0.10:29400"  # the head node, on every node
+        assert flag(argv, "--rdzv-id") == "r1"
+        assert flag(argv, "--max-restarts") == str(restarts)
+        assert flag(argv, "--rdzv-conf") == f"is_host={int(rank == 0)}"
+        assert flag(argv, "--local-addr") == f"10.0.0.{10 + rank}"
+        assert flag(argv, "--log-line-prefix-template") == RANK_PREFIX_TEMPLATE
+        assert argv[-3:] == ("/b/mnist.py", "--epochs", "3")  # job args after the script
+        assert node.node == f"node{rank}" and node.node_rank == rank
+        assert node.cwd == f"/work/node{rank}"
+        assert node.env["OMP_NUM_THREADS"] == str(max(1, 8 // nproc))
+
+
+def test_env_defaults_interfaces_and_markers() -> None:
+    plan = plan_torchrun(cluster(2), RunSpec(job="mnist", nodes=2, run_id="r9"), script="s.py", port=1)
+    env = plan.nodes[1].env
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["DDPCTL_SHARED_DIR"] == "/shared"
+    assert env["DDPCTL_RUN_ID"] == "r9" and env["DDPCTL_CLUSTER_ID"] == "cid"
+
+
+def test_interface_left_out_when_unknown() -> None:
+    plan = plan_torchrun(cluster(2, ifname=None), RunSpec(job="m", nodes=2), script="s.py", port=1)
+    assert "NCCL_SOCKET_IFNAME" not in plan.nodes[0].env
+    assert "GLOO_SOCKET_IFNAME" not in plan.nodes[0].env
+
+
+def test_user_env_wins_over_defaults_but_not_markers() -> None:
+    c = cluster(2, env={"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3"})
+    run = RunSpec(job="m", nodes=2, run_id="r1", env={"NCCL_SOCKET_IFNAME": "ib0", "DDPCTL_RUN_ID": "x"})
+    env = plan_torchrun(c, run, script="s.py", port=1).nodes[0].env
+    assert env["NCCL_DEBUG"] == "INFO"  # cluster's
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["NCCL_SOCKET_IFNAME"] == "ib0"  # run's
+    assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert env["DDPCTL_RUN_ID"] == "r1"  # the marker cannot be overridden
+
+
+def test_omp_threads_never_zero() -> None:
+    plan = plan_torchrun(cluster(1, cpus=1), RunSpec(job="m", nproc_per_node=4), script="s.py", port=1)
+    assert plan.nodes[0].env["OMP_NUM_THREADS"] == "1"
+
+
+def test_more_nodes_than_the_cluster_has() -> None:
+    with pytest.raises(UsageError, match="--nodes 3 but cluster 'c' has 2 node"):
+        plan_torchrun(cluster(2), RunSpec(job="m", nodes=3), script="s.py", port=1)
+
+
+def test_run_ids_are_unique() -> None:
+    assert len({RunSpec(job="m").run_id for _ in range(100)}) == 100
+
+
+def test_shell_line_round_trips() -> None:
+    node = plan_torchrun(cluster(1), RunSpec(job="m", args=("--x", "a b"), run_id="r1"), script="s.py", port=1).nodes[0]
+    line = node.shell()
+    assert line.startswith("cd /work/node0 && env ")
+    words = shlex.split(line.split(" && ", 1)[1])
+    assert words[0] == "env"
+    assert words[-2:] == ["--x", "a b"]
+    assert "[rank${rank}]:" in words  # quoted: the shell leaves torchrun's template alone

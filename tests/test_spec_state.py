@@ -1,0 +1,127 @@
+"""Specs, the state store and the config file: validation and atomic state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddpctl.config_file import load_default_map
+from ddpctl.infra.errors import ClusterNotFound, UsageError
+from ddpctl.infra.jobs import resolve_job
+from ddpctl.infra.spec import ClusterSpec, RunSpec, parse_env
+from ddpctl.infra.state import ClusterState, NodeInfo, Resource, StateStore
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"nodes": 0}, "--nodes 0 is not allowed"),
+        ({"nproc_per_node": -1}, "--nproc-per-node -1 is not allowed"),
+        ({"provider": "gcp"}, "unknown provider 'gcp'"),
+        ({"name": "Bad_Name"}, "invalid cluster name"),
+        ({"port": 80}, "--port 80 is out of range"),
+        ({"env": {"1X": "y"}}, "invalid environment variable name"),
+    ],
+)
+def test_cluster_spec_refuses(kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        ClusterSpec(**kwargs)
+
+
+def test_run_spec_refuses() -> None:
+    with pytest.raises(UsageError, match="--max-restarts -1 is negative"):
+        RunSpec(job="m", max_restarts=-1)
+    with pytest.raises(UsageError, match="invalid --run-id"):
+        RunSpec(job="m", run_id="../x")
+
+
+def test_parse_env() -> None:
+    assert parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(UsageError, match="not KEY=VALUE"):
+        parse_env(["A"])
+
+
+def test_resolve_job(tmp_path: Path) -> None:
+    assert resolve_job("mnist").script.name == "mnist.py"
+    assert resolve_job("mnist").script.is_file()
+    assert resolve_job("mingpt").script.is_file()
+    assert resolve_job("message-passing").script.is_file()
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    job = resolve_job(str(script))
+    assert (job.name, job.script, job.bundled) == ("train", script, False)
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve_job(str(tmp_path / "missing.py"))
+    with pytest.raises(UsageError, match="unknown job 'resnet'"):
+        resolve_job("resnet")
+
+
+def state(name: str = "c") -> ClusterState:
+    return ClusterState(
+        spec=ClusterSpec(name=name, nodes=2, env={"A": "1"}),
+        cluster_id="cid",
+        nodes=[NodeInfo("node0", "127.0.0.1", "/w0"), NodeInfo("node1", "127.0.0.1", "/w1")],
+        resources=[Resource("dir", "/w0", "created")],
+    )
+
+
+def test_state_round_trip_and_mode(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "home")
+    saved = state()
+    store.save(saved)
+    assert store.names() == ["c"]
+    assert store.load("c") == saved
+    path = store.path("c")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert json.loads(path.read_text())["version"] == 1
+    assert not list(path.parent.glob(".*.tmp"))  # no temp file left behind
+    store.delete("c")
+    with pytest.raises(ClusterNotFound, match="no cluster named 'c'"):
+        store.load("c")
+
+
+def test_state_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash while writing leaves the previous state whole."""
+    store = StateStore(tmp_path)
+    store.save(state())
+    before = store.path("c").read_text()
+
+    def boom(*_a, **_k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.fsync", boom)
+    s = state()
+    s.status = "up"
+    with pytest.raises(OSError):
+        store.save(s)
+    assert store.path("c").read_text() == before
+    assert not list(store.clusters_dir.glob(".*.tmp"))
+
+
+def test_unwritable_home(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match="is not writable"):
+        StateStore(blocker / "home").check_writable()
+    StateStore(tmp_path / "new" / "home").check_writable()  # creatable is fine
+    assert not (tmp_path / "new").exists()  # and checking creates nothing
+
+
+def test_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "ddpctl.toml"
+    cfg.write_text('[cluster]\nnodes = 3\nname = "lab"\n[cluster.env]\nNCCL_DEBUG = "INFO"\n[run]\nmax_restarts = 2\n')
+    dm = load_default_map(cfg)
+    assert dm["up"] == {"nodes": 3, "name": "lab", "env": ["NCCL_DEBUG=INFO"]}
+    assert dm["run"] == {"nodes": 3, "name": "lab", "env": ["NCCL_DEBUG=INFO"], "max_restarts": 2}
+    assert dm["down"] == {"name": "lab"}
+    cfg.write_text("[cluster]\nnodez = 3\n")
+    with pytest.raises(UsageError, match=r"unknown key\(s\) \['nodez'\]"):
+        load_default_map(cfg)
+    cfg.write_text("[clusters]\n")
+    with pytest.raises(UsageError, match="unknown section"):
+        load_default_map(cfg)
+    cfg.write_text("[cluster\n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load_default_map(cfg)

@@ -1,0 +1,1 @@
+"""ddpctl's bundled DDP training jobs (run each with torchrun; see README.md)."""

@@ -1,0 +1,1 @@
+"""Character-level GPT job (run main.py with torchrun)."""

@@ -1,0 +1,83 @@
+"""Character-level GPT on tiny-shakespeare (or your own text) with DistributedDataParallel,
+after the minGPT-ddp example in pytorch/examples.
+
+Run by hand; a tiny model that trains in seconds on CPU:
+
+    torchrun --standalone --nproc-per-node 2 training/mingpt/main.py \\
+        --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 32 --max-steps 60
+
+Without the size flags it trains the example's model (8 layers, 8 heads, 512 wide, context 128,
+batch 216 per rank): a job for GPUs. Every config field below is a flag (--data PATH, --lr, ...).
+"""
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # training/, home of the shared trainer.py
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from char_dataset import CharDataset
+from model import GPT, GPTConfig
+from trainer import Trainer, ddp_setup, default_snapshot_path, parse_config
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 10
+    max_steps: int = 0  # total optimizer steps; 0 = no cap
+    batch_size: int = 216  # per rank
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    save_every: int = 1  # epochs between snapshots (one is also written at the end)
+    log_every: int = 10  # steps between loss lines
+    snapshot_path: str = ""  # "" -> $DDPCTL_SHARED_DIR/mingpt_snapshot.pt, else ./mingpt_snapshot.pt
+    data: str = str(Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt")
+    data_fraction: float = 1.0  # train on the first fraction of the text
+    prompt: str = "O God, O God!"
+    sample_chars: int = 200
+    seed: int = 0
+
+
+def make_optimizer(model, cfg):
+    # Weight decay on matrices and embeddings only, not on biases and LayerNorm gains.
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def lm_loss(logits, targets):
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    gpt_cfg, cfg = parse_config(GPTConfig(), TrainerConfig())
+    device = ddp_setup()
+    torch.manual_seed(cfg.seed)
+    dataset = CharDataset(cfg.data, gpt_cfg.block_size, cfg.data_fraction)
+    model = GPT(gpt_cfg, dataset.vocab_size).to(device)
+    if dist.get_rank() == 0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"{len(dataset.data):,} characters, vocab {dataset.vocab_size}, {n_params / 1e6:.2f}M parameters", flush=True)
+
+    trainer = Trainer(model, dataset, make_optimizer(model, cfg), lm_loss, device,
+                      batch_size=cfg.batch_size, epochs=cfg.epochs, max_steps=cfg.max_steps,
+                      save_every=cfg.save_every, grad_clip=cfg.grad_clip, log_every=cfg.log_every,
+                      snapshot_path=cfg.snapshot_path or default_snapshot_path("mingpt"))
+    trainer.train()
+
+    if dist.get_rank() == 0:
+        model.eval()
+        context = torch.tensor([dataset.encode(cfg.prompt) or [0]], device=device)
+        out = model.generate(context, cfg.sample_chars, top_k=10)
+        print("sample:", flush=True)
+        print(dataset.decode(out[0].tolist()), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""MNIST digit classification with DistributedDataParallel (the pytorch/examples MNIST `Net`).
+
+Run by hand (2 processes on this machine; add --nnodes/--rdzv-endpoint for several nodes):
+
+    torchrun --standalone --nproc-per-node 2 training/mnist.py --epochs 2
+
+Data: torchvision's MNIST in --data-dir (60,000 train, the 10,000 test images held out),
+downloaded on first use. Without network access (or with --no-download) it falls back to the
+real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out.
+"""
+import gzip
+import os
+import socket
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import TensorDataset
+from torchvision import datasets, transforms
+
+from trainer import Trainer, ddp_setup, default_snapshot_path, parse_config
+
+HERE = Path(__file__).resolve().parent
+BUNDLED = HERE / "data" / "mnist"
+
+
+@dataclass
+class Config:
+    epochs: int = 2
+    batch_size: int = 64  # per rank
+    lr: float = 1.0
+    gamma: float = 0.7  # StepLR: lr *= gamma after every epoch (1.0 keeps it constant)
+    save_every: int = 1  # epochs between snapshots
+    snapshot_path: str = ""  # "" -> $DDPCTL_SHARED_DIR/mnist_snapshot.pt, else ./mnist_snapshot.pt
+    data_dir: str = str(HERE / "data")
+    download: bool = True
+    seed: int = 0
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(self.dropout1(x), 1)
+        x = self.dropout2(F.relu(self.fc1(x)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def try_download(data_dir):
+    """Download MNIST with torchvision; return None on success, else a short reason. Fails in seconds offline."""
+    old_timeout = socket.getdefaulttimeout()
+    try:
+        probe = urllib.request.Request(datasets.MNIST.mirrors[0] + "t10k-labels-idx1-ubyte.gz", method="HEAD")
+        urllib.request.urlopen(probe, timeout=5).close()  # honours proxies; torchvision's own urlopen has no timeout
+        socket.setdefaulttimeout(30)
+        datasets.MNIST(data_dir, train=True, download=True)
+        return None
+    except Exception as e:  # DNS failure, firewall, proxy, bad checksum ...
+        return str(getattr(e, "reason", e)).splitlines()[0][:100]
+    finally:
+        socket.setdefaulttimeout(old_timeout)
+
+
+def read_idx(path):
+    """Read a gzipped idx file (the format MNIST ships in) into a uint8 tensor."""
+    data = gzip.open(path).read()
+    ndim = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).view(shape)
+
+
+def load_mnist(cfg, device):
+    """Return (train_images, train_labels, heldout_images, heldout_labels); every rank agrees on the source."""
+    reason = "--no-download" if not cfg.download else "not available on every node"
+
+    def from_torchvision():
+        train, test = (datasets.MNIST(cfg.data_dir, train=t) for t in (True, False))
+        return train.data, train.targets, test.data, test.targets
+
+    try:
+        data = from_torchvision()
+    except RuntimeError:  # not downloaded yet: one download per node
+        data = None
+        if cfg.download and int(os.environ["LOCAL_RANK"]) == 0:
+            reason = try_download(cfg.data_dir) or reason
+        dist.barrier()
+        try:
+            data = from_torchvision()
+        except RuntimeError:
+            pass
+    everyone = torch.tensor([data is not None], dtype=torch.int32, device=device)
+    dist.all_reduce(everyone, op=dist.ReduceOp.MIN)  # mixing data sources across ranks would hang DDP
+    if everyone.item():
+        return data
+    if dist.get_rank() == 0:
+        print(f"MNIST download unavailable ({reason}); using the bundled MNIST test set: "
+              "9,000 train / 1,000 held out", flush=True)
+    images = read_idx(BUNDLED / "t10k-images-idx3-ubyte.gz")
+    labels = read_idx(BUNDLED / "t10k-labels-idx1-ubyte.gz").long()
+    return images[:9000], labels[:9000], images[9000:], labels[9000:]
+
+
+def normalize(images):
+    return transforms.Normalize((0.1307,), (0.3081,))(images.float().div(255).unsqueeze(1))
+
+
+@torch.no_grad()
+def evaluate(model, images, labels, device):
+    """Each rank scores its slice of the held-out set; the counts are summed over ranks."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y = images[rank::world], labels[rank::world]
+    model.eval()
+    correct = sum(int((model(xb.to(device)).argmax(1) == yb.to(device)).sum())
+                  for xb, yb in zip(x.split(1000), y.split(1000)))
+    stats = torch.tensor([correct, len(y)], device=device)
+    dist.all_reduce(stats)
+    return 100.0 * stats[0].item() / stats[1].item(), int(stats[1].item())
+
+
+def main():
+    (cfg,) = parse_config(Config())
+    device = ddp_setup()
+    torch.manual_seed(cfg.seed)
+    train_x, train_y, heldout_x, heldout_y = load_mnist(cfg, device)
+    heldout_x = normalize(heldout_x)
+
+    model = Net().to(device)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=cfg.lr)
+    scheduler = StepLR(optimizer, step_size=1, gamma=cfg.gamma)
+
+    def report(epoch, train_loss):
+        acc, n = evaluate(model, heldout_x, heldout_y, device)
+        if dist.get_rank() == 0:
+            print(f"epoch {epoch}/{cfg.epochs} | train loss {train_loss:.4f} | "
+                  f"held-out accuracy {acc:.2f}% ({n} images)", flush=True)
+
+    trainer = Trainer(model, TensorDataset(normalize(train_x), train_y), optimizer, F.nll_loss, device,
+                      batch_size=cfg.batch_size, epochs=cfg.epochs, save_every=cfg.save_every,
+                      snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
+                      scheduler=scheduler, on_epoch_end=report)
+    trainer.train()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
