@@ -7,6 +7,7 @@
     nproc_per_node = 1
     port = 29500
     python = "/opt/venv/bin/python"
+    inventory = "hosts.ini"   # --provider onprem
 
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
@@ -26,7 +27,7 @@ from typing import Any
 
 from ddpctl.infra.errors import UsageError
 
-CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env"}
+CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory"}
 RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env"}
 
 

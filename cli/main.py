@@ -107,31 +107,54 @@ def _store():
     "--provider", type=click.Choice(["local", "onprem", "aws", "pcluster"]), default="local",
     show_default=True, help="Where the nodes come from.",
 )  # fmt: skip
-@nodes_option
+@click.option(
+    "--nodes", "-n", type=click.IntRange(min=1), default=None,
+    help="Number of nodes. [default: local 1; onprem every host in the inventory]",
+)  # fmt: skip
+@click.option(
+    "--inventory", "-i", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+    help="onprem: an Ansible inventory (INI or YAML); the [ddp_nodes] group if present, else every host.",
+)  # fmt: skip
 @nproc_option
 @port_option
 @env_option
 @python_option
 @dry_run_option
 @json_option
-def up(name, provider, nodes, nproc_per_node, port, env, python, dry_run, as_json) -> int:
+def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_run, as_json) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
     \b
+    local   N nodes on this machine (no root, no SSH, no cloud)
+    onprem  your hosts from an Ansible inventory: checks SSH to every host,
+            configures them with playbooks/site.yml, then records the cluster
+
+    \b
     Examples:
-      ddpctl up --nodes 2                    # two local nodes on this machine
-      ddpctl up --nodes 2 --dry-run --json   # the plan, as JSON; nothing is created
+      ddpctl up --nodes 2                          # two local nodes on this machine
+      ddpctl up --provider onprem -i hosts.ini     # every host in hosts.ini
+      ddpctl up --nodes 2 --dry-run --json         # the plan, as JSON; nothing is created
     """
     from ddpctl.infra import clusters
+    from ddpctl.infra.errors import UsageError
     from ddpctl.infra.spec import ClusterSpec, parse_env
 
     from .output import Output
 
     out = Output(as_json)
     kwargs = {"python": python} if python else {}
+    if inventory and provider != "onprem":
+        raise UsageError(f"--inventory is for --provider onprem, not {provider}")
+    if nodes is None:
+        if provider == "onprem" and inventory:
+            from ddpctl.infra.inventory import load_inventory
+
+            nodes = len(load_inventory(inventory))
+        else:
+            nodes = 1
     spec = ClusterSpec(
         name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
-        port=port, env=parse_env(env), **kwargs,
+        port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "", **kwargs,
     )  # fmt: skip
     store = _store()
     provider_impl, state = clusters.plan_up(spec, store)
@@ -278,7 +301,8 @@ def _print_cluster_plan(out, state, note: str = "") -> None:
     for res in state.resources:
         click.echo(f"  {res.kind:<10} {res.id}")
     for node in state.nodes:
-        click.echo(f"  node       {node.name} at {node.host} (workdir {node.workdir})")
+        where = f" (workdir {node.workdir})" if node.workdir else ""
+        click.echo(f"  node       {node.name} at {node.host}{where}")
 
 
 def _print_launch_plan(out, plan) -> None:

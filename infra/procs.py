@@ -58,3 +58,40 @@ def _signal(procs: list[psutil.Process], how: str) -> None:
             getattr(proc, how)()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
+
+
+#: The same search on a remote node, with only the standard library (nodes may not have psutil).
+#: argv: KEY VALUE MODE GRACE; MODE is term (SIGTERM, no wait), kill (SIGKILL), or stop
+#: (SIGTERM, then SIGKILL what is left after GRACE seconds). Prints how many processes it signalled.
+REMOTE_STOP_SCRIPT = r"""
+import os, signal, sys, time
+key, value, mode, grace = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+marker, me = (key + "=" + value).encode(), os.getpid()
+def tagged():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if marker in f.read().split(b"\0") and int(pid) != me:
+                    found.append(int(pid))
+        except (OSError, IndexError):
+            pass
+    return found
+def send(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+pids = tagged()
+send(pids, signal.SIGKILL if mode == "kill" else signal.SIGTERM)
+if mode == "stop":
+    deadline = time.time() + grace
+    while tagged() and time.time() < deadline:
+        time.sleep(0.1)
+    send(tagged(), signal.SIGKILL)
+print(len(pids))
+"""

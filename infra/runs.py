@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from . import clusters
-from .jobs import resolve_job
+from .jobs import BUNDLE_DIR, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.supervise import OutputLine, RunResult
 from .providers import get_provider
@@ -71,7 +71,7 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
         env=env,
     )
     port = provider.rdzv_port(cluster, opts.port)
-    plan = plan_torchrun(cluster, run, script=provider.script_path(cluster, str(job.script)), port=port)
+    plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
     return PreparedRun(provider, cluster, run, plan, ephemeral)
 
 

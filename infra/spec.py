@@ -32,6 +32,8 @@ class ClusterSpec:
     env: dict[str, str] = field(default_factory=dict)
     #: The Python that runs torchrun on the nodes (local: this interpreter).
     python: str = sys.executable
+    #: onprem: the Ansible inventory (INI or YAML) that lists the hosts.
+    inventory: str = ""
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):

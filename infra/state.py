@@ -41,6 +41,10 @@ class NodeInfo:
     cpus: int = 1
     gpus: int = 0
     ifname: str | None = None  # interface that routes to the head node, when known
+    python: str = ""  # the node's Python with torch ("" -> the cluster spec's)
+    env_file: str = ""  # KEY=VALUE file the launcher sources first (written by the nccl_env role)
+    bundle_dir: str = ""  # where the training bundle is on the node ("" -> this machine's copy)
+    ssh: dict[str, Any] = field(default_factory=dict)  # how to reach it (an inventory Host's fields)
 
 
 @dataclass

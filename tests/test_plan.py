@@ -92,8 +92,45 @@ def test_run_ids_are_unique() -> None:
 def test_shell_line_round_trips() -> None:
     node = plan_torchrun(cluster(1), RunSpec(job="m", args=("--x", "a b"), run_id="r1"), script="s.py", port=1).nodes[0]
     line = node.shell()
-    assert line.startswith("cd /work/node0 && env ")
-    words = shlex.split(line.split(" && ", 1)[1])
-    assert words[0] == "env"
+    assert line.startswith("mkdir -p /work/node0 && cd /work/node0 && exec env ")
+    words = shlex.split(line.split(" && ", 2)[2])
+    assert words[:2] == ["exec", "env"]
     assert words[-2:] == ["--x", "a b"]
     assert "[rank${rank}]:" in words  # quoted: the shell leaves torchrun's template alone
+
+
+def remote_cluster() -> ClusterState:
+    c = cluster(2)
+    c.nodes = [
+        NodeInfo(f"node{i}", f"10.0.0.{10 + i}", f"/srv/n{i}", python="/opt/env/bin/python",
+                 env_file=f"/srv/n{i}/ddpctl.env", bundle_dir=f"/srv/n{i}/bundle")  # fmt: skip
+        for i in range(2)
+    ]
+    return c
+
+
+def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
+    plan = plan_torchrun(remote_cluster(), RunSpec(job="mnist", nodes=2, run_id="r1"),
+                         script="/repo/training/mingpt/main.py", port=1, bundle_root="/repo/training")  # fmt: skip
+    for i, node in enumerate(plan.nodes):
+        assert node.argv[0] == "/opt/env/bin/python"
+        assert node.argv[-1] == f"/srv/n{i}/bundle/mingpt/main.py"
+        assert node.uploads == ()
+        line = node.shell()
+        # the env file first, then the explicit env: a user's value wins over the file's
+        assert f"set -a && . /srv/n{i}/ddpctl.env && set +a && exec env " in line
+        assert line.index("ddpctl.env") < line.index("NCCL_DEBUG=")
+
+
+def test_users_script_is_uploaded_to_remote_nodes() -> None:
+    plan = plan_torchrun(remote_cluster(), RunSpec(job="train", nodes=2, run_id="r7"),
+                         script="/home/me/train.py", port=1, bundle_root="/repo/training")  # fmt: skip
+    for i, node in enumerate(plan.nodes):
+        remote = f"/srv/n{i}/scripts/r7/train.py"
+        assert node.uploads == (("/home/me/train.py", remote),)
+        assert node.argv[-1] == remote
+
+
+def test_local_nodes_run_the_script_in_place() -> None:
+    plan = plan_torchrun(cluster(1), RunSpec(job="t"), script="/home/me/train.py", port=1, bundle_root="/repo/training")
+    assert plan.nodes[0].argv[-1] == "/home/me/train.py" and plan.nodes[0].uploads == ()

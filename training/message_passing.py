@@ -32,6 +32,7 @@ def main():
         raise RuntimeError(f"rank {rank}: all_reduce gave {result}, expected {expected}")
     print(f"rank {rank}: all_reduce OK ({result} == {expected})", flush=True)
 
+    dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()
 
 

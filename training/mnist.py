@@ -153,6 +153,7 @@ def main():
                       snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
                       scheduler=scheduler, on_epoch_end=report)
     trainer.train()
+    dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()
 
 

@@ -6,6 +6,7 @@ executors (local, SSH) carry it out unchanged.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import asdict, dataclass
 
@@ -30,11 +31,14 @@ class NodeLaunch:
     env: dict[str, str]  # added to the node's environment
     cwd: str
     log_dir: str
+    env_file: str = ""  # sourced before the env above, so explicit values win
+    uploads: tuple[tuple[str, str], ...] = ()  # (local, remote) files to copy first
 
     def shell(self) -> str:
         """The same launch as one shell line (what the SSH executor runs; what --dry-run shows)."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
+        source = f"set -a && . {shlex.quote(self.env_file)} && set +a && " if self.env_file else ""
+        return f"mkdir -p {shlex.quote(self.cwd)} && cd {shlex.quote(self.cwd)} && {source}exec env {env} {shlex.join(self.argv)}"
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,15 @@ class LaunchPlan:
         return asdict(self)
 
 
-def plan_torchrun(cluster: ClusterState, run: RunSpec, *, script: str, port: int) -> LaunchPlan:
-    """Plan ``torchrun`` on the first ``run.nodes`` nodes of ``cluster`` (head node first)."""
+def plan_torchrun(
+    cluster: ClusterState, run: RunSpec, *, script: str, port: int, bundle_root: str | None = None
+) -> LaunchPlan:
+    """Plan ``torchrun`` on the first ``run.nodes`` nodes of ``cluster`` (head node first).
+
+    ``script`` is a path on this machine. On a node with its own ``bundle_dir``, a script from the
+    bundle (under ``bundle_root``) runs from the node's copy; any other script is uploaded to the
+    node's work directory first.
+    """
     if run.nodes > len(cluster.nodes):
         raise UsageError(
             f"--nodes {run.nodes} but cluster {cluster.name!r} has {len(cluster.nodes)} node(s): "
@@ -63,8 +74,16 @@ def plan_torchrun(cluster: ClusterState, run: RunSpec, *, script: str, port: int
     launches = []
     for rank, node in enumerate(nodes):
         log_dir = f"{node.workdir}/logs/{run.run_id}"
+        node_script, uploads = script, ()
+        if node.bundle_dir:
+            rel = posixpath.relpath(script, bundle_root) if bundle_root else ""
+            if bundle_root and not rel.startswith(".."):
+                node_script = f"{node.bundle_dir}/{rel}"
+            else:
+                node_script = f"{node.workdir}/scripts/{run.run_id}/{posixpath.basename(script)}"
+                uploads = ((script, node_script),)
         argv = (
-            cluster.spec.python, "-m", "torch.distributed.run",
+            node.python or cluster.spec.python, "-m", "torch.distributed.run",
             "--nnodes", str(run.nodes),
             "--nproc-per-node", str(run.nproc_per_node),
             "--rdzv-backend", "c10d",
@@ -77,7 +96,7 @@ def plan_torchrun(cluster: ClusterState, run: RunSpec, *, script: str, port: int
             "--log-dir", log_dir,
             "--tee", "3",
             "--log-line-prefix-template", RANK_PREFIX_TEMPLATE,
-            script, *run.args,
+            node_script, *run.args,
         )  # fmt: skip
         launches.append(
             NodeLaunch(
@@ -88,6 +107,8 @@ def plan_torchrun(cluster: ClusterState, run: RunSpec, *, script: str, port: int
                 env=node_env(cluster, run, node.cpus, node.ifname),
                 cwd=node.workdir,
                 log_dir=log_dir,
+                env_file=node.env_file,
+                uploads=uploads,
             )
         )
     return LaunchPlan(

@@ -37,9 +37,6 @@ class Provider(Protocol):
     def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
         """A rendezvous port on the head node (``requested`` checked, or a free one)."""
 
-    def script_path(self, state: ClusterState, script: str) -> str:
-        """Where the controller's ``script`` is on the nodes."""
-
     def preflight(self, state: ClusterState) -> None:
         """Check the nodes can run a job (torch importable...) before anything starts."""
 

@@ -88,9 +88,6 @@ class LocalProvider:
                 raise
             return sock.getsockname()[1]
 
-    def script_path(self, state: ClusterState, script: str) -> str:
-        return script  # the nodes are this machine
-
     def preflight(self, state: ClusterState) -> None:
         python = state.spec.python
         if not shutil.which(python):

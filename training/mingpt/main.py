@@ -76,6 +76,7 @@ def main():
         out = model.generate(context, cfg.sample_chars, top_k=10)
         print("sample:", flush=True)
         print(dataset.decode(out[0].tolist()), flush=True)
+    dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()
 
 

@@ -1,0 +1,123 @@
+"""Running the playbooks from ddpctl, through ansible-runner's event stream.
+
+``up`` shows one line per task with each host's outcome, failures as they happen, not a wall of
+text. The playbooks themselves know nothing of ddpctl: ``ansible-playbook -i INVENTORY
+playbooks/site.yml`` does the same work.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import DdpctlError
+
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+ANSIBLE_CFG = Path(__file__).resolve().parent.parent / "ansible.cfg"
+STATUS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+@dataclass
+class PlayReport:
+    """What a playbook run told us: per-host facts that tasks published, and the recap."""
+
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+class TaskLines:
+    """Turns runner events into one progress line per task: ``task: node0 ok, node1 changed``."""
+
+    def __init__(self, progress: Callable[[str], None], report: PlayReport) -> None:
+        self.progress = progress
+        self.report = report
+        self.task: str | None = None
+        self.hosts: dict[str, str] = {}
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        if kind in ("playbook_on_task_start", "playbook_on_stats"):
+            self.flush()
+            self.task = data.get("task") if kind == "playbook_on_task_start" else None
+        if kind in STATUS:
+            host, res = data.get("host", "?"), data.get("res") or {}
+            status = STATUS[kind]
+            if status == "ok" and res.get("changed"):
+                status = "changed"
+            if kind == "runner_on_failed" and data.get("ignore_errors"):
+                status = "failed (ignored)"
+            self.hosts[host] = status
+            for key, value in (res.get("ansible_facts") or {}).items():
+                if key.startswith("ddpctl_"):
+                    self.report.facts.setdefault(host, {})[key] = value
+            if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+                msg = str(res.get("msg") or res.get("stderr") or res.get("stdout") or "failed").strip().splitlines()
+                self.report.failures.append(f"{host}: {data.get('task')}: {msg[0] if msg else 'failed'}")
+        if kind == "playbook_on_stats":
+            for key in ("ok", "changed", "failures", "dark", "skipped"):
+                for host, n in (data.get(key) or {}).items():
+                    self.report.stats.setdefault(host, {})[key] = n
+        return False  # do not keep events on disk beyond what runner needs
+
+    def flush(self) -> None:
+        if self.task and self.hosts:
+            summary = ", ".join(f"{h} {s}" for h, s in sorted(self.hosts.items()))
+            self.progress(f"{self.task}: {summary}")
+        self.hosts = {}
+
+
+def run_playbook(
+    playbook: str,
+    inventory: str,
+    progress: Callable[[str], None],
+    *,
+    extravars: dict[str, Any] | None = None,
+    limit: str | None = None,
+) -> PlayReport:
+    """Run ``playbook`` against ``inventory``; raise with the first failures if it fails."""
+    import ansible_runner  # heavy: only when a playbook actually runs
+
+    report = PlayReport()
+    venv_bin = os.path.dirname(sys.executable)
+    with tempfile.TemporaryDirectory(prefix="ddpctl-ansible-") as tmp:
+        envvars = {
+            "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+            "ANSIBLE_HOME": os.environ.get("ANSIBLE_HOME", str(Path(tmp) / "ansible-home")),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        result = ansible_runner.run(
+            private_data_dir=tmp,
+            playbook=str(PLAYBOOKS / playbook),
+            inventory=os.path.abspath(inventory),
+            extravars=extravars or {},
+            limit=limit,
+            envvars=envvars,
+            suppress_env_files=True,
+            quiet=True,
+            event_handler=TaskLines(progress, report),
+        )
+        if result.status != "successful":
+            detail = "; ".join(report.failures[:3]) or _last_line(result)
+            raise DdpctlError(f"{playbook} failed ({result.status}, rc {result.rc}): {detail}")
+    return report
+
+
+def _last_line(result: Any) -> str:
+    try:
+        lines = [line for line in result.stdout.read().splitlines() if line.strip()]
+    except Exception:  # noqa: BLE001
+        return "see the output above"
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,99 @@
+"""Hosts from an Ansible inventory (INI or YAML), read with Ansible's own parser.
+
+``ansible-inventory --list`` does the parsing (so every inventory Ansible accepts works); ``hosts_from_list``
+turns its JSON into typed ``Host`` values, pure and unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+#: The group ddpctl uses when the inventory has it; otherwise every host, in inventory order.
+NODES_GROUP = "ddp_nodes"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    user: str | None = None
+    port: int = 22
+    key_file: str | None = None
+    ssh_config: str | None = None  # from ansible_ssh_common_args "-F FILE"
+    vars: dict[str, Any] = field(default_factory=dict)
+
+
+def load_inventory(path: str) -> list[Host]:
+    """Parse ``path`` with ``ansible-inventory`` and return the cluster's hosts, head node first."""
+    if not Path(path).is_file():
+        raise UsageError(f"inventory {path!r} does not exist: give an Ansible INI or YAML inventory file")
+    exe = Path(sys.executable).with_name("ansible-inventory")
+    cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", path, "--list"]
+    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    except FileNotFoundError:
+        raise UsageError("ansible-inventory not found: install ddpctl with its dependencies (ansible-core)") from None
+    if out.returncode != 0:
+        reason = (out.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise UsageError(f"cannot parse inventory {path}: {reason}")
+    return hosts_from_list(json.loads(out.stdout), path)
+
+
+def hosts_from_list(data: dict[str, Any], source: str = "inventory") -> list[Host]:
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    if NODES_GROUP in data:
+        names = list(data[NODES_GROUP].get("hosts", []))
+    else:
+        names = []
+        for group in _groups_in_order(data, "all"):
+            for name in data.get(group, {}).get("hosts", []):
+                if name not in names:
+                    names.append(name)
+    if not names:
+        raise UsageError(f"{source} lists no hosts: add your nodes under [{NODES_GROUP}]")
+    hosts = [_host(name, hostvars.get(name, {})) for name in names]
+    seen: dict[tuple[str, int], str] = {}
+    for host in hosts:
+        key = (host.address, host.port)
+        if key in seen:
+            raise UsageError(
+                f"hosts {seen[key]!r} and {host.name!r} are both {host.address}:{host.port} in {source}: list each node once"
+            )
+        seen[key] = host.name
+    return hosts
+
+
+def _groups_in_order(data: dict[str, Any], group: str) -> list[str]:
+    order = [group]
+    for child in data.get(group, {}).get("children", []):
+        order += _groups_in_order(data, child)
+    return order
+
+
+def _host(name: str, hv: dict[str, Any]) -> Host:
+    ssh_config = None
+    args = shlex.split(str(hv.get("ansible_ssh_common_args", "")) + " " + str(hv.get("ansible_ssh_extra_args", "")))
+    for i, arg in enumerate(args):
+        if arg == "-F" and i + 1 < len(args):
+            ssh_config = args[i + 1]
+        elif arg.startswith("-F") and len(arg) > 2:
+            ssh_config = arg[2:]
+    return Host(
+        name=name,
+        address=str(hv.get("ansible_host", name)),
+        user=hv.get("ansible_user"),
+        port=int(hv.get("ansible_port", 22)),
+        key_file=hv.get("ansible_ssh_private_key_file"),
+        ssh_config=ssh_config,
+        vars=dict(hv),
+    )

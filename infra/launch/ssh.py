@@ -1,0 +1,93 @@
+"""The SSH executor: each node's torchrun agent runs over an SSH session (fabric/paramiko).
+
+The launch line is the planner's ``NodeLaunch.shell()`` (``exec`` so the session's exit status is
+the agent's). Stopping uses a second session on the same connection that signals every process
+carrying the run's marker: closing a session without a pty would leave torchrun and its workers
+running, and torchrun's workers live in their own sessions anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from ..inventory import Host
+from ..procs import RUN_KEY
+from ..ssh import connect, remote_stop
+from .plan import LaunchPlan, NodeLaunch
+from .supervise import OutputLine, RunResult, supervise
+
+if TYPE_CHECKING:  # pragma: no cover
+    import fabric
+
+
+class SshNodeProcess:
+    def __init__(self, conn: fabric.Connection, launch: NodeLaunch, run_id: str) -> None:
+        self.node = launch.node
+        self._conn = conn
+        self._run_id = run_id
+        self._chan = conn.client.get_transport().open_session()
+        self._chan.set_combine_stderr(True)
+        self._chan.exec_command(launch.shell())
+
+    def lines(self) -> Iterator[str]:
+        pending = b""
+        while True:
+            data = self._chan.recv(65536)
+            if not data:
+                break
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line.decode(errors="replace") + "\n"
+        if pending:
+            yield pending.decode(errors="replace")
+
+    def poll(self) -> int | None:
+        if self._chan.exit_status_ready():
+            return self._chan.recv_exit_status()
+        if self._chan.closed or not self._conn.is_connected:
+            return -1  # the connection is gone: treat the node as failed
+        return None
+
+    def terminate(self) -> None:
+        remote_stop(self._conn, RUN_KEY, self._run_id, "term")
+
+    def kill(self) -> None:
+        remote_stop(self._conn, RUN_KEY, self._run_id, "kill")
+
+
+class SshExecutor:
+    """Carries out a ``LaunchPlan`` on remote nodes, one SSH connection per node."""
+
+    def __init__(self, hosts: dict[str, Host], sink: Callable[[OutputLine], None], grace_s: float = 3.0) -> None:
+        self.hosts = hosts
+        self.sink = sink
+        self.grace_s = grace_s
+
+    def run(self, plan: LaunchPlan) -> RunResult:
+        with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
+            conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
+        try:
+            for conn, launch in zip(conns, plan.nodes):
+                upload(conn, launch)
+            procs = [SshNodeProcess(conn, launch, plan.run_id) for conn, launch in zip(conns, plan.nodes)]
+
+            def cleanup() -> None:
+                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                    list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
+
+            return supervise(plan.run_id, procs, self.sink, cleanup=cleanup, grace_s=self.grace_s)
+        finally:
+            for conn in conns:
+                conn.close()
+
+
+def upload(conn: fabric.Connection, launch: NodeLaunch) -> None:
+    """Copy the files the plan says this node needs (a user's own script) before launching."""
+    for local, remote in launch.uploads:
+        conn.run(f"mkdir -p {shlex.quote(os.path.dirname(remote))}", hide=True)
+        conn.put(local, remote)

@@ -1,0 +1,137 @@
+"""The on-prem provider: existing hosts from an Ansible inventory, configured by playbooks/site.yml.
+
+``up`` checks every host answers over SSH (and changes nothing if one does not), runs ``site.yml``
+through ansible-runner, and records what the play reported about each node (its Python, env file,
+bundle). Runs go over SSH (``launch/ssh.py``). ``down`` stops the cluster's processes on every host
+and removes ddpctl's work directories; what the playbooks installed stays.
+"""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+from pathlib import Path
+import shutil
+
+from ..ansible import run_playbook
+from ..errors import DdpctlError, UsageError
+from ..inventory import Host, load_inventory
+from ..launch.ssh import SshExecutor
+from ..launch.supervise import OutputLine
+from ..procs import CLUSTER_KEY
+from ..spec import DEFAULT_PORT, ClusterSpec
+from ..ssh import check_reachable, connect, remote_stop
+from ..state import ClusterState, NodeInfo, Resource, StateStore
+from .base import Progress
+
+
+class OnpremProvider:
+    name = "onprem"
+
+    def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
+        if not spec.inventory:
+            raise UsageError("--provider onprem needs --inventory FILE (an Ansible INI or YAML inventory)")
+        hosts = load_inventory(spec.inventory)
+        if spec.nodes > len(hosts):
+            raise UsageError(
+                f"--nodes {spec.nodes} but {spec.inventory} lists {len(hosts)} host(s): "
+                f"use --nodes {len(hosts)} or fewer, or add hosts"
+            )
+        hosts = hosts[: spec.nodes]
+        root = store.cluster_dir(spec.name)
+        cluster_id = uuid.uuid4().hex[:12]
+        nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=asdict(h)) for h in hosts]
+        resources = [Resource("dir", str(root)), Resource("dir", str(root / "keys"))]
+        resources += [Resource("host-config", h.name, detail={"address": h.address}) for h in hosts]
+        resources += [Resource("processes", f"{CLUSTER_KEY}={cluster_id}")]
+        return ClusterState(
+            spec=spec, cluster_id=cluster_id, status="planned", nodes=nodes, resources=resources, ephemeral=ephemeral
+        )
+
+    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
+        hosts = [_host(n) for n in state.nodes]
+        progress(f"checking SSH to {len(hosts)} host(s)")
+        cpus = check_reachable(hosts)  # nothing is recorded or changed before every host answers
+        state.status = "creating"
+        store.save(state)
+        root = store.cluster_dir(state.name)
+        for res in state.resources:
+            if res.kind == "dir":
+                Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
+                res.status = "created"
+        store.save(state)
+        progress(f"configuring {len(hosts)} host(s) with playbooks/site.yml")
+        report = run_playbook(
+            "site.yml",
+            state.spec.inventory,
+            progress,
+            extravars={"ssh_mesh_controller_key_dir": str(root / "keys"), "nccl_env_master_addr": hosts[0].address},
+            limit=",".join(h.name for h in hosts),
+        )
+        nodes = []
+        for node in state.nodes:
+            facts = report.facts.get(node.name, {}).get("ddpctl_node")
+            if not facts:
+                raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
+            nodes.append(
+                replace(
+                    node,
+                    cpus=cpus.get(node.name, 1),
+                    workdir=facts["workdir"],
+                    python=facts["python"],
+                    env_file=facts["env_file"],
+                    bundle_dir=facts["bundle_dir"],
+                    gpus=int(facts.get("gpus", 0)),
+                )
+            )
+        state.nodes = nodes
+        for res in state.resources:
+            res.status = "created"
+        state.status = "up"
+        store.save(state)
+        progress(f"on-prem cluster {state.name!r} is up: {', '.join(n.name for n in nodes)}")
+        return state
+
+    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+        state.status = "deleting"
+        store.save(state)
+
+        def clean(node: NodeInfo) -> str | None:
+            try:
+                conn = connect(_host(node))
+            except DdpctlError as exc:
+                return str(exc)
+            try:
+                remote_stop(conn, CLUSTER_KEY, state.cluster_id, "stop")
+                if node.workdir:
+                    conn.run(f"rm -rf {shlex.quote(node.workdir)}", hide=True, warn=True)
+            finally:
+                conn.close()
+            return None
+
+        with ThreadPoolExecutor(max_workers=min(16, len(state.nodes))) as pool:
+            problems = [p for p in pool.map(clean, state.nodes) if p]
+        for problem in problems:
+            progress(f"warning: could not clean up {problem}; processes of this cluster may still run there")
+        shutil.rmtree(store.cluster_dir(state.name), ignore_errors=True)
+        store.delete(state.name)
+        progress(f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)")
+
+    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
+        return requested or state.spec.port or DEFAULT_PORT
+
+    def preflight(self, state: ClusterState) -> None:
+        """site.yml verified every node's Python env; `run` checks reachability as it connects."""
+
+    def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
+        return SshExecutor({n.name: _host(n) for n in state.nodes}, sink)
+
+
+def _host(node: NodeInfo) -> Host:
+    return Host(**node.ssh)
+
+
+PROVIDER = OnpremProvider()

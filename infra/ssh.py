@@ -1,0 +1,120 @@
+"""SSH connections to nodes (fabric/paramiko), strict about host keys.
+
+Fabric trusts any host key by default; ddpctl never does. Keys come from the inventory (or the
+ssh config it names with ``-F``), host keys from the known_hosts files that config names (default
+``~/.ssh/known_hosts``), and an unknown host key is refused.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import DdpctlError
+from .inventory import Host
+
+if TYPE_CHECKING:  # pragma: no cover
+    import fabric
+
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+
+
+def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
+    """An open, strictly checked connection to ``host``."""
+    import fabric
+    import paramiko
+
+    hostname, user, port = host.address, host.user, host.port
+    key_files = [host.key_file] if host.key_file else []
+    known_hosts: list[str] = []
+    if host.ssh_config:
+        cfg = paramiko.SSHConfig.from_path(os.path.expanduser(host.ssh_config)).lookup(host.address)
+        hostname = cfg.get("hostname", hostname)
+        user = user or cfg.get("user")
+        if "port" in cfg and host.port == 22:
+            port = int(cfg["port"])
+        key_files = key_files or list(cfg.get("identityfile", []))
+        known_hosts = cfg.get("userknownhostsfile", "").split()
+    conn = fabric.Connection(
+        hostname,
+        user=user or getpass.getuser(),
+        port=port,
+        connect_timeout=timeout,
+        config=fabric.Config(overrides={"load_ssh_configs": False}),
+        connect_kwargs={
+            "key_filename": [os.path.expanduser(k) for k in key_files] or None,
+            "look_for_keys": not key_files,
+            "allow_agent": not key_files,
+        },
+    )
+    for path in known_hosts or DEFAULT_KNOWN_HOSTS:
+        path = os.path.expanduser(path)
+        if Path(path).is_file():
+            conn.client.load_system_host_keys(path)
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        conn.open()
+    except Exception as exc:
+        conn.close()
+        raise DdpctlError(f"{host.name} ({user or getpass.getuser()}@{hostname}:{port}): {explain(exc)}") from None
+    return conn
+
+
+def explain(exc: BaseException) -> str:
+    """An SSH failure as something to do about it."""
+    import paramiko
+
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"{text}: check ansible_user and ansible_ssh_private_key_file"
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in text:
+        return f"{text}: add the host's key to known_hosts (compare it with the host's own key first)"
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return f"{text}: the host key changed; if that is expected, fix known_hosts"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "no answer (timed out): check ansible_host and that sshd runs there"
+    if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError, OSError)):
+        return f"{text}: check ansible_host/ansible_port and that sshd runs there"
+    return text
+
+
+def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
+    """Connect to every host at once; return each host's CPU count, or raise listing every failure."""
+
+    def probe(host: Host) -> tuple[str, int | str]:
+        try:
+            conn = connect(host, timeout)
+        except DdpctlError as exc:
+            return host.name, str(exc)
+        try:
+            out = conn.run("nproc", hide=True, warn=True, timeout=timeout)
+            return host.name, int(out.stdout.strip() or 1) if out.ok else 1
+        except Exception as exc:  # noqa: BLE001 - any failure is reported per host
+            return host.name, f"{host.name}: {explain(exc)}"
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        results = dict(pool.map(probe, hosts))
+    failed = [v for v in results.values() if isinstance(v, str)]
+    if failed:
+        raise DdpctlError(
+            f"cannot reach {len(failed)} of {len(hosts)} host(s) over SSH, nothing was changed: " + "; ".join(failed)
+        )
+    return {k: int(v) for k, v in results.items()}
+
+
+def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace: float = 3.0) -> None:
+    """Signal the processes tagged ``key=value`` on the node behind ``conn`` (see procs.REMOTE_STOP_SCRIPT)."""
+    from .procs import REMOTE_STOP_SCRIPT
+
+    cmd = f"python3 -c {shlex.quote(REMOTE_STOP_SCRIPT)} {key} {shlex.quote(value)} {mode} {grace}"
+    try:
+        conn.run(cmd, hide=True, warn=True, timeout=grace + 20)
+    except Exception:  # noqa: BLE001 - best effort: the caller sweeps again
+        pass
