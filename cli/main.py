@@ -292,6 +292,56 @@ def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, 
     return result.exit_code
 
 
+@cli.command(epilog=EXIT_CODES)
+@name_option
+@port_option
+@click.option("--size-mb", type=click.FloatRange(min=0.001), default=32, show_default=True,
+              help="All-reduce message size for the bandwidth test.")  # fmt: skip
+@click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
+@json_option
+def check(name, port, size_mb, no_bandwidth, as_json) -> int:
+    """Check the links between a cluster's nodes.
+
+    For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
+    all-reduce between the two, reported as bus bandwidth; the slowest link is named. Exits 1 if
+    any node cannot reach another.
+    """
+    from rich.table import Table
+
+    from ddpctl.infra import clusters
+    from ddpctl.infra.check import run_check
+    from ddpctl.infra.providers import get_provider
+
+    from .output import Output
+
+    out = Output(as_json)
+    state = clusters.load(_store(), name)
+    provider = get_provider(state.spec.provider)
+    port = provider.rdzv_port(state, port)
+    report = run_check(state, lambda sink: provider.executor(state, sink), port, out.progress,
+                       bandwidth=not no_bandwidth, size_mb=size_mb)  # fmt: skip
+    if as_json:
+        out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
+    else:
+        table = Table(title=f"links of {state.name!r} (port {port})", title_justify="left")
+        for col in ("link", "reachable", "all-reduce busbw"):
+            table.add_column(col)
+        pairs = sorted({tuple(sorted(k)) for k in [*report.reach, *report.bandwidth_gbps]})
+        for a, b in pairs:
+            reach = [report.reach.get((a, b)), report.reach.get((b, a))]
+            shown = "n/a (same host)" if reach == [None, None] else ("yes" if reach == ["ok", "ok"] else f"{reach}")
+            bw = report.bandwidth_gbps.get((a, b)) or report.bandwidth_gbps.get((b, a))
+            table.add_row(f"{a} <-> {b}", shown, "" if bw is None else f"{bw:.3f} GB/s")
+        out.table(table)
+        slowest = report.slowest
+        if slowest:
+            out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")
+    if report.unreachable:
+        out.progress("unreachable: " + "; ".join(report.unreachable))
+        return 1
+    return 0
+
+
 def _raise_interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 

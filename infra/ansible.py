@@ -94,10 +94,14 @@ def run_playbook(
     with tempfile.TemporaryDirectory(prefix="ddpctl-ansible-") as tmp:
         envvars = {
             "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
             "ANSIBLE_HOME": os.environ.get("ANSIBLE_HOME", str(Path(tmp) / "ansible-home")),
             "ANSIBLE_NOCOLOR": "1",
         }
+        if ANSIBLE_CFG.is_file():  # the repository's ansible.cfg (a source checkout)
+            envvars["ANSIBLE_CONFIG"] = str(ANSIBLE_CFG)
+        else:  # installed from a wheel: the settings that matter, without the file
+            envvars.update(ANSIBLE_ROLES_PATH=str(PLAYBOOKS / "roles"), ANSIBLE_HOST_KEY_CHECKING="True",
+                           ANSIBLE_PIPELINING="True", ANSIBLE_RETRY_FILES_ENABLED="False")  # fmt: skip
         result = ansible_runner.run(
             private_data_dir=tmp,
             playbook=str(PLAYBOOKS / playbook),

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from . import clusters
+from .check import check_head_reachable
 from .jobs import BUNDLE_DIR, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.supervise import OutputLine, RunResult
@@ -96,6 +97,10 @@ def execute(
                 log.write(f"[{line.node}{rank}] {line.text}\n")
                 sink(line)
 
+            if prep.provider.name != "local":  # nodes on other hosts: can they reach the head?
+                port = int(prep.plan.rdzv_endpoint.rsplit(":", 1)[1])
+                nodes = prep.cluster.nodes[: prep.run.nodes]
+                check_head_reachable(prep.cluster, nodes, lambda sink: prep.provider.executor(prep.cluster, sink), port)
             result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         if prep.ephemeral:

@@ -1,0 +1,167 @@
+"""``ddpctl check``: can every node reach every other on the rendezvous port, and how fast is each link?
+
+Both checks are launch plans like a job's (planned here, pure; carried out by the cluster's own
+executor), so they test exactly the path a job takes: the same SSH sessions, env file and Python.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from .errors import DdpctlError
+from .jobs import BUNDLE_DIR
+from .launch.plan import LaunchPlan, NodeLaunch, node_env, plan_torchrun
+from .launch.supervise import OutputLine
+from .spec import RunSpec, new_run_id
+from .state import ClusterState, NodeInfo
+
+#: Each node listens on PORT, connects to each of PEERS until it succeeds or time runs out, and
+#: stays until EXPECT peers have connected to it. Prints "REACH me peer ok|error: ...".
+REACH_SCRIPT = r"""
+import socket, sys, threading, time
+port, me, peers, expect, seconds = int(sys.argv[1]), sys.argv[2], [p for p in sys.argv[3].split(",") if p], int(sys.argv[4]), float(sys.argv[5])
+deadline = time.time() + seconds
+accepted = []
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    srv.bind((me, port)); srv.listen(64); srv.settimeout(0.2)
+except OSError as e:
+    print("REACH %s %s error: cannot listen on port %d: %s" % (me, me, port, e), flush=True); expect = 0
+def serve():
+    while len(accepted) < expect and time.time() < deadline:
+        try:
+            conn, _ = srv.accept(); conn.close(); accepted.append(1)
+        except OSError:
+            pass
+server = threading.Thread(target=serve); server.start()
+for peer in peers:
+    error = "timed out"
+    while time.time() < deadline:
+        try:
+            socket.create_connection((peer, port), timeout=1).close(); error = None; break
+        except OSError as e:
+            error = e.strerror or str(e); time.sleep(0.2)
+    print("REACH %s %s %s" % (me, peer, "ok" if error is None else "error: " + error), flush=True)
+server.join()
+"""
+REACH_LINE = re.compile(r"^REACH (\S+) (\S+) (ok|error: .*)$")
+BW_LINE = re.compile(r"busbw_gbps=([\d.]+)")
+
+
+@dataclass
+class CheckReport:
+    reach: dict[tuple[str, str], str] = field(default_factory=dict)  # (from, to) -> "ok" | error
+    bandwidth_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @property
+    def unreachable(self) -> list[str]:
+        return [f"{a} -> {b}: {r}" for (a, b), r in sorted(self.reach.items()) if r != "ok"]
+
+    @property
+    def slowest(self) -> tuple[tuple[str, str], float] | None:
+        if not self.bandwidth_gbps:
+            return None
+        return min(self.bandwidth_gbps.items(), key=lambda kv: kv[1])
+
+    def to_dict(self) -> dict:
+        slowest = self.slowest
+        return {
+            "reachability": [{"from": a, "to": b, "result": r} for (a, b), r in sorted(self.reach.items())],
+            "bandwidth": [{"a": a, "b": b, "busbw_gbps": v} for (a, b), v in sorted(self.bandwidth_gbps.items())],
+            "slowest_link": None if slowest is None else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
+            "ok": not self.unreachable,
+        }
+
+
+def plan_reach(cluster: ClusterState, nodes: list[NodeInfo], port: int, *, all_pairs: bool, seconds: float = 10.0) -> LaunchPlan:
+    """Every node to every other (``all_pairs``), or every node to the head only (before a run)."""
+    run = RunSpec(job="check-reach", nodes=len(nodes), run_id=new_run_id())
+    hosts = [n.host for n in nodes]
+    launches = []
+    for i, node in enumerate(nodes):
+        if all_pairs:
+            peers = [h for h in hosts if h != node.host]
+            expect = len(peers)
+        else:
+            peers = [] if i == 0 else [hosts[0]]
+            expect = len(nodes) - 1 if i == 0 else 0
+        argv = (node.python or cluster.spec.python, "-c", REACH_SCRIPT, str(port), node.host, ",".join(peers),
+                str(expect), str(seconds))  # fmt: skip
+        launches.append(
+            NodeLaunch(node=node.name, host=node.host, node_rank=i, argv=argv, env=node_env(cluster, run, 1, None),
+                       cwd=node.workdir, log_dir="", env_file=node.env_file)  # fmt: skip
+        )
+    return LaunchPlan(run.run_id, run.job, cluster.name, f"{hosts[0]}:{port}", len(nodes), tuple(launches))
+
+
+def plan_bandwidth(cluster: ClusterState, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> LaunchPlan:
+    pair = replace(cluster, nodes=[a, b])
+    run = RunSpec(job="check-bandwidth", args=("--size-mb", f"{size_mb:g}"), nodes=2, run_id=new_run_id())
+    return plan_torchrun(pair, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR))
+
+
+def run_check(
+    cluster: ClusterState,
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    port: int,
+    progress: Callable[[str], None],
+    *,
+    bandwidth: bool = True,
+    size_mb: float = 32,
+) -> CheckReport:
+    report = CheckReport()
+    nodes = cluster.nodes
+    distinct = len({n.host for n in nodes}) == len(nodes)
+    if distinct and len(nodes) > 1:
+        progress(f"reachability: every pair of {len(nodes)} nodes on port {port}")
+        by_host = {n.host: n.name for n in nodes}
+
+        def reach_line(line: OutputLine) -> None:
+            m = REACH_LINE.match(line.text.strip())
+            if m:
+                report.reach[(by_host.get(m.group(1), m.group(1)), by_host.get(m.group(2), m.group(2)))] = m.group(3)
+
+        executor_for(reach_line).run(plan_reach(cluster, nodes, port, all_pairs=True))
+    if bandwidth and not report.unreachable:
+        for a, b in itertools.combinations(nodes, 2):
+            progress(f"all-reduce bandwidth {a.name} <-> {b.name} ({size_mb:g} MB)")
+            found: list[float] = []
+
+            def bw_line(line: OutputLine) -> None:
+                m = BW_LINE.search(line.text)
+                if m:
+                    found.append(float(m.group(1)))
+
+            result = executor_for(bw_line).run(plan_bandwidth(cluster, a, b, port, size_mb))
+            if not result.ok or not found:
+                raise DdpctlError(f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes")
+            report.bandwidth_gbps[(a.name, b.name)] = found[0]
+    return report
+
+
+def check_head_reachable(
+    cluster: ClusterState, nodes: list[NodeInfo], executor_for: Callable, port: int
+) -> None:
+    """Before a run: every node must reach the head node on the rendezvous port."""
+    if len(nodes) < 2 or len({n.host for n in nodes}) < len(nodes):
+        return
+    report = CheckReport()
+    by_host = {n.host: n.name for n in nodes}
+
+    def reach_line(line: OutputLine) -> None:
+        m = REACH_LINE.match(line.text.strip())
+        if m:
+            report.reach[(by_host.get(m.group(1), m.group(1)), by_host.get(m.group(2), m.group(2)))] = m.group(3)
+
+    executor_for(reach_line).run(plan_reach(cluster, nodes, port, all_pairs=False))
+    missing = [n.name for n in nodes[1:] if (n.name, nodes[0].name) not in report.reach]
+    problems = report.unreachable + [f"{m} -> {nodes[0].name}: no answer from the check" for m in missing]
+    if problems:
+        raise DdpctlError(
+            f"nodes cannot reach the head node {nodes[0].name} on port {port}: {'; '.join(problems)} "
+            "(open the port between nodes, or pick another with --port)"
+        )

@@ -1,0 +1,80 @@
+"""Pure parts of the on-prem path: inventory JSON -> hosts, runner events -> progress lines, check plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpctl.infra.ansible import PlayReport, TaskLines
+from ddpctl.infra.check import REACH_LINE, plan_reach
+from ddpctl.infra.errors import UsageError
+from ddpctl.infra.inventory import hosts_from_list
+from ddpctl.infra.spec import ClusterSpec
+from ddpctl.infra.state import ClusterState, NodeInfo
+
+
+def listing(groups: dict, hostvars: dict) -> dict:
+    return {"_meta": {"hostvars": hostvars}, "all": {"children": ["ungrouped", *groups]},
+            **{g: {"hosts": h} for g, h in groups.items()}}  # fmt: skip
+
+
+def test_ddp_nodes_group_in_order_with_ssh_settings() -> None:
+    data = listing(
+        {"other": ["x"], "ddp_nodes": ["b", "a"]},
+        {"a": {"ansible_host": "10.0.0.2", "ansible_user": "ubuntu", "ansible_port": 2222,
+               "ansible_ssh_private_key_file": "~/.ssh/k", "ansible_ssh_common_args": "-F /etc/cfg -o X=y"},
+         "b": {"ansible_host": "10.0.0.1"}},
+    )  # fmt: skip
+    hosts = hosts_from_list(data)
+    assert [h.name for h in hosts] == ["b", "a"]  # the head node is the first listed
+    a = hosts[1]
+    assert (a.address, a.user, a.port, a.key_file, a.ssh_config) == ("10.0.0.2", "ubuntu", 2222, "~/.ssh/k", "/etc/cfg")
+    assert hosts[0].user is None and hosts[0].port == 22
+
+
+def test_every_host_when_there_is_no_ddp_nodes_group() -> None:
+    data = listing({"gpu": ["n1", "n2"], "cpu": ["n2", "n3"]}, {})
+    assert [h.name for h in hosts_from_list(data)] == ["n1", "n2", "n3"]
+    assert hosts_from_list(data)[0].address == "n1"  # no ansible_host: the name is the address
+
+
+def test_duplicate_and_empty_inventories() -> None:
+    dup = listing({"ddp_nodes": ["a", "b"]}, {"a": {"ansible_host": "h"}, "b": {"ansible_host": "h"}})
+    with pytest.raises(UsageError, match="hosts 'a' and 'b' are both h:22"):
+        hosts_from_list(dup)
+    with pytest.raises(UsageError, match="lists no hosts"):
+        hosts_from_list(listing({}, {}))
+
+
+def event(kind: str, **data) -> dict:
+    return {"event": kind, "event_data": data}
+
+
+def test_one_progress_line_per_task_and_published_facts() -> None:
+    lines: list[str] = []
+    report = PlayReport()
+    handle = TaskLines(lines.append, report)
+    handle(event("playbook_on_task_start", task="common : hosts"))
+    handle(event("runner_on_ok", host="node1", res={"changed": True}))
+    handle(event("runner_on_ok", host="node0", res={"changed": False}))
+    handle(event("playbook_on_task_start", task="report layout"))
+    handle(event("runner_on_ok", host="node0", res={"ansible_facts": {"ddpctl_node": {"python": "/p"}, "other": 1}}))
+    handle(event("runner_on_failed", host="node1", task="report layout", res={"msg": "boom\nmore"}))
+    handle(event("playbook_on_stats", ok={"node0": 2}, changed={"node1": 1}, failures={"node1": 1}))
+    assert lines == ["common : hosts: node0 ok, node1 changed", "report layout: node0 ok, node1 failed"]
+    assert report.facts == {"node0": {"ddpctl_node": {"python": "/p"}}}
+    assert report.failures == ["node1: report layout: boom"]
+    assert report.stats["node1"] == {"changed": 1, "failures": 1}
+
+
+def test_reach_plans() -> None:
+    spec = ClusterSpec(name="c", nodes=3, python="/py")
+    nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(3)]
+    cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
+    every = plan_reach(cluster, nodes, 29500, all_pairs=True)
+    for i, launch in enumerate(every.nodes):
+        port, me, peers, expect = launch.argv[3:7]
+        assert (port, me, expect) == ("29500", f"10.0.0.{i}", "2")
+        assert sorted(peers.split(",")) == sorted(f"10.0.0.{j}" for j in range(3) if j != i)
+    head = plan_reach(cluster, nodes, 29500, all_pairs=False)
+    assert [n.argv[5:7] for n in head.nodes] == [("", "2"), ("10.0.0.0", "0"), ("10.0.0.0", "0")]
+    assert REACH_LINE.match("REACH 10.0.0.1 10.0.0.0 error: Connection refused").group(3) == "error: Connection refused"
