@@ -1,0 +1,104 @@
+"""The Slurm planner: a run spec -> the whole sbatch script (pure; golden-tested).
+
+Shaped like the PyTorch multinode tutorial's script, with its mistakes fixed: the head node's
+address is the one it routes to the other nodes on (not ``hostname --ip-address``, which can be a
+loopback address), the rendezvous port comes from the job id, ``srun --kill-on-bad-exit=1`` ends
+the job when any rank fails, and each node's output goes to its own file for streaming.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from ..procs import CLUSTER_KEY, RUN_KEY
+from ..spec import RunSpec
+from .plan import DEFAULT_NCCL_DEBUG, RANK_PREFIX_TEMPLATE
+
+
+@dataclass(frozen=True)
+class SbatchPlan:
+    run_id: str
+    script: str  # the sbatch script's text
+    script_path: str  # where it is written on the login node
+    output_dir: str  # per-job and per-node output files live here
+
+    def node_output(self, job_id: str, node: str) -> str:
+        return f"{self.output_dir}/ddpctl-{job_id}-{node}.out"
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "script_path": self.script_path, "output_dir": self.output_dir, "script": self.script}
+
+
+def plan_sbatch(
+    run: RunSpec,
+    *,
+    python: str,
+    script: str,
+    output_dir: str,
+    cluster_id: str,
+    gpus_per_node: int = 0,
+    env_file: str = "",
+    env: dict[str, str] | None = None,
+    partition: str | None = None,
+    time_limit: str | None = None,
+    base_port: int = 20000,
+) -> SbatchPlan:
+    """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
+    exports = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": DEFAULT_NCCL_DEBUG, **(env or {}), **run.env}
+    exports[RUN_KEY] = run.run_id
+    exports[CLUSTER_KEY] = cluster_id
+    header = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=ddpctl-{run.job}-{run.run_id}",
+        f"#SBATCH --nodes={run.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    if gpus_per_node:
+        header.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    if partition:
+        header.append(f"#SBATCH --partition={partition}")
+    if time_limit:
+        header.append(f"#SBATCH --time={time_limit}")
+    header += [
+        f"#SBATCH --output={output_dir}/ddpctl-%j.out",
+        "#SBATCH --wait-all-nodes=1",
+    ]
+    torchrun = [
+        python, "-m", "torch.distributed.run",
+        "--nnodes", str(run.nodes),
+        "--nproc-per-node", str(run.nproc_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", '"$DDPCTL_RDZV"',
+        "--rdzv-id", '"$SLURM_JOB_ID"',
+        "--max-restarts", str(run.max_restarts),
+        "--tee", "3",
+        "--log-line-prefix-template", RANK_PREFIX_TEMPLATE,
+        script, *run.args,
+    ]  # fmt: skip
+    # Each task's bash expands only the two variables in double quotes; everything else is quoted.
+    torchrun_line = " ".join(a if a.startswith('"$') else shlex.quote(a) for a in torchrun)
+    source = f"set -a; . {shlex.quote(env_file)}; set +a; " if env_file else ""
+    head_addr = (
+        f'{source}if [ -n "${{NCCL_SOCKET_IFNAME:-}}" ]; then '
+        'ip -o -4 addr show dev "$NCCL_SOCKET_IFNAME" | awk \'{split($4, a, "/"); print a[1]; exit}\'; '
+        "else hostname -I | awk '{print $1}'; fi"
+    )
+    body = [
+        "set -euo pipefail",
+        *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
+        "",
+        "# The first allocated node hosts the c10d rendezvous, on a port derived from the job id.",
+        'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
+        "head_node=${nodes[0]}",
+        f"port=$(( {base_port} + SLURM_JOB_ID % 20000 ))",
+        "# Its address as the other nodes reach it: the address of the interface in the node's env file",
+        "# (NCCL_SOCKET_IFNAME), else its first non-loopback address. Never `hostname --ip-address`.",
+        f'head_addr=$(srun --nodes=1 --ntasks=1 -w "$head_node" bash -c {shlex.quote(head_addr)})',
+        'export DDPCTL_RDZV="$head_addr:$port"',
+        'echo "ddpctl: job $SLURM_JOB_ID on ${nodes[*]}; rendezvous $DDPCTL_RDZV"',
+        "",
+        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + 'exec ' + torchrun_line)}",
+    ]
+    text = "\n".join(header + [""] + body) + "\n"
+    return SbatchPlan(run.run_id, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)
