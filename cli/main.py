@@ -101,6 +101,41 @@ def _store():
     return StateStore()
 
 
+_AWS_UP_OPTIONS = [
+    click.option("--region", default=None, metavar="REGION",
+                 help="aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else us-east-1]"),
+    click.option("--az", default=None, metavar="ZONE",
+                 help="aws: launch in this zone only. [default: the first zone with capacity]"),
+    click.option("--instance-type", default=None, metavar="TYPE", help="aws: EC2 instance type. [default: p3.2xlarge]"),
+    click.option("--volume-gb", type=click.IntRange(8, 16384), default=None,
+                 help="aws: root volume size (gp3, encrypted). [default: 200]"),
+    click.option("--ami", default=None, metavar="AMI_ID",
+                 help="aws: the image. [default: the newest AWS Deep Learning AMI of the region]"),
+    click.option("--spot", is_flag=True,
+                 help="aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
+                      "terminated, the run fails, and `down` + `up` start over from the last snapshot)."),
+    click.option("--ssh-cidr", default=None, metavar="CIDR",
+                 help="aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]"),
+    click.option("--vpc-id", default=None, metavar="VPC_ID", help="aws: an existing VPC (with --subnet-id)."),
+    click.option("--subnet-id", default=None, metavar="SUBNET_ID",
+                 help="aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]"),
+    click.option("--ssh-user", default=None, metavar="USER", help="aws: the AMI's login user. [default: ubuntu]"),
+    click.option("--private-ip", is_flag=True,
+                 help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC)."),
+    click.option("--configure/--no-configure", default=True, show_default=True,
+                 help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
+                      "(not ready for jobs; the tests against moto use it, whose instances are not real hosts)."),
+    click.option("--down-on-failure/--no-down-on-failure", default=True, show_default=True,
+                 help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how."),
+]  # fmt: skip
+
+
+def _aws_up_options(func):
+    for option in reversed(_AWS_UP_OPTIONS):
+        func = option(func)
+    return func
+
+
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @click.option(
@@ -119,21 +154,27 @@ def _store():
 @port_option
 @env_option
 @python_option
+@_aws_up_options
 @dry_run_option
 @json_option
-def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_run, as_json) -> int:
+def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_run, as_json, **aws) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
     \b
     local   N nodes on this machine (no root, no SSH, no cloud)
     onprem  your hosts from an Ansible inventory: checks SSH to every host,
             configures them with playbooks/site.yml, then records the cluster
+    aws     EC2 instances (p3.2xlarge, Deep Learning AMI) in a new VPC, SSH only
+            from your address, configured with playbooks/site.yml; every resource
+            is tagged, so `ddpctl down` deletes it all, even after a crash
 
     \b
     Examples:
       ddpctl up --nodes 2                          # two local nodes on this machine
       ddpctl up --provider onprem -i hosts.ini     # every host in hosts.ini
       ddpctl up --nodes 2 --dry-run --json         # the plan, as JSON; nothing is created
+      ddpctl up --provider aws --nodes 2 --dry-run # plan, checks and cost per hour
+      ddpctl up --provider aws --nodes 2 --region us-west-2 --spot
     """
     from ddpctl.infra import clusters
     from ddpctl.infra.errors import UsageError
@@ -152,6 +193,10 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
             nodes = len(load_inventory(inventory))
         else:
             nodes = 1
+    down_on_failure = aws.pop("down_on_failure")
+    if provider != "aws" and (not aws["configure"] or not down_on_failure):
+        raise UsageError(f"--no-configure and --no-down-on-failure are for --provider aws, not {provider}")
+    kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
         name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
         port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "", **kwargs,
@@ -159,12 +204,24 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
     store = _store()
     provider_impl, state = clusters.plan_up(spec, store)
     if dry_run:
+        report = provider_impl.dry_run(state, store, out.progress) if provider == "aws" else None
         if as_json:
-            out.document({"ok": True, "dry_run": True, "cluster": state.to_dict()})
+            doc = {"ok": True, "dry_run": True, "cluster": state.to_dict()}
+            if report is not None:
+                doc["aws"] = report.to_dict()
+            out.document(doc)
+        elif report is not None:
+            for line in report.lines:
+                click.echo(line)
         else:
             _print_cluster_plan(out, state)
         return 0
-    state = clusters.up(provider_impl, state, store, out.progress)
+    if provider == "aws":
+        from ddpctl.infra.providers.aws import lifecycle
+
+        state = lifecycle.up(provider_impl, state, store, out.progress, down_on_failure=down_on_failure)
+    else:
+        state = clusters.up(provider_impl, state, store, out.progress)
     if as_json:
         out.document({"ok": True, "cluster": state.to_dict()})
     return 0
@@ -182,19 +239,33 @@ def status(name, as_json) -> int:
     out = Output(as_json)
     store = _store()
     states = [store.load(name)] if name else [store.load(n) for n in store.names()]
+    live = {}
+    for s in states:
+        if s.spec.provider == "aws":  # what EC2 says runs now, and its cost per hour
+            from ddpctl.infra.providers import get_provider
+
+            live[s.name] = get_provider("aws").status(s)
     if as_json:
-        out.document({"ok": True, "home": str(store.home), "clusters": [s.to_dict() for s in states]})
+        clusters_doc = [{**s.to_dict(), **({"live": live[s.name]} if s.name in live else {})} for s in states]
+        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
         return 0
     if not states:
         out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
     table = Table(title=f"clusters under {store.home}", title_justify="left")
-    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts"):
+    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "cost/h"):
         table.add_column(col)
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))
         label = s.status + (" (for one run)" if s.ephemeral else "")
-        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts)
+        cost = ""
+        if s.name in live:
+            info = live[s.name]
+            running = ", ".join(f"{n} {st}" for st, n in sorted(info.get("instances", {}).items())) or "none"
+            label += f" ({info['error']})" if "error" in info else f" (EC2: {running})"
+            usd = info["cost_per_hour_usd"]
+            cost = "unknown" if usd is None else f"${usd:,.2f}"
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
     out.table(table)
     return 0
 
@@ -202,19 +273,38 @@ def status(name, as_json) -> int:
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @click.option("--all", "all_", is_flag=True, help="Take down every cluster under the state home.")
+@click.option(
+    "--region", default=None, metavar="REGION",
+    help="aws: with --name, delete the cluster's resources found by tag in REGION, even with no state file.",
+)  # fmt: skip
 @json_option
-def down(name, all_, as_json) -> int:
+def down(name, all_, region, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
 
     Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
-    cleaned up.
+    cleaned up. For aws, resources are also found by their tags, and `down` waits until EC2
+    reports the instances terminated; `ddpctl down --name NAME --region REGION` cleans up an
+    aws cluster whose state file is lost. Running `down` twice is fine.
     """
     from ddpctl.infra import clusters
+    from ddpctl.infra.errors import UsageError
 
     from .output import Output
 
     out = Output(as_json)
     store = _store()
+    if region is not None:
+        if not name or all_:
+            raise UsageError("--region needs --name (the aws cluster to find by tag), and not --all")
+        if not store.exists(name):
+            from ddpctl.infra.providers import get_provider
+            from ddpctl.infra.spec import ClusterSpec
+
+            ClusterSpec(name=name, provider="aws", region=region)  # checks both
+            get_provider("aws").down_lost(name, region, store, out.progress)
+            if as_json:
+                out.document({"ok": True, "down": [name]})
+            return 0
     if all_:
         names = store.names()
     else:
@@ -238,11 +328,16 @@ def down(name, all_, as_json) -> int:
 @name_option
 @port_option
 @click.option("--run-id", default="", metavar="ID", help="Run id (torchrun's --rdzv-id). [default: a new one]")
+@click.option(
+    "--launcher", type=click.Choice(["torchrun", "sbatch"]), default=None,
+    help="torchrun on every node over SSH, or an sbatch job. [default: sbatch where the cluster runs Slurm]",
+)  # fmt: skip
 @env_option
 @python_option
 @dry_run_option
 @json_option
-def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, env, python, dry_run, as_json) -> int:
+def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, env, python, dry_run,
+        as_json) -> int:  # fmt: skip
     """Run JOB with torchrun on NODES nodes and stream every rank's output.
 
     JOB is a bundled job (message-passing, mnist, mingpt) or the path to your own script.
@@ -265,7 +360,7 @@ def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, 
     store = _store()
     opts = runs.RunOptions(
         job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
-        name=name, port=port, run_id=run_id, env=tuple(env), python=python,
+        name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
     )  # fmt: skip
     prep = runs.prepare(opts, store)
     if dry_run:
@@ -356,6 +451,10 @@ def _print_cluster_plan(out, state, note: str = "") -> None:
 
 
 def _print_launch_plan(out, plan) -> None:
+    if hasattr(plan, "script"):  # an sbatch plan
+        click.echo(f"Would submit run {plan.run_id} with sbatch as {plan.script_path}:")
+        click.echo(plan.script, nl=False)
+        return
     click.echo(
         f"Would run {plan.job} as run {plan.run_id}: world size {plan.world_size}, "
         f"rendezvous {plan.rdzv_endpoint}"

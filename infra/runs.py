@@ -8,11 +8,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from . import clusters
 from .check import check_head_reachable
 from .jobs import BUNDLE_DIR, resolve_job
+from .errors import UsageError
+from .inventory import Host
 from .launch.plan import LaunchPlan, plan_torchrun
+from .launch.sbatch import SbatchPlan, plan_sbatch
+from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
 from .providers import get_provider
 from .providers.base import Progress, Provider
@@ -25,7 +30,7 @@ class PreparedRun:
     provider: Provider
     cluster: ClusterState
     run: RunSpec
-    plan: LaunchPlan
+    plan: LaunchPlan | SbatchPlan
     ephemeral: bool  # the cluster is brought up for this run and taken down after it
 
 
@@ -43,6 +48,7 @@ class RunOptions:
     run_id: str = ""
     env: tuple[str, ...] = ()
     python: str | None = None
+    launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
 
 
 def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
@@ -71,9 +77,28 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
         run_id=opts.run_id,
         env=env,
     )
+    launcher = opts.launcher or cluster.launcher
+    if launcher == "sbatch":
+        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral)
     port = provider.rdzv_port(cluster, opts.port)
     plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
     return PreparedRun(provider, cluster, run, plan, ephemeral)
+
+
+def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
+    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem)."""
+    if not cluster.nodes or not cluster.nodes[0].ssh:
+        raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
+    head = cluster.nodes[0]
+    node_script = str(script)
+    if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
+        node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"
+    elif head.bundle_dir:
+        raise UsageError("--launcher sbatch runs bundled jobs; copy your script to the nodes' shared filesystem first")
+    return plan_sbatch(
+        run, python=head.python or cluster.spec.python, script=node_script, output_dir=f"{head.workdir}/slurm",
+        cluster_id=cluster.cluster_id, gpus_per_node=head.gpus, env_file=head.env_file, env=cluster.spec.env,
+    )  # fmt: skip
 
 
 def execute(
@@ -86,9 +111,10 @@ def execute(
         clusters.up(prep.provider, prep.cluster, store, progress)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         progress(
             f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s) x {prep.run.nproc_per_node} "
-            f"process(es), rendezvous {prep.plan.rdzv_endpoint}; output also in {run_dir / 'output.log'}"
+            f"process(es), {where}; output also in {run_dir / 'output.log'}"
         )
         with open(run_dir / "output.log", "a", buffering=1) as log:
 
@@ -97,11 +123,14 @@ def execute(
                 log.write(f"[{line.node}{rank}] {line.text}\n")
                 sink(line)
 
-            if prep.provider.name != "local":  # nodes on other hosts: can they reach the head?
-                port = int(prep.plan.rdzv_endpoint.rsplit(":", 1)[1])
-                nodes = prep.cluster.nodes[: prep.run.nodes]
-                check_head_reachable(prep.cluster, nodes, lambda sink: prep.provider.executor(prep.cluster, sink), port)
-            result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
+            if isinstance(prep.plan, SbatchPlan):
+                result = SlurmExecutor(Host(**prep.cluster.nodes[0].ssh), tee).run(prep.plan)
+            else:
+                if prep.provider.name != "local":  # nodes on other hosts: can they reach the head?
+                    port = int(prep.plan.rdzv_endpoint.rsplit(":", 1)[1])
+                    nodes = prep.cluster.nodes[: prep.run.nodes]
+                    check_head_reachable(prep.cluster, nodes, lambda sink: prep.provider.executor(prep.cluster, sink), port)
+                result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         if prep.ephemeral:
             prep.provider.down(store.load(prep.cluster.name), store, progress)

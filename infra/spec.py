@@ -34,6 +34,23 @@ class ClusterSpec:
     python: str = sys.executable
     #: onprem: the Ansible inventory (INI or YAML) that lists the hosts.
     inventory: str = ""
+    # aws: "" / 0 / False mean the provider's default, which its plan fills in (see providers/aws).
+    region: str = ""
+    az: str = ""
+    instance_type: str = ""
+    volume_gb: int = 0
+    ami: str = ""
+    spot: bool = False
+    #: aws: who may SSH to the nodes ("" = the caller's public address as a /32).
+    ssh_cidr: str = ""
+    #: aws: an existing network (subnet, and optionally its VPC); "" = a new VPC for the cluster.
+    vpc_id: str = ""
+    subnet_id: str = ""
+    ssh_user: str = ""
+    #: aws: reach the nodes at their private addresses (the controller runs inside the VPC).
+    private_ip: bool = False
+    #: aws: run playbooks/site.yml on the new instances (False: launch only).
+    configure: bool = True
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -50,6 +67,7 @@ class ClusterSpec:
         for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise UsageError(f"invalid environment variable name {key!r}: use KEY=VALUE")
+        check_aws_fields(self)
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,45 @@ class RunSpec:
             object.__setattr__(self, "run_id", new_run_id())
         elif not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.run_id):
             raise UsageError(f"invalid --run-id {self.run_id!r}: use letters, digits, '.', '_' and '-'")
+
+
+AWS_FLAGS = {
+    "region": "--region", "az": "--az", "instance_type": "--instance-type", "volume_gb": "--volume-gb",
+    "ami": "--ami", "spot": "--spot", "ssh_cidr": "--ssh-cidr", "vpc_id": "--vpc-id", "subnet_id": "--subnet-id",
+    "ssh_user": "--ssh-user", "private_ip": "--private-ip",
+}  # fmt: skip
+
+
+def check_aws_fields(spec: ClusterSpec) -> None:
+    """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`)."""
+    import ipaddress
+
+    if spec.provider != "aws":
+        given = [flag for attr, flag in AWS_FLAGS.items() if getattr(spec, attr)]
+        if given:
+            raise UsageError(f"{', '.join(given)} are for --provider aws, not {spec.provider}")
+        return
+    checks = [
+        ("--region", spec.region, r"^[a-z]{2}(-[a-z]+)+-\d+$", "e.g. us-east-1"),
+        ("--az", spec.az, r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$", "e.g. us-east-1a"),
+        ("--instance-type", spec.instance_type, r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$", "e.g. p3.2xlarge"),
+        ("--ami", spec.ami, r"^ami-[0-9a-f]{8,17}$", "e.g. ami-0123456789abcdef0"),
+        ("--vpc-id", spec.vpc_id, r"^vpc-[0-9a-f]{8,17}$", "e.g. vpc-0123456789abcdef0"),
+        ("--subnet-id", spec.subnet_id, r"^subnet-[0-9a-f]{8,17}$", "e.g. subnet-0123456789abcdef0"),
+        ("--ssh-user", spec.ssh_user, r"^[a-z_][a-z0-9_-]{0,31}$", "e.g. ubuntu"),
+    ]
+    for flag, value, pattern, example in checks:
+        if value and not re.match(pattern, value):
+            raise UsageError(f"invalid {flag} {value!r}: {example}")
+    if spec.volume_gb and not 8 <= spec.volume_gb <= 16384:
+        raise UsageError(f"--volume-gb {spec.volume_gb} is out of range: choose 8 to 16384 (GB)")
+    if spec.ssh_cidr:
+        try:
+            ipaddress.ip_network(spec.ssh_cidr, strict=False)
+        except ValueError:
+            raise UsageError(f"invalid --ssh-cidr {spec.ssh_cidr!r}: an address or network, e.g. 203.0.113.7/32") from None
+    if spec.vpc_id and not spec.subnet_id:
+        raise UsageError("--vpc-id needs --subnet-id (a subnet of that VPC for the nodes)")
 
 
 def check_positive(flag: str, value: int) -> None:

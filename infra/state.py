@@ -57,6 +57,7 @@ class ClusterState:
     resources: list[Resource] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
     ephemeral: bool = False  # brought up by `run` for one run, taken down after it
+    launcher: str = "torchrun"  # how `run` launches here by default: torchrun (over SSH) or sbatch
 
     @property
     def name(self) -> str:

@@ -10,11 +10,11 @@ import importlib
 from ..errors import UsageError
 from .base import Provider
 
-_MODULES = {"local": "local", "onprem": "onprem"}
+_MODULES = {"local": "local", "onprem": "onprem", "aws": "aws"}
 
 
 def get_provider(name: str) -> Provider:
     if name not in _MODULES:
-        raise UsageError(f"provider {name!r} is not available yet: use --provider local or onprem")
+        raise UsageError(f"provider {name!r} is not available yet: use --provider local, onprem or aws")
     module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
     return module.PROVIDER

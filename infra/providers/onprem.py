@@ -88,6 +88,9 @@ class OnpremProvider:
                 )
             )
         state.nodes = nodes
+        state.launcher = "sbatch" if slurm_answers(hosts[0]) else "torchrun"
+        if state.launcher == "sbatch":
+            progress(f"Slurm answers on {hosts[0].name}: jobs go through sbatch (--launcher torchrun to bypass it)")
         for res in state.resources:
             res.status = "created"
         state.status = "up"
@@ -128,6 +131,15 @@ class OnpremProvider:
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: _host(n) for n in state.nodes}, sink)
+
+
+def slurm_answers(login: Host) -> bool:
+    """True when the head node runs Slurm's client and its controller answers."""
+    conn = connect(login)
+    try:
+        return conn.run("timeout 10 sinfo -h -o %D", hide=True, warn=True, in_stream=False).ok
+    finally:
+        conn.close()
 
 
 def _host(node: NodeInfo) -> Host:

@@ -14,7 +14,14 @@ stop_pidfile() {
   fi
   rm -f "$f"
 }
+if [ -s "$TB/slurm/slurmctld.pid" ] && alive "$(cat "$TB/slurm/slurmctld.pid")"; then
+  SLURM_CONF=$TB/slurm/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null | xargs -r env SLURM_CONF=$TB/slurm/slurm.conf timeout 5 scancel 2>/dev/null
+fi
+for f in "$TB"/nodes/*/slurmd.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
+stop_pidfile "$TB/slurm/slurmctld.pid"
 for f in "$TB"/nodes/*/sshd.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
+stop_pidfile "$TB/munge/munged.pid"
+rm -f "$TB/munge/munge.socket" "$TB/munge/munge.socket.lock"
 for s in "$TB"/ansible-cp/*; do [ -S "$s" ] && ssh -o ControlPath="$s" -O exit dummy 2>/dev/null; done
 for ns in $(ip netns list 2>/dev/null | awk '/^node[0-9]+/{print $1}'); do
   pids=$(ip netns pids "$ns"); [ -n "$pids" ] && kill -TERM $pids 2>/dev/null

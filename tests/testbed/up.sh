@@ -1,12 +1,14 @@
 #!/bin/bash
 # Bring up a test cluster of NODES "nodes" on this machine (root): network namespaces node0..N-1
 # on bridge ddpbr0 (10.77.0.1/24, no uplink, no NAT: the nodes reach nothing outside), each with
-# interface ddp0 at 10.77.0.(10+i) and its own sshd (key only, strict host keys).
+# interface ddp0 at 10.77.0.(10+i) and its own sshd (key only, strict host keys); with
+# SLURM_NODES=K > 0 also munged, slurmctld on node0 and slurmd on node0..K-1.
 # After ../shared/testbed.md. Tear down with down.sh (idempotent).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TB=${TESTBED:-/tmp/ddpctl-tb}; export TESTBED=$TB
 NODES=${NODES:-3}
+SLURM_NODES=${SLURM_NODES:-0}
 ip link show ddpbr0 >/dev/null 2>&1 && { echo "ddpbr0 exists: run $HERE/down.sh first" >&2; exit 1; }
 mkdir -p "$TB/state" "$TB/etc" "$TB/bin"
 install -m 755 "$HERE/nodeexec" "$TB/bin/nodeexec"
@@ -75,4 +77,61 @@ for i in $(seq 0 $((NODES-1))); do
   for _ in $(seq 50); do ssh -F "$TB/ssh/ssh_config" node$i true 2>/dev/null && break; sleep 0.1; done
   ssh -F "$TB/ssh/ssh_config" node$i true
 done
-echo "test cluster up: $NODES node(s) under $TB"
+if [ "$SLURM_NODES" -gt 0 ]; then
+  # ---- munge (one daemon; its socket is reached through the shared filesystem) ----
+  mkdir -p "$TB/munge"; chmod 755 "$TB/munge"
+  [ -f "$TB/munge/munge.key" ] || mungekey --create --keyfile="$TB/munge/munge.key"
+  chmod 600 "$TB/munge/munge.key"
+  munged --key-file="$TB/munge/munge.key" --socket="$TB/munge/munge.socket" \
+    --pid-file="$TB/munge/munged.pid" --log-file="$TB/munge/munged.log" --seed-file="$TB/munge/munged.seed"
+  # ---- slurm: no cgroups inside namespaces (see ../shared/testbed.md pitfalls 1-2) ----
+  S=$TB/slurm; rm -rf "$S/ctld-state"; mkdir -p "$S/ctld-state"
+  HW=$(slurmd -C | head -1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ RealMemory=.*//')
+  cat > "$S/slurm.conf" <<EOC
+ClusterName=ddpctltest
+SlurmctldHost=node0(10.77.0.10)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$TB/munge/munge.socket
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$S/ctld-state
+SlurmctldPidFile=$S/slurmctld.pid
+SlurmctldLogFile=$S/slurmctld.log
+SlurmdSpoolDir=$TB/nodes/%n/slurmd-spool
+SlurmdPidFile=$TB/nodes/%n/slurmd.pid
+SlurmdLogFile=$TB/nodes/%n/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+EOC
+  for i in $(seq 0 $((SLURM_NODES-1))); do
+    echo "NodeName=node$i NodeHostname=node$i NodeAddr=10.77.0.$((10+i)) $HW RealMemory=1000 State=UNKNOWN" >> "$S/slurm.conf"
+    mkdir -p "$TB/nodes/node$i/slurmd-spool"
+  done
+  echo "PartitionName=debug Nodes=node[0-$((SLURM_NODES-1))] Default=YES MaxTime=INFINITE State=UP" >> "$S/slurm.conf"
+  printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n' > "$S/cgroup.conf"
+  "$TB/bin/nodeexec" node0 slurmctld -f "$S/slurm.conf"
+  for i in $(seq 0 $((SLURM_NODES-1))); do
+    "$TB/bin/nodeexec" node$i slurmd -f "$S/slurm.conf" -N node$i
+  done
+  for _ in $(seq 150); do
+    [ "$(SLURM_CONF=$S/slurm.conf sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle$')" = "$SLURM_NODES" ] && break; sleep 0.2
+  done
+  SLURM_CONF=$S/slurm.conf sinfo -h -N -o '%N %T'
+fi
+echo "test cluster up: $NODES node(s), $SLURM_NODES with Slurm, under $TB"

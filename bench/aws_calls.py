@@ -1,0 +1,164 @@
+"""AWS API calls and controller-side time of `ddpctl up` and `ddpctl down` (aws provider), against
+a moto server on a loopback port, for several cluster sizes.
+
+    python bench/aws_calls.py [--nodes 2 16] [--repeat 3]
+
+Starts its own moto server (moto[server], from the test extra) unless AWS_ENDPOINT_URL is set.
+Calls are counted with a botocore ``before-call`` hook on every client ddpctl makes
+(``ec2.CLIENT_HOOKS``): one count per API call, waiter polls and paginator pages included, HTTP
+retries not. up runs with --no-configure (moto's instances are not hosts), so the times are
+ddpctl's own work plus moto's answers: no boot, no SSH, no playbook. Goal: the number of calls
+does not grow with the number of nodes (one RunInstances with MinCount = MaxCount, one
+TerminateInstances, one DescribeInstances per poll).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Measurement:
+    nodes: int
+    up_calls: int
+    down_calls: int
+    up_s: float
+    down_s: float
+    by_op: Counter = field(default_factory=Counter)
+
+
+def measure(nodes: int, home: Path) -> Measurement:
+    """One `up` (no configure) and one `down` through ddpctl's library, in this process."""
+    from ddpctl.infra import clusters
+    from ddpctl.infra.providers.aws import ec2, lifecycle
+    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.state import StateStore
+
+    counts: dict[str, Counter] = {"up": Counter(), "down": Counter()}
+    phase = ["up"]
+
+    def hook(client) -> None:
+        def count(model, **_kw) -> None:
+            counts[phase[0]][model.name] += 1
+
+        client.meta.events.register("before-call", count)
+
+    def quiet(_message: str) -> None:
+        pass
+
+    ec2.CLIENT_HOOKS.append(hook)
+    try:
+        store = StateStore(home)
+        spec = ClusterSpec(name=f"bench{nodes}", provider="aws", nodes=nodes, region="us-east-1",
+                           ssh_cidr="203.0.113.7/32", configure=False)  # fmt: skip
+        start = time.perf_counter()
+        provider, state = clusters.plan_up(spec, store)
+        lifecycle.up(provider, state, store, quiet)
+        up_s = time.perf_counter() - start
+        phase[0] = "down"
+        start = time.perf_counter()
+        clusters.down(spec.name, store, quiet)
+        down_s = time.perf_counter() - start
+    finally:
+        ec2.CLIENT_HOOKS.remove(hook)
+    return Measurement(
+        nodes=nodes,
+        up_calls=sum(counts["up"].values()),
+        down_calls=sum(counts["down"].values()),
+        up_s=up_s,
+        down_s=down_s,
+        by_op=counts["up"] + counts["down"],
+    )
+
+
+def start_moto(tmp: Path) -> tuple[subprocess.Popen, str]:
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        sys.exit("moto_server not found next to this Python: pip install 'moto[server]' (the test extra)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_aws import _amis_json  # the same realistic DLAMI list the tests seed
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/moto-api/data.json", timeout=2).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit("moto_server did not start")
+
+
+def reset(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(url + "/moto-api/reset", data=b"", method="POST"), timeout=10).read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 16])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size; times are medians")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ddpctl-bench-aws-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        proc = None
+        url = os.environ.get("AWS_ENDPOINT_URL", "")
+        if not url:
+            proc, url = start_moto(tmp)
+        os.environ.update(
+            AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=str(tmp / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "none"),
+        )  # fmt: skip
+        os.environ.pop("DDPCTL_FAULT", None)
+        try:
+            rows = []
+            for n in args.nodes:
+                runs = []
+                for i in range(args.repeat):
+                    reset(url)
+                    runs.append(measure(n, tmp / f"home-{n}-{i}"))
+                rows.append(runs)
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=10)
+    print(f"{'nodes':>5} | {'up calls':>8} | {'down calls':>10} | {'up s':>6} | {'down s':>6}")
+    print("-" * 48)
+    for runs in rows:
+        m = runs[0]
+        up_s = statistics.median(r.up_s for r in runs)
+        down_s = statistics.median(r.down_s for r in runs)
+        print(f"{m.nodes:>5} | {m.up_calls:>8} | {m.down_calls:>10} | {up_s:>6.2f} | {down_s:>6.2f}")
+    print()
+    last = rows[-1][0]
+    print(f"calls by operation, {last.nodes} nodes (up + down):")
+    for op, n in sorted(last.by_op.items()):
+        print(f"  {op:<34} {n}")
+    grows = len({(r[0].up_calls, r[0].down_calls) for r in rows}) > 1
+    print("\ncalls per node: " + ("GROW with the number of nodes" if grows else "constant (batched)"))
+    sys.exit(1 if grows else 0)
+
+
+if __name__ == "__main__":
+    main()

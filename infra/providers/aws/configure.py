@@ -1,0 +1,194 @@
+"""Configuring launched instances exactly like on-prem hosts: an inventory, then playbooks/site.yml.
+
+``up`` writes ``inventory.ini``, ``ssh_config`` and ``known_hosts`` into the cluster dir (so
+``ansible-playbook -i ~/.ddpctl/clusters/NAME/inventory.ini playbooks/site.yml`` works by hand too),
+reads every node's SSH host keys from its console output (cloud-init prints them there) so that
+host keys are checked strictly as everywhere else in ddpctl, waits for SSH, runs ``site.yml``
+through ``infra.ansible.run_playbook`` and records the nodes as the play reported them, as the
+on-prem provider does.
+
+Nothing of the controller's AWS configuration reaches a node: no instance profile, no user data,
+no environment forwarded (ansible-runner gets only PATH and ANSIBLE_* variables).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ...ansible import PlayReport, run_playbook
+from ...errors import DdpctlError
+from ...inventory import Host
+from ...state import NodeInfo, atomic_write
+
+Progress = Callable[[str], None]
+
+HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
+HOST_KEYS_END = "-----END SSH HOST KEY KEYS-----"
+HOST_KEYS_TIMEOUT_S = 600.0
+SSH_TIMEOUT_S = 300.0
+POLL_S = 10.0
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One instance as EC2 reported it, in node order (head first)."""
+
+    name: str
+    instance_id: str
+    private_ip: str
+    public_ip: str
+    zone: str
+
+    def address(self, private: bool) -> str:
+        return self.private_ip if private or not self.public_ip else self.public_ip
+
+
+@dataclass(frozen=True)
+class SshFiles:
+    ssh_config: Path
+    known_hosts: Path
+    inventory: Path
+
+
+def host_keys_from_console(text: str) -> list[str]:
+    """``TYPE BASE64`` host keys from the block cloud-init prints to the console."""
+    if HOST_KEYS_BEGIN not in text:
+        return []
+    block = text.split(HOST_KEYS_BEGIN, 1)[1].split(HOST_KEYS_END, 1)[0]
+    keys = []
+    for line in block.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(("ssh-", "ecdsa-")):
+            keys.append(f"{parts[0]} {parts[1]}")
+    return keys
+
+
+def write_files(
+    cluster_dir: Path,
+    nodes: list[Launched],
+    *,
+    user: str,
+    key_path: str,
+    private: bool,
+    host_keys: dict[str, list[str]],
+) -> SshFiles:
+    """The cluster's ssh_config, known_hosts and Ansible inventory (all 0600, in the cluster dir)."""
+    known_hosts = cluster_dir / "known_hosts"
+    ssh_config = cluster_dir / "ssh_config"
+    inventory = cluster_dir / "inventory.ini"
+    lines = []
+    for node in nodes:
+        names = ",".join(sorted({node.address(private), node.private_ip}))
+        lines += [f"{names} {key}" for key in host_keys.get(node.name, [])]
+    atomic_write(known_hosts, "".join(line + "\n" for line in lines))
+    atomic_write(
+        ssh_config,
+        "# written by ddpctl for this cluster: strict host keys from the nodes' console output\n"
+        "Host *\n"
+        f"    User {user}\n"
+        f"    IdentityFile {key_path}\n"
+        "    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {known_hosts}\n"
+        "    StrictHostKeyChecking yes\n",
+    )
+    rows = ["[ddp_nodes]"]
+    rows += [f"{n.name} ansible_host={n.address(private)} ddpctl_node_address={n.private_ip}" for n in nodes]
+    rows += [
+        "",
+        "[ddp_nodes:vars]",
+        f"ansible_user={user}",
+        f"ansible_ssh_private_key_file={key_path}",
+        f"ansible_ssh_common_args={shlex.quote('-F ' + str(ssh_config))}",
+    ]
+    atomic_write(inventory, "\n".join(rows) + "\n")
+    return SshFiles(ssh_config, known_hosts, inventory)
+
+
+def ssh_host(node: Launched, files: SshFiles, *, user: str, key_path: str, private: bool) -> Host:
+    return Host(
+        name=node.name, address=node.address(private), user=user, key_file=key_path, ssh_config=str(files.ssh_config)
+    )
+
+
+def node_infos(nodes: list[Launched], hosts: list[Host], *, cpus: int, gpus: int) -> list[NodeInfo]:
+    """Nodes before configuration: reachable at their private address by the other nodes."""
+    return [
+        NodeInfo(name=n.name, host=n.private_ip, workdir="", cpus=cpus, gpus=gpus, ssh=asdict(h))
+        for n, h in zip(nodes, hosts)
+    ]
+
+
+def collect_host_keys(
+    nodes: list[Launched], console: Callable[[str], str], progress: Progress, timeout: float = HOST_KEYS_TIMEOUT_S
+) -> dict[str, list[str]]:
+    """Poll each node's console output until cloud-init has printed its host keys."""
+    keys: dict[str, list[str]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for node in nodes:
+            if node.name not in keys:
+                found = host_keys_from_console(console(node.instance_id))
+                if found:
+                    keys[node.name] = found
+        missing = [n.name for n in nodes if n.name not in keys]
+        if not missing:
+            return keys
+        if time.monotonic() > deadline:
+            raise DdpctlError(
+                f"no SSH host keys in the console output of {', '.join(missing)} after {timeout:.0f} s: "
+                "the instances may not have booted; `ddpctl down` deletes the cluster"
+            )
+        progress(f"waiting for the host keys of {', '.join(missing)} (console output)")
+        time.sleep(POLL_S)
+
+
+def wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float = SSH_TIMEOUT_S) -> dict[str, int]:
+    from ...ssh import check_reachable
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check_reachable(hosts)
+        except DdpctlError as exc:
+            if time.monotonic() > deadline:
+                raise
+            progress(f"waiting for SSH: {str(exc)[:160]}")
+            time.sleep(POLL_S)
+
+
+def run_site(files: SshFiles, nodes: list[NodeInfo], key_dir: Path, progress: Progress) -> PlayReport:
+    """playbooks/site.yml over the cluster's inventory, with the extravars the on-prem provider passes."""
+    progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
+    key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the ssh_mesh role keeps the cluster's node key here
+    return run_playbook(
+        "site.yml",
+        str(files.inventory),
+        progress,
+        extravars={"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host},
+        limit=",".join(n.name for n in nodes),
+    )
+
+
+def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]) -> list[NodeInfo]:
+    """The nodes as the play reported them (``ddpctl_node`` fact), as the on-prem provider records them."""
+    out = []
+    for node in nodes:
+        facts = report.facts.get(node.name, {}).get("ddpctl_node")
+        if not facts:
+            raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
+        out.append(
+            replace(
+                node,
+                cpus=cpus.get(node.name, node.cpus),
+                workdir=facts["workdir"],
+                python=facts["python"],
+                env_file=facts["env_file"],
+                bundle_dir=facts["bundle_dir"],
+                gpus=int(facts.get("gpus", node.gpus)),
+            )
+        )
+    return out

@@ -1,0 +1,109 @@
+"""TEST-ONLY fault injection for the AWS provider, switched on by ``DDPCTL_FAULT``. Not for users.
+
+The tests run ddpctl as a subprocess against a moto server and cannot patch it, so ddpctl
+itself offers these hooks. Unset (always, outside tests), nothing here does anything. The value is a
+comma-separated list of:
+
+``after:STEP`` / ``before:STEP``
+    kill ddpctl (SIGKILL, no cleanup, like a crash or ``kill -9``) right after STEP's AWS call
+    returned but before the state records its result, or right before the call.
+    STEP is a resource kind of ``plan.STEPS`` (vpc, subnet, security-group, instances...).
+``interrupt-after:STEP``
+    send ddpctl a SIGINT (Ctrl-C) at that point.
+``fail-after:STEP``
+    raise a DdpctlError at that point (``up`` failing by itself: --down-on-failure applies).
+``capacity:ZONE[+ZONE...]`` / ``capacity:all``
+    RunInstances in those zones fails with InsufficientInstanceCapacity (a client-side botocore
+    ``before-call`` hook answers instead of the server: moto has no such fault).
+``quota:N``
+    Service Quotas answers that the instance family's vCPU quota is N (moto has no EC2 quotas).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from ...errors import DdpctlError
+
+ENV = "DDPCTL_FAULT"
+
+
+def _items() -> list[tuple[str, str]]:
+    raw = os.environ.get(ENV, "")
+    out = []
+    for item in raw.split(","):
+        action, _, arg = item.strip().partition(":")
+        if action:
+            out.append((action, arg))
+    return out
+
+
+def point(phase: str, step: str) -> None:
+    """Called by ``up`` before and after each step; acts only when DDPCTL_FAULT names it."""
+    for action, arg in _items():
+        if arg != step:
+            continue
+        if action == phase:  # "after:vpc" / "before:vpc": a crash
+            os.kill(os.getpid(), signal.SIGKILL)
+        if phase == "after" and action == "interrupt-after":
+            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode, as on Ctrl-C
+        if phase == "after" and action == "fail-after":
+            raise DdpctlError(f"injected failure after {step} ({ENV}, test only)")
+
+
+def install(client: Any) -> None:
+    """Register the client-side hooks DDPCTL_FAULT asks for on a botocore client."""
+    for action, arg in _items():
+        if action == "capacity":
+            zones = set(arg.split("+"))
+            client.meta.events.register("before-call.ec2.RunInstances", _capacity(zones))
+        elif action == "quota":
+            client.meta.events.register("before-call.service-quotas.GetServiceQuota", _quota(float(arg)))
+
+
+def _response(status: int, parsed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    import botocore.awsrequest
+
+    parsed.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = status
+    return botocore.awsrequest.AWSResponse("http://ddpctl-fault", status, {}, None), parsed
+
+
+def _capacity(zones: set[str]):
+    def hook(params: dict[str, Any], **_: Any):
+        body = params.get("body") or {}
+        if not isinstance(body, dict) or str(body.get("DryRun", "")).lower() == "true":
+            return None
+        zone = body.get("Placement.AvailabilityZone", "")
+        if "all" in zones or zone in zones:
+            return _response(
+                500,
+                {
+                    "Error": {
+                        "Code": "InsufficientInstanceCapacity",
+                        "Message": f"We currently do not have sufficient {body.get('InstanceType')} capacity in "
+                        f"the Availability Zone you requested ({zone}). (injected by {ENV})",
+                    }
+                },
+            )
+        return None
+
+    return hook
+
+
+def _quota(value: float):
+    def hook(params: dict[str, Any], **_: Any):
+        body = params.get("body") or b"{}"
+        import json
+
+        try:
+            req = json.loads(body)
+        except (TypeError, ValueError):
+            req = {}
+        return _response(
+            200,
+            {"Quota": {"ServiceCode": req.get("ServiceCode", "ec2"), "QuotaCode": req.get("QuotaCode", ""), "Value": value}},
+        )
+
+    return hook

@@ -1,0 +1,271 @@
+"""What an AWS cluster is made of, as typed values: pure, no boto3, no network.
+
+``plan_from_spec`` turns a ``ClusterSpec`` (with the provider's defaults filled in) into an
+``AwsPlan``: which resources, in which order, with which names, tags and parameters.
+``--dry-run`` prints it; ``up`` records ``plan.resources()`` in the state before creating any, and
+builds each EC2 request with the functions below, so the requests themselves are unit-tested.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...state import Resource
+from . import pricing
+
+DEFAULT_INSTANCE_TYPE = "p3.2xlarge"
+DEFAULT_REGION = "us-east-1"
+DEFAULT_VOLUME_GB = 200
+DEFAULT_SSH_USER = "ubuntu"  # the Ubuntu DLAMIs' login user
+
+TAG_CLUSTER = "ddpctl:cluster"
+TAG_CLUSTER_ID = "ddpctl:cluster-id"
+TAG_CREATED_BY = "ddpctl:created-by"
+CREATED_BY = "ddpctl"
+
+VPC_CIDR = "10.77.0.0/16"
+
+#: The Deep Learning AMI: the SSM public parameter first, then the newest image by name.
+DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+DLAMI_OWNER = "amazon"
+DLAMI_NAME_PATTERNS = (
+    "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
+    "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *",
+)
+
+#: Resource kinds in creation order (``down`` deletes in reverse). Also the DDPCTL_FAULT steps.
+STEPS = (
+    "dir",
+    "key-file",
+    "vpc",
+    "internet-gateway",
+    "route",
+    "subnet",
+    "security-group",
+    "key-pair",
+    "placement-group",
+    "instances",
+    "configure",
+)
+
+SPOT_NOTE = (
+    "spot: instances are one-time spot requests; if AWS reclaims one (2 minutes' notice), it is "
+    "terminated, the run fails on that node, and `ddpctl down` then `ddpctl up` starts over "
+    "(jobs resume from their last snapshot)"
+)
+
+
+@dataclass(frozen=True)
+class AwsPlan:
+    cluster: str
+    cluster_id: str
+    region: str
+    az: str  # "" = any zone of the region that has capacity
+    instance_type: str
+    count: int
+    ami: str  # "" = the newest Deep Learning AMI, looked up at `up`
+    volume_gb: int
+    spot: bool
+    ssh_cidr: str  # "" = the caller's public address as a /32, looked up at `up`
+    vpc_id: str  # given network ("" = ddpctl creates one)
+    subnet_id: str
+    ssh_user: str
+    private_ip: bool  # reach the nodes at their private addresses (from inside the VPC)
+    configure: bool  # run playbooks/site.yml on the nodes
+    placement_group: bool
+    cluster_dir: str
+    key_path: str
+
+    @property
+    def new_network(self) -> bool:
+        return not self.subnet_id
+
+    @property
+    def base_name(self) -> str:
+        return f"ddpctl-{self.cluster}"
+
+    @property
+    def unique_name(self) -> str:
+        """Account-unique names (key pair, security group, placement group) carry the cluster id."""
+        return f"ddpctl-{self.cluster}-{self.cluster_id}"
+
+    @property
+    def hourly_usd(self) -> float | None:
+        return pricing.hourly_usd(self.instance_type, self.count)
+
+    def tags(self, role: str) -> dict[str, str]:
+        return {
+            TAG_CLUSTER: self.cluster,
+            TAG_CLUSTER_ID: self.cluster_id,
+            TAG_CREATED_BY: CREATED_BY,
+            "Name": f"{self.base_name}-{role}",
+        }
+
+    def tag_specs(self, role: str, *resource_types: str) -> list[dict[str, Any]]:
+        tags = [{"Key": k, "Value": v} for k, v in self.tags(role).items()]
+        return [{"ResourceType": rt, "Tags": tags} for rt in resource_types]
+
+    def resources(self) -> list[Resource]:
+        """Everything ``up`` creates, in order, each ``planned``."""
+        res = [Resource("dir", self.cluster_dir), Resource("key-file", self.key_path)]
+        if self.new_network:
+            res += [
+                Resource("vpc", f"{self.base_name}-vpc", detail={"cidr": VPC_CIDR}),
+                Resource("internet-gateway", f"{self.base_name}-igw"),
+                Resource("route", "0.0.0.0/0", detail={"via": "internet-gateway", "table": "main"}),
+                Resource("subnet", f"{self.base_name}-subnet-0", detail={"cidr": subnet_cidr(0), "az": self.az}),
+            ]
+        res.append(Resource("security-group", self.unique_name, detail={"ssh_cidr": self.ssh_cidr}))
+        res.append(Resource("key-pair", self.unique_name))
+        if self.placement_group:
+            res.append(Resource("placement-group", self.unique_name, detail={"strategy": "cluster"}))
+        res.append(
+            Resource(
+                "instances",
+                f"{self.base_name}-node",
+                detail={"count": self.count, "instance_type": self.instance_type, "spot": self.spot, "ids": []},
+            )
+        )
+        if self.configure:
+            res.append(Resource("configure", "playbooks/site.yml"))
+        return res
+
+    def describe(self) -> list[str]:
+        """The plan in a few lines, for --dry-run and up."""
+        facts = pricing.TYPES.get(self.instance_type)
+        gpus = f", {facts.gpus} GPU(s) each" if facts else ""
+        where = self.az or f"any zone of {self.region} with capacity"
+        network = (
+            f"new VPC {VPC_CIDR} with an internet gateway"
+            if self.new_network
+            else f"subnet {self.subnet_id}" + (f" of {self.vpc_id}" if self.vpc_id else "")
+        )
+        ssh = self.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
+        cost = pricing.format_usd(self.hourly_usd)
+        dlami = f"the newest AWS Deep Learning AMI (SSM {DLAMI_SSM_PARAMETER.format(arch='<arch>')}, else by name)"
+        lines = [
+            f"  {self.count} x {self.instance_type}{gpus} in {self.region} ({where}), "
+            + ("spot" if self.spot else "on-demand"),
+            f"  AMI: {self.ami or dlami}",
+            f"  root volume: {self.volume_gb} GB gp3, encrypted, deleted with the instance; IMDSv2 required (hop limit 1)",
+            f"  network: {network}; SSH (22) only from {ssh}; all traffic between the nodes",
+            f"  placement: {'a cluster placement group' if self.placement_group else 'none'}",
+            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price"
+            + (", spot is usually less)" if self.spot else ")"),
+        ]
+        if self.spot:
+            lines.append("  " + SPOT_NOTE)
+        if not self.configure:
+            lines.append("  configure: skipped (--no-configure): the nodes are not prepared for jobs")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "hourly_usd": self.hourly_usd}
+
+
+def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
+    """``spec`` is a ClusterSpec with the AWS defaults already filled in (see ``with_defaults``)."""
+    return AwsPlan(
+        cluster=spec.name,
+        cluster_id=cluster_id,
+        region=spec.region,
+        az=spec.az,
+        instance_type=spec.instance_type,
+        count=spec.nodes,
+        ami=spec.ami,
+        volume_gb=spec.volume_gb,
+        spot=spec.spot,
+        ssh_cidr=spec.ssh_cidr,
+        vpc_id=spec.vpc_id,
+        subnet_id=spec.subnet_id,
+        ssh_user=spec.ssh_user,
+        private_ip=spec.private_ip,
+        configure=spec.configure,
+        placement_group=spec.nodes > 1 and pricing.supports_cluster_placement(spec.instance_type),
+        cluster_dir=cluster_dir,
+        key_path=f"{cluster_dir}/id_ed25519",
+    )
+
+
+def subnet_cidr(index: int) -> str:
+    """The index-th /24 of the cluster's VPC (one subnet per zone tried)."""
+    return str(list(ipaddress.ip_network(VPC_CIDR).subnets(new_prefix=24))[index])
+
+
+def ssh_cidr_for(address: str) -> str:
+    """The caller's address as a single-host network."""
+    ip = ipaddress.ip_address(address.strip())
+    return f"{ip}/{32 if ip.version == 4 else 128}"
+
+
+def ingress_rules(ssh_cidr: str, group_id: str) -> list[dict[str, Any]]:
+    """SSH from ``ssh_cidr`` only, and all traffic between members of the group."""
+    net = ipaddress.ip_network(ssh_cidr, strict=False)
+    ranges = (
+        {"IpRanges": [{"CidrIp": str(net), "Description": "ddpctl: SSH from the controller"}]}
+        if net.version == 4
+        else {"Ipv6Ranges": [{"CidrIpv6": str(net), "Description": "ddpctl: SSH from the controller"}]}
+    )
+    return [
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges},
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "ddpctl: between the nodes"}]},
+    ]
+
+
+def run_instances_request(
+    plan: AwsPlan,
+    *,
+    ami: str,
+    root_device: str,
+    subnet_id: str,
+    group_id: str,
+    key_name: str,
+    az: str,
+    count: int,
+    placement_group: str | None,
+    client_token: str,
+) -> dict[str, Any]:
+    """The one RunInstances call that launches every node (MinCount = MaxCount: all or none)."""
+    placement: dict[str, Any] = {"AvailabilityZone": az}
+    if placement_group:
+        placement["GroupName"] = placement_group
+    request: dict[str, Any] = {
+        "ImageId": ami,
+        "InstanceType": plan.instance_type,
+        "MinCount": count,
+        "MaxCount": count,
+        "KeyName": key_name,
+        "ClientToken": client_token,
+        "Placement": placement,
+        "NetworkInterfaces": [
+            {
+                "DeviceIndex": 0,
+                "SubnetId": subnet_id,
+                "Groups": [group_id],
+                "AssociatePublicIpAddress": not plan.private_ip,
+                "DeleteOnTermination": True,
+            }
+        ],
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": root_device,
+                "Ebs": {"VolumeSize": plan.volume_gb, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+            }
+        ],
+        "TagSpecifications": plan.tag_specs("node", "instance", "volume", "network-interface"),
+    }
+    if plan.spot:
+        request["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    # No IamInstanceProfile and no UserData: nodes get no AWS credentials from ddpctl.
+    return request
+
+
+def client_token(cluster_id: str, az: str, count: int) -> str:
+    """Same launch, same token: a retried RunInstances does not launch twice (EC2 allows 64 chars)."""
+    return f"ddpctl-{cluster_id}-{az}-{count}"[:64]

@@ -1,0 +1,117 @@
+"""Built-in facts about instance types: hourly price, vCPUs, GPUs, vCPU quota, placement support.
+
+The Pricing API needs its own permissions and is not in every endpoint (moto has none), so the
+cost shown by ``--dry-run`` and ``status`` comes from this table: us-east-1 Linux on-demand list
+prices. Other regions cost somewhat more or less; spot prices vary by the hour and are usually
+well below these. ``describe_instance_types`` is preferred for vCPUs and GPUs when it answers;
+``TYPES`` covers the p3 family and a few others when it does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRICE_REGION = "us-east-1"
+
+#: USD per instance-hour, on-demand, Linux, us-east-1.
+ON_DEMAND_USD_PER_HOUR: dict[str, float] = {
+    "p3.2xlarge": 3.06,
+    "p3.8xlarge": 12.24,
+    "p3.16xlarge": 24.48,
+    "p3dn.24xlarge": 31.218,
+    "p4d.24xlarge": 32.7726,
+    "p5.48xlarge": 98.32,
+    "g4dn.xlarge": 0.526,
+    "g4dn.12xlarge": 3.912,
+    "g5.xlarge": 1.006,
+    "g5.12xlarge": 5.672,
+    "g5.48xlarge": 16.288,
+    "g6.xlarge": 0.8048,
+    "c5.xlarge": 0.17,
+    "m5.xlarge": 0.192,
+    "t3.micro": 0.0104,
+    "t3.large": 0.0832,
+}
+
+
+@dataclass(frozen=True)
+class TypeFacts:
+    """What ddpctl needs to know about an instance type."""
+
+    vcpus: int
+    gpus: int
+    arch: str = "x86_64"
+
+
+#: Used when describe_instance_types does not know the type (moto has no p3.2xlarge).
+TYPES: dict[str, TypeFacts] = {
+    "p3.2xlarge": TypeFacts(8, 1),
+    "p3.8xlarge": TypeFacts(32, 4),
+    "p3.16xlarge": TypeFacts(64, 8),
+    "p3dn.24xlarge": TypeFacts(96, 8),
+    "p4d.24xlarge": TypeFacts(96, 8),
+    "p5.48xlarge": TypeFacts(192, 8),
+    "g4dn.xlarge": TypeFacts(4, 1),
+    "g4dn.12xlarge": TypeFacts(48, 4),
+    "g5.xlarge": TypeFacts(4, 1),
+    "g5.12xlarge": TypeFacts(48, 4),
+    "g5.48xlarge": TypeFacts(192, 8),
+    "g6.xlarge": TypeFacts(4, 1),
+    "c5.xlarge": TypeFacts(4, 0),
+    "m5.xlarge": TypeFacts(4, 0),
+    "t3.micro": TypeFacts(2, 0),
+    "t3.large": TypeFacts(2, 0),
+}
+
+
+@dataclass(frozen=True)
+class Quota:
+    code: str
+    name: str
+
+
+# EC2 vCPU quotas by instance family letter (Service Quotas, service code "ec2").
+_ON_DEMAND = {
+    "p": Quota("L-417A185B", "Running On-Demand P instances"),
+    "g": Quota("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": Quota("L-DB2E81BA", "Running On-Demand G and VT instances"),
+}
+_SPOT = {
+    "p": Quota("L-7212CCBC", "All P Spot Instance Requests"),
+    "g": Quota("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "vt": Quota("L-3819A6DF", "All G and VT Spot Instance Requests"),
+}
+_STANDARD = Quota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+_STANDARD_SPOT = Quota("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests")
+
+# Cluster placement groups are not offered for burstable and Mac instances.
+_NO_CLUSTER_PLACEMENT = ("t2.", "t3.", "t3a.", "t4g.", "mac1.", "mac2.")
+
+
+def hourly_usd(instance_type: str, count: int) -> float | None:
+    price = ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    return None if price is None else round(price * count, 4)
+
+
+def family(instance_type: str) -> str:
+    """'p3.2xlarge' -> 'p'; 'vt1.3xlarge' -> 'vt'."""
+    head = instance_type.split(".", 1)[0]
+    letters = ""
+    for ch in head:
+        if not ch.isalpha():
+            break
+        letters += ch
+    return "vt" if letters.startswith("vt") else letters[:1]
+
+
+def vcpu_quota(instance_type: str, spot: bool) -> Quota:
+    table = _SPOT if spot else _ON_DEMAND
+    return table.get(family(instance_type), _STANDARD_SPOT if spot else _STANDARD)
+
+
+def supports_cluster_placement(instance_type: str) -> bool:
+    return not instance_type.startswith(_NO_CLUSTER_PLACEMENT)
+
+
+def format_usd(value: float | None) -> str:
+    return "unknown (not in ddpctl's price table)" if value is None else f"${value:,.2f}/h"

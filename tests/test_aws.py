@@ -1,0 +1,514 @@
+"""The AWS provider against a real EC2 API server: moto in server mode, on a loopback port.
+
+ddpctl runs as a subprocess with ``AWS_ENDPOINT_URL`` pointing at the server and fake
+credentials; nothing in ddpctl is patched. The tests check what exists by describing the server's
+resources, and compare with what a freshly reset server holds (its default VPC, subnets, security
+group...), so "nothing left" means nothing of any kind, tagged or not.
+
+Exercised for real (moto 5.2): VPC, subnet, internet gateway + route, security group and its
+rules, ImportKeyPair, RunInstances (one call, MinCount = MaxCount, tags on instance, volume and
+ENI, IMDSv2, encrypted gp3 root volume, spot market options), the instance_running and
+instance_terminated waiters, TerminateInstances, DryRun (moto ignores it for CreateVpc: ddpctl
+deletes what such an endpoint creates), describe_images by owner and name (a realistic DLAMI list
+seeded with MOTO_AMIS_PATH), SSM ParameterNotFound -> fallback, describe_instance_types (moto lacks
+p3.2xlarge: ddpctl's table is used), Service Quotas "not available" -> quota unknown, credential
+errors (moto's auth switched on with /moto-api/reset-auth).
+
+Not exercised, and why:
+- placement groups: moto does not implement them (HTTP 500); the tests check ddpctl goes on
+  without one and that `down` copes. Creating/deleting a real one is untested.
+- ClientToken idempotency: moto ignores ClientToken (a retried RunInstances launches again);
+  ddpctl also reconciles by tag before launching, which is tested only in the ordinary path.
+- InsufficientInstanceCapacity and a low vCPU quota: moto has neither; a test-only botocore hook
+  inside ddpctl (DDPCTL_FAULT, see infra/providers/aws/faults.py) answers instead of the server.
+- configuring the nodes (site.yml over SSH): moto's instances are not hosts, so every `up` here
+  passes --no-configure; the playbooks are tested by the on-prem tests.
+- DependencyViolation while ENIs linger after termination (moto frees them at once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ddpctl, tree
+
+REGION = "us-east-1"
+SSH_CIDR = "203.0.113.7/32"
+UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--no-configure")
+NEWEST_DLAMI = "ami-0c5e1b2f3a4d5e6f7"
+
+# A realistic slice of what describe_images returns for Deep Learning AMIs (MOTO_AMIS_PATH format).
+AMIS = [
+    ("ami-0a1b2c3d4e5f60718", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115", "2024-11-15"),
+    ("ami-0b2c3d4e5f6071829", "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105", "2025-01-05"),
+    (NEWEST_DLAMI, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20250301", "2025-03-01"),
+    ("ami-0d6f2a3b4c5d6e7f8", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601", "2025-06-01"),
+]
+
+
+def _amis_json(path: Path) -> Path:
+    common = {
+        "owner_id": "898082745236", "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
+        "state": "available", "platform": None, "image_type": "machine", "hypervisor": "xen",
+        "root_device_name": "/dev/sda1", "root_device_type": "ebs", "sriov": "simple",
+    }  # fmt: skip
+    images = [
+        {"ami_id": ami, "name": name, "description": name, "creation_date": f"{date}T10:00:00.000Z", **common}
+        for ami, name, date in AMIS
+    ]
+    path.write_text(json.dumps(images))
+    return path
+
+
+class Moto:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        import boto3
+
+        self.ec2 = boto3.session.Session(
+            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+        ).client("ec2", endpoint_url=url)
+
+    def post(self, path: str, body: bytes = b"") -> None:
+        req = urllib.request.Request(self.url + path, data=body, method="POST", headers={"Content-Type": "text/plain"})
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def reset(self) -> None:
+        self.post("/moto-api/reset")
+
+    def env(self, home: Path, tmp: Path, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DDPCTL_FAULT"))}
+        env.update(
+            AWS_ENDPOINT_URL=self.url,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION=REGION,
+            AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=str(tmp / "no-aws-config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-aws-credentials"),
+            DDPCTL_HOME=str(home),
+            # Anything but the moto server would go to a closed loopback port, never outside.
+            HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1,localhost",
+        )  # fmt: skip
+        env.update(extra)
+        return env
+
+    def inventory(self) -> dict[str, set[str]]:
+        """Every resource of every kind ddpctl might make (terminated instances are not billed)."""
+        ec2 = self.ec2
+        alive = [
+            i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"] if i["State"]["Name"] != "terminated"
+        ]
+        spot = ec2.describe_spot_instance_requests()["SpotInstanceRequests"]
+        return {
+            "instances": {i["InstanceId"] for i in alive},
+            "vpcs": {v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"]},
+            "subnets": {s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]},
+            "security_groups": {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]},
+            "internet_gateways": {g["InternetGatewayId"] for g in ec2.describe_internet_gateways()["InternetGateways"]},
+            "route_tables": {t["RouteTableId"] for t in ec2.describe_route_tables()["RouteTables"]},
+            "key_pairs": {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]},
+            "volumes": {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]},
+            "network_interfaces": {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]},
+            "spot_requests": {r["SpotInstanceRequestId"] for r in spot if r["State"] in ("open", "active")},
+        }
+
+    def alive_instances(self) -> list[dict[str, Any]]:
+        return [
+            i
+            for r in self.ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+            if i["State"]["Name"] != "terminated"
+        ]
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Moto:
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.skip("moto's server is not installed: pip install 'ddpctl[test]' (moto[server])")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tmp = tmp_path_factory.mktemp("moto")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
+    log = open(tmp / "moto.log", "wb")  # noqa: SIM115 - closed in the finalizer
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/moto-api/data.json", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start: {(tmp / 'moto.log').read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield Moto(url)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # by its own pid
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def moto(moto_server: Moto) -> Moto:
+    moto_server.reset()
+    return moto_server
+
+
+class Env:
+    """One test's ddpctl invocations: state home, environment, and the server's baseline."""
+
+    def __init__(self, moto: Moto, home: Path, tmp: Path) -> None:
+        self.moto, self.home, self.tmp = moto, home, tmp
+        self.baseline = moto.inventory()
+
+    def run(self, *args: str, fault: str = "", timeout: float = 120, **extra: str) -> subprocess.CompletedProcess:
+        env = self.moto.env(self.home, self.tmp, **extra)
+        if fault:
+            env["DDPCTL_FAULT"] = fault
+        return ddpctl(*args, env=env, timeout=timeout)
+
+    def ok(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
+        result = self.run(*args, **kw)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    def added(self) -> dict[str, set[str]]:
+        now = self.moto.inventory()
+        return {k: now[k] - self.baseline[k] for k in now if now[k] - self.baseline[k]}
+
+    def assert_clean(self) -> None:
+        now = self.moto.inventory()
+        assert now == self.baseline, {k: (now[k] ^ self.baseline[k]) for k in now if now[k] != self.baseline[k]}
+        assert not (self.home / "clusters" / "c1.json").exists()
+        assert not (self.home / "clusters" / "c1").exists()
+
+
+@pytest.fixture
+def aws(moto: Moto, home: Path, tmp_path: Path) -> Env:
+    return Env(moto, home, tmp_path)
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("Error: "), result.stderr
+    return lines[-1]
+
+
+def only_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return error_line(result)
+
+
+# ---- pure planning: no server ------------------------------------------------------------------
+
+
+def test_plan_and_requests_are_pure_values() -> None:
+    from ddpctl.infra.providers.aws import pricing
+    from ddpctl.infra.providers.aws.plan import (
+        STEPS,
+        client_token,
+        ingress_rules,
+        plan_from_spec,
+        run_instances_request,
+    )
+    from ddpctl.infra.spec import ClusterSpec
+
+    spec = ClusterSpec(name="c1", provider="aws", nodes=2, region=REGION, instance_type="p3.2xlarge", volume_gb=200,
+                       ssh_user="ubuntu", ssh_cidr=SSH_CIDR)  # fmt: skip
+    plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
+    kinds = [r.kind for r in plan.resources()]
+    assert kinds == [k for k in STEPS if k != "configure"] + ["configure"]
+    assert all(r.status == "planned" for r in plan.resources())
+    assert plan.hourly_usd == pytest.approx(6.12)
+    req = run_instances_request(plan, ami="ami-1", root_device="/dev/sda1", subnet_id="subnet-1", group_id="sg-1",
+                                key_name="k", az="us-east-1a", count=2, placement_group="pg",
+                                client_token=client_token("abc123", "us-east-1a", 2))  # fmt: skip
+    assert (req["MinCount"], req["MaxCount"]) == (2, 2)
+    assert req["MetadataOptions"]["HttpTokens"] == "required" and req["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+    assert req["BlockDeviceMappings"][0]["Ebs"] == {"VolumeSize": 200, "VolumeType": "gp3", "Encrypted": True,
+                                                    "DeleteOnTermination": True}  # fmt: skip
+    assert "IamInstanceProfile" not in req and "UserData" not in req  # no AWS credential reaches a node
+    tags = {t["Key"] for spec_ in req["TagSpecifications"] for t in spec_["Tags"]}
+    assert {"ddpctl:cluster", "ddpctl:created-by", "Name"} <= tags
+    assert len(req["ClientToken"]) <= 64
+    rules = ingress_rules(SSH_CIDR, "sg-1")
+    assert rules[0]["IpRanges"][0]["CidrIp"] == SSH_CIDR and rules[1]["UserIdGroupPairs"][0]["GroupId"] == "sg-1"
+    assert pricing.vcpu_quota("p3.2xlarge", spot=False).code == "L-417A185B"
+    assert not plan_from_spec(ClusterSpec(name="c1", provider="aws", nodes=2, instance_type="t3.micro"), "x", "/d").placement_group
+
+
+def test_help_shows_aws_options_and_loads_no_boto3() -> None:
+    code = (
+        "import sys\nfrom ddpctl.main import cli\n"
+        "for cmd in (['--help'], ['up', '--help'], ['down', '--help'], ['status', '--help']):\n"
+        "    sys.argv = ['ddpctl', *cmd]\n"
+        "    try:\n        cli()\n    except SystemExit as e:\n        assert e.code == 0\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'moto')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    for flag in ("--region", "--instance-type", "--az", "--volume-gb", "--ami", "--spot", "--ssh-cidr",
+                 "--subnet-id", "--no-configure", "--down-on-failure"):  # fmt: skip
+        assert flag in out
+
+
+# ---- against the moto server -------------------------------------------------------------------
+
+
+def test_dry_run_creates_nothing_and_prices_the_cluster(aws: Env) -> None:
+    result = aws.ok(*UP, "--nodes", "2", "--spot", "--dry-run")
+    out = result.stdout
+    assert "2 x p3.2xlarge" in out and "$6.12/h" in out
+    assert NEWEST_DLAMI in out  # SSM has no DLAMI in moto: found by owner and name, newest first
+    assert "DryRun RunInstances: ok" in out and "DryRun CreateSecurityGroup: ok" in out
+    assert "reclaims" in out  # what happens to a spot instance on interruption
+    assert "Nothing was created." in out
+    doc = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json").stdout)
+    assert doc["dry_run"] and doc["aws"]["plan"]["hourly_usd"] == pytest.approx(6.12)
+    assert doc["cluster"]["status"] == "planned"
+    aws.assert_clean()
+    assert tree(aws.home) == []
+
+
+def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
+    moto, ec2 = aws.moto, aws.moto.ec2
+    result = aws.ok(*UP, "--nodes", "2", "--json")
+    cluster = json.loads(result.stdout)["cluster"]
+    assert cluster["status"] == "up" and len(cluster["nodes"]) == 2
+    assert [n["gpus"] for n in cluster["nodes"]] == [1, 1]  # p3.2xlarge: from ddpctl's table (moto lacks it)
+    statuses = {r["kind"]: r["status"] for r in cluster["resources"]}
+    assert statuses.pop("placement-group") == "skipped"  # moto has no placement groups
+    assert set(statuses.values()) == {"created"}
+    assert "placement groups" in result.stderr
+
+    added = aws.added()
+    # The new VPC brings its own main route table and default security group; ddpctl adds one group.
+    assert {k: len(v) for k, v in added.items()} == {
+        "instances": 2, "vpcs": 1, "subnets": 1, "security_groups": 2, "internet_gateways": 1,
+        "route_tables": 1, "key_pairs": 1, "volumes": 2, "network_interfaces": 2,
+    }  # fmt: skip
+
+    instances = moto.alive_instances()
+    for inst in instances:
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        assert tags["ddpctl:cluster"] == "c1" and tags["ddpctl:created-by"] == "ddpctl" and tags["Name"] == "ddpctl-c1-node"
+        assert inst["InstanceType"] == "p3.2xlarge" and inst["ImageId"] == NEWEST_DLAMI
+        assert inst["MetadataOptions"]["HttpTokens"] == "required"
+        assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        assert "IamInstanceProfile" not in inst  # no AWS credentials on the nodes
+    volumes = ec2.describe_volumes(VolumeIds=sorted(added["volumes"]))["Volumes"]
+    assert all(v["Encrypted"] and v["VolumeType"] == "gp3" and v["Size"] == 200 for v in volumes)
+    groups = ec2.describe_security_groups(GroupIds=sorted(added["security_groups"]))["SecurityGroups"]
+    assert min(g["GroupName"] for g in groups) == "ddpctl-c1-" + cluster["cluster_id"]
+    (group,) = [g for g in groups if g["GroupName"] != "default"]
+    group_id = group["GroupId"]
+    assert {t["Key"] for t in group["Tags"]} >= {"ddpctl:cluster", "ddpctl:created-by", "Name"}
+    ingress = [(p["IpProtocol"], p.get("FromPort"), [r["CidrIp"] for r in p["IpRanges"]],
+                [g["GroupId"] for g in p["UserIdGroupPairs"]]) for p in group["IpPermissions"]]  # fmt: skip
+    assert sorted(ingress, key=str) == sorted([("tcp", 22, [SSH_CIDR], []), ("-1", None, [], [group_id])], key=str)
+    enis = ec2.describe_network_interfaces(NetworkInterfaceIds=sorted(added["network_interfaces"]))["NetworkInterfaces"]
+    assert all([g["GroupId"] for g in n["Groups"]] == [group_id] for n in enis)
+    for kind in ("vpcs", "subnets", "internet_gateways", "key_pairs"):
+        assert added[kind], kind
+    (vpc,) = added["vpcs"]
+    assert {t["Key"] for t in ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"][0]["Tags"]} >= {"ddpctl:cluster", "Name"}
+
+    key = aws.home / "clusters" / "c1" / "id_ed25519"
+    assert key.stat().st_mode & 0o777 == 0o600
+    (pair,) = ec2.describe_key_pairs(KeyNames=sorted(added["key_pairs"]), IncludePublicKey=True)["KeyPairs"]
+    assert pair["PublicKey"].split()[:2] == (key.parent / "id_ed25519.pub").read_text().split()[:2]
+    inventory = (aws.home / "clusters" / "c1" / "inventory.ini").read_text()
+    assert "[ddp_nodes]" in inventory and "AWS_" not in inventory
+
+    status = json.loads(aws.ok("status", "--json").stdout)["clusters"][0]
+    assert status["live"]["instances"] == {"running": 2} and status["live"]["cost_per_hour_usd"] == pytest.approx(6.12)
+    assert "$6.12" in aws.ok("status").stderr
+
+    aws.ok("down")
+    aws.assert_clean()
+    assert tree(aws.home / "clusters") == []
+    aws.ok("down")  # twice is fine
+    aws.ok("down", "--name", "c1", "--region", REGION)
+
+
+@pytest.mark.parametrize("step", ["dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "security-group",
+                                  "key-pair", "placement-group", "instances"])  # fmt: skip
+def test_crash_after_each_step_then_down_leaves_nothing(aws: Env, step: str) -> None:
+    crashed = aws.run(*UP, "--nodes", "2", fault=f"after:{step}")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    state = json.loads((aws.home / "clusters" / "c1.json").read_text())
+    res = next(r for r in state["resources"] if r["kind"] == step)
+    assert res["status"] == "planned"  # made (or attempted) in AWS, never recorded as created
+    down = aws.ok("down")
+    assert "is down" in down.stderr
+    aws.assert_clean()
+
+
+def test_lost_state_file_down_by_name_and_region(aws: Env) -> None:
+    assert aws.run(*UP, "--nodes", "2", fault="after:instances").returncode == -signal.SIGKILL
+    assert aws.added()["instances"]
+    import shutil
+
+    shutil.rmtree(aws.home)  # the whole state home is gone
+    again = aws.run(*UP, "--nodes", "2")
+    assert again.returncode == 1
+    assert f"ddpctl down --name c1 --region {REGION}" in only_line(again)  # leftovers are refused, with the fix
+    aws.ok("down", "--name", "c1", "--region", REGION)
+    aws.assert_clean()
+    aws.ok("down", "--name", "c1", "--region", REGION)  # nothing left: still fine
+
+
+def test_interrupt_stops_creating_and_says_how_to_clean(aws: Env) -> None:
+    result = aws.run(*UP, "--nodes", "2", fault="interrupt-after:key-pair")
+    assert result.returncode == 130, result.stderr
+    assert "ddpctl down --name c1" in result.stderr and error_line(result) == "Error: interrupted"
+    added = aws.added()
+    assert added["security_groups"] and added["key_pairs"] and "instances" not in added
+    aws.ok("down")
+    aws.assert_clean()
+
+
+def test_failure_takes_down_what_up_made_unless_told_not_to(aws: Env) -> None:
+    failed = aws.run(*UP, "--nodes", "2", fault="fail-after:security-group")
+    assert failed.returncode == 1 and "injected failure" in error_line(failed)
+    assert "taking down what was made" in failed.stderr
+    aws.assert_clean()
+    kept = aws.run(*UP, "--nodes", "2", "--no-down-on-failure", fault="fail-after:security-group")
+    assert kept.returncode == 1 and "kept what was made" in kept.stderr
+    assert aws.added()["security_groups"] and (aws.home / "clusters" / "c1.json").exists()
+    aws.ok("down")
+    aws.assert_clean()
+
+
+def test_no_capacity_in_one_zone_tries_the_next(aws: Env) -> None:
+    result = aws.ok(*UP, "--nodes", "2", "--json", fault="capacity:us-east-1a")
+    assert "no capacity in us-east-1a" in result.stderr
+    cluster = json.loads(result.stdout)["cluster"]
+    subnets = [r for r in cluster["resources"] if r["kind"] == "subnet"]
+    assert [s["detail"]["az"] for s in subnets] == ["us-east-1a", "us-east-1b"]
+    assert {i["Placement"]["AvailabilityZone"] for i in aws.moto.alive_instances()} == {"us-east-1b"}
+    aws.ok("down")
+    aws.assert_clean()
+
+
+def test_no_capacity_anywhere_is_one_line_and_leaves_nothing(aws: Env) -> None:
+    result = aws.run(*UP, "--nodes", "2", fault="capacity:all")
+    assert result.returncode == 1
+    line = error_line(result)
+    assert "no capacity for 2 x p3.2xlarge in us-east-1a, us-east-1b" in line and "try later" in line
+    aws.assert_clean()
+
+
+@pytest.mark.parametrize(
+    "args,extra,code,message",
+    [
+        ((), {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}, 1, "no AWS credentials found: run `aws configure`"),
+        (("--region", "us-mars-1"), {}, 2, "unknown AWS region 'us-mars-1'"),
+        (("--region", "mars"), {}, 2, "invalid --region 'mars'"),
+        (("--instance-type", "p99.bogus"), {}, 2, "unknown instance type 'p99.bogus' in us-east-1"),
+        (("--ami", "ami-0123456789abcdef0"), {}, 2, "AMI ami-0123456789abcdef0 not found in us-east-1"),
+        (("--instance-type", "g5g.xlarge"), {}, 2, "no AWS Deep Learning AMI for arm64 found in us-east-1: pass --ami"),
+        ((), {"DDPCTL_FAULT": "quota:0"}, 1, "quota L-417A185B (Running On-Demand P instances) in us-east-1 is 0"),
+        (("--ssh-cidr", "not-an-address"), {}, 2, "invalid --ssh-cidr 'not-an-address'"),
+    ],
+)
+def test_errors_are_one_line_and_create_nothing(aws: Env, args, extra, code, message) -> None:
+    env_extra = {k: v for k, v in extra.items() if k != "DDPCTL_FAULT"}
+    result = aws.run(*UP, "--nodes", "2", *args, fault=extra.get("DDPCTL_FAULT", ""), **env_extra)
+    assert result.returncode == code, result.stderr
+    assert message in only_line(result)
+    if "quota" in message:
+        assert "request-service-quota-increase" in result.stderr
+    aws.assert_clean()
+    assert not (aws.home / "clusters").exists()
+
+
+def test_rejected_credentials_are_one_line(aws: Env) -> None:
+    aws.moto.post("/moto-api/reset-auth", b"0")  # moto now checks credentials like AWS
+    try:
+        result = aws.run(*UP, "--nodes", "2")
+    finally:
+        aws.moto.post("/moto-api/reset-auth", b"inf")
+    assert result.returncode == 1
+    assert "AWS rejected your credentials (AuthFailure" in only_line(result)
+    aws.assert_clean()
+
+
+def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:
+    ec2 = aws.moto.ec2
+    vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.50.1.0/24", AvailabilityZone="us-east-1c")["Subnet"]["SubnetId"]
+    aws.baseline = aws.moto.inventory()
+    aws.ok(*UP, "--nodes", "2", "--subnet-id", subnet, "--vpc-id", vpc)
+    added = aws.added()
+    assert "vpcs" not in added and "subnets" not in added and "internet_gateways" not in added
+    assert {i["SubnetId"] for i in aws.moto.alive_instances()} == {subnet}
+    aws.ok("down")
+    aws.assert_clean()  # the user's VPC and subnet are still there
+
+
+def test_api_calls_do_not_grow_with_nodes(moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """up + down for 2 and 8 nodes make the same number of calls (batched launch/describe/terminate)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        import aws_calls
+    finally:
+        sys.path.pop(0)
+    for key, value in moto.env(tmp_path / "home", tmp_path).items():
+        if key.startswith(("AWS_", "DDPCTL_HOME")):
+            monkeypatch.setenv(key, value)
+    small = aws_calls.measure(2, tmp_path / "h2")
+    moto.reset()
+    large = aws_calls.measure(8, tmp_path / "h8")
+    assert small.up_calls == large.up_calls and small.down_calls == large.down_calls, (small, large)
+    assert large.by_op["RunInstances"] == 1 and large.by_op["TerminateInstances"] == 1
+
+
+def test_spot_and_the_callers_address_by_the_injected_lookup(
+    moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --ssh-cidr: the provider's address lookup (checkip in real use) is replaced, not the network."""
+    from ddpctl.infra import clusters
+    from ddpctl.infra.providers.aws import AwsProvider, lifecycle
+    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.state import StateStore
+
+    for key, value in moto.env(tmp_path / "home", tmp_path).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    baseline = moto.inventory()
+    provider = AwsProvider(caller_address=lambda: "198.51.100.4")
+    store = StateStore(tmp_path / "home")
+    spec = ClusterSpec(name="c2", provider="aws", nodes=2, spot=True, configure=False)
+    state = provider.plan(spec, store)
+    messages: list[str] = []
+    lifecycle.up(provider, state, store, messages.append)
+    assert any("reclaims" in m for m in messages)
+    instances = moto.alive_instances()
+    assert [i.get("InstanceLifecycle") for i in instances] == ["spot", "spot"]
+    groups = moto.ec2.describe_security_groups(Filters=[{"Name": "tag:ddpctl:cluster", "Values": ["c2"]}])
+    (group,) = groups["SecurityGroups"]
+    ssh = [p for p in group["IpPermissions"] if p.get("FromPort") == 22]
+    assert [r["CidrIp"] for r in ssh[0]["IpRanges"]] == ["198.51.100.4/32"]
+    clusters.down("c2", store, messages.append)
+    assert moto.inventory() == baseline
