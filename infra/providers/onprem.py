@@ -12,11 +12,11 @@ import shlex
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 import shutil
 
-from ..ansible import run_playbook
+from ..configure import record_nodes, run_site
 from ..errors import DdpctlError, UsageError
 from ..inventory import Host, load_inventory
 from ..launch.ssh import SshExecutor
@@ -63,30 +63,8 @@ class OnpremProvider:
                 Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
                 res.status = "created"
         store.save(state)
-        progress(f"configuring {len(hosts)} host(s) with playbooks/site.yml")
-        report = run_playbook(
-            "site.yml",
-            state.spec.inventory,
-            progress,
-            extravars={"ssh_mesh_controller_key_dir": str(root / "keys"), "nccl_env_master_addr": hosts[0].address},
-            limit=",".join(h.name for h in hosts),
-        )
-        nodes = []
-        for node in state.nodes:
-            facts = report.facts.get(node.name, {}).get("ddpctl_node")
-            if not facts:
-                raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
-            nodes.append(
-                replace(
-                    node,
-                    cpus=cpus.get(node.name, 1),
-                    workdir=facts["workdir"],
-                    python=facts["python"],
-                    env_file=facts["env_file"],
-                    bundle_dir=facts["bundle_dir"],
-                    gpus=int(facts.get("gpus", 0)),
-                )
-            )
+        report = run_site(state.spec.inventory, state.nodes, root / "keys", progress)
+        nodes = record_nodes(state.nodes, report, cpus)
         state.nodes = nodes
         state.launcher = "sbatch" if slurm_answers(hosts[0]) else "torchrun"
         if state.launcher == "sbatch":

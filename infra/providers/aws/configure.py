@@ -16,10 +16,9 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...ansible import PlayReport, run_playbook
 from ...errors import DdpctlError
 from ...inventory import Host
 from ...state import NodeInfo, atomic_write
@@ -158,37 +157,3 @@ def wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float = SSH_TIM
                 raise
             progress(f"waiting for SSH: {str(exc)[:160]}")
             time.sleep(POLL_S)
-
-
-def run_site(files: SshFiles, nodes: list[NodeInfo], key_dir: Path, progress: Progress) -> PlayReport:
-    """playbooks/site.yml over the cluster's inventory, with the extravars the on-prem provider passes."""
-    progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
-    key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the ssh_mesh role keeps the cluster's node key here
-    return run_playbook(
-        "site.yml",
-        str(files.inventory),
-        progress,
-        extravars={"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host},
-        limit=",".join(n.name for n in nodes),
-    )
-
-
-def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]) -> list[NodeInfo]:
-    """The nodes as the play reported them (``ddpctl_node`` fact), as the on-prem provider records them."""
-    out = []
-    for node in nodes:
-        facts = report.facts.get(node.name, {}).get("ddpctl_node")
-        if not facts:
-            raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
-        out.append(
-            replace(
-                node,
-                cpus=cpus.get(node.name, node.cpus),
-                workdir=facts["workdir"],
-                python=facts["python"],
-                env_file=facts["env_file"],
-                bundle_dir=facts["bundle_dir"],
-                gpus=int(facts.get("gpus", node.gpus)),
-            )
-        )
-    return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ...configure import record_nodes, run_site
 from ...errors import DdpctlError, UsageError
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
@@ -604,13 +605,13 @@ class _Up:
         self.store.save(state)
         if plan.configure:
 
-            def run_site() -> dict[str, Any]:
+            def configure_nodes() -> dict[str, Any]:
                 cpus = configure.wait_for_ssh(hosts, self.progress)
-                report = configure.run_site(files, state.nodes, cluster_dir / "keys", self.progress)
-                state.nodes = configure.record_nodes(state.nodes, report, cpus)
+                report = run_site(str(files.inventory), state.nodes, cluster_dir / "keys", self.progress)
+                state.nodes = record_nodes(state.nodes, report, cpus)
                 return {"inventory": str(files.inventory)}
 
-            self.step(_only(state, "configure"), run_site)
+            self.step(_only(state, "configure"), configure_nodes)
         else:
             self.progress(
                 f"skipping configuration (--no-configure): the nodes are not prepared for jobs; "

@@ -1,0 +1,51 @@
+"""Configuring nodes with playbooks/site.yml and recording them as the play reported them.
+
+Shared by every provider whose nodes are hosts ddpctl reaches over SSH (onprem, aws): the same
+extravars, the same ``ddpctl_node`` fact, the same ``NodeInfo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from .ansible import PlayReport, run_playbook
+from .errors import DdpctlError
+from .state import NodeInfo
+
+Progress = Callable[[str], None]
+
+
+def run_site(inventory: str, nodes: list[NodeInfo], key_dir: Path, progress: Progress) -> PlayReport:
+    """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``."""
+    progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
+    key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return run_playbook(
+        "site.yml",
+        inventory,
+        progress,
+        extravars={"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host},
+        limit=",".join(n.name for n in nodes),
+    )
+
+
+def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]) -> list[NodeInfo]:
+    """The nodes as the play reported them (the ``ddpctl_node`` fact of playbooks/site.yml)."""
+    out = []
+    for node in nodes:
+        facts = report.facts.get(node.name, {}).get("ddpctl_node")
+        if not facts:
+            raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
+        out.append(
+            replace(
+                node,
+                cpus=cpus.get(node.name, node.cpus),
+                workdir=facts["workdir"],
+                python=facts["python"],
+                env_file=facts["env_file"],
+                bundle_dir=facts["bundle_dir"],
+                gpus=int(facts.get("gpus", node.gpus)),
+            )
+        )
+    return out
