@@ -8,6 +8,8 @@
     port = 29500
     python = "/opt/venv/bin/python"
     inventory = "hosts.ini"   # --provider onprem
+    region = "us-west-2"      # --provider aws (also: az, instance_type, volume_gb, ami, spot,
+                              # ssh_cidr, vpc_id, subnet_id, ssh_user, private_ip)
 
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
@@ -27,7 +29,10 @@ from typing import Any
 
 from ddpctl.infra.errors import UsageError
 
-CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory"}
+CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory",
+                # aws
+                "region", "az", "instance_type", "volume_gb", "ami", "spot", "ssh_cidr", "vpc_id", "subnet_id",
+                "ssh_user", "private_ip", "configure", "down_on_failure"}  # fmt: skip
 RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env"}
 
 
@@ -45,7 +50,8 @@ def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
     run = _section(data.get("run", {}), RUN_KEYS, "run", path)
     # A run that brings its own cluster up takes the cluster's defaults too.
     run_defaults = {k: v for k, v in cluster.items() if k in RUN_KEYS} | run
-    return {"up": cluster, "run": run_defaults, "down": _only(cluster, {"name"}), "status": _only(cluster, {"name"})}
+    down = _only(cluster, {"name", "region"})
+    return {"up": cluster, "run": run_defaults, "down": down, "status": _only(cluster, {"name"}), "check": _only(cluster, {"name"})}
 
 
 def _section(section: dict[str, Any], allowed: set[str], title: str, path: Path) -> dict[str, Any]:
