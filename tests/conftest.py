@@ -57,6 +57,7 @@ TESTBED_NEEDS = ("ip", "unshare", "/usr/sbin/sshd", "ssh", "ssh-keygen")
 
 
 class Testbed:
+    __test__ = False  # not a test class
     """N nodes (node0.. at 10.77.0.10+i) reachable over SSH with the testbed's key and known_hosts."""
 
     def __init__(self, root: Path, n: int) -> None:

@@ -1,0 +1,176 @@
+"""The on-prem provider on the test cluster: real sshd, real Ansible over SSH, torchrun over SSH."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Testbed, ddpctl, tree
+
+pytestmark = pytest.mark.slow
+
+VENV_PYTHON = str(Path(sys.executable))
+GROUP_VARS = {
+    # the nodes are air-gapped and share this machine's filesystem: verify the controller's venv
+    "python_env_mode": "existing",
+    "python_env_path": str(Path(sys.executable).parent.parent),
+    "ssh_mesh_host_key_file": "{{ ddpctl_node_dir }}/ssh_host_ed25519_key.pub",
+    # the nodes share this machine's root: keep the host's name, /root/.ssh and pyenv shims out of it
+    "ansible_python_interpreter": "/usr/bin/python3",
+    "common_hostname_file": "{{ ddpctl_node_dir }}/hostname",
+    "ssh_mesh_ssh_dir": "{{ ddpctl_node_dir }}/home/.ssh",
+}
+
+
+def run_procs(testbed: Testbed, node: str) -> list[str]:
+    """Command lines of torchrun/python processes inside ``node``'s namespace."""
+    found = []
+    for pid in testbed.netns_pids(node):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and ("torch" in cmd or "python" in cmd):
+            found.append(f"{pid}: {cmd}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
+    """`ddpctl up --provider onprem` on the 3-node test cluster, `down` at the end."""
+    tmp = tmp_path_factory.mktemp("onprem")
+    home = tmp / "home"
+    env = {"DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp / "ansible-home")}
+    inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
+    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=_env(env), timeout=600)
+    assert up.returncode == 0, up.stderr
+    yield {"env": env, "home": home, "inventory": inventory, "up": up, "tmp": tmp}
+    down = ddpctl("down", env=_env(env))
+    assert down.returncode == 0, down.stderr
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    import os
+
+    return {**os.environ, **extra}
+
+
+def test_up_records_the_configured_nodes(onprem, testbed: Testbed) -> None:
+    cluster = json.loads(onprem["up"].stdout)["cluster"]
+    assert cluster["status"] == "up"
+    assert [n["name"] for n in cluster["nodes"]] == ["node0", "node1", "node2"]
+    assert [n["host"] for n in cluster["nodes"]] == ["10.77.0.10", "10.77.0.11", "10.77.0.12"]
+    for node in cluster["nodes"]:
+        assert Path(node["env_file"]).is_file()
+        assert Path(node["bundle_dir"], "mnist.py").is_file()
+    # progress was per task with each host's outcome, not Ansible's raw output
+    assert re.search(r"node0 (ok|changed), node1 (ok|changed), node2 (ok|changed)", onprem["up"].stderr)
+    key_dir = onprem["home"] / "clusters" / "default" / "keys"
+    assert any(p.stat().st_mode & 0o777 == 0o600 for p in key_dir.iterdir())
+
+
+def test_message_passing_across_three_namespaces(onprem) -> None:
+    result = ddpctl("run", "message-passing", "--nodes", "3", env=_env(onprem["env"]), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in (1, 2):
+        assert f"[node{rank} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
+    assert result.stdout.count("all_reduce OK (6.0 == 6.0)") == 3
+
+
+def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> None:
+    script = tmp_path / "show_env.py"
+    script.write_text(
+        "import os, socket\n"
+        "print('ENV', socket.gethostname(), os.environ.get('NCCL_SOCKET_IFNAME'), os.environ.get('GLOO_SOCKET_IFNAME'),"
+        " os.environ.get('NCCL_DEBUG'), os.environ.get('MASTER_ADDR'), flush=True)\n"
+    )
+    result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem["env"]), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for i in range(3):
+        assert f"[node{i} r{i}] ENV node{i} ddp0 ddp0 WARN 10.77.0.10" in result.stdout
+
+
+def test_mnist_two_nodes_over_ssh(onprem) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "2", env=_env(onprem["env"]), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
+    assert accuracies and accuracies[-1] >= 90.0, result.stdout
+
+
+def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "3", "--run-id", "sshkill", "--", "--epochs", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    try:
+        victim = None
+        deadline = time.monotonic() + 180
+        while victim is None and time.monotonic() < deadline:
+            for entry in run_procs(testbed, "node1"):
+                if "mnist.py" in entry and "torch.distributed.run" not in entry:
+                    victim = int(entry.split(":")[0])
+            time.sleep(0.5)
+        assert victim, "no worker started on node1"
+        time.sleep(4)  # let it get into training
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=60)
+        assert time.monotonic() - killed < 10, "the run was not stopped within 10 s"
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out
+    time.sleep(0.5)
+    for node in ("node0", "node1", "node2"):
+        assert run_procs(testbed, node) == [], f"survivors on {node}"
+
+
+def test_ctrl_c_stops_every_node(onprem, testbed: Testbed) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--", "--epochs", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not any("mnist.py" in p for p in run_procs(testbed, "node1")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    for node in ("node0", "node1"):
+        assert run_procs(testbed, node) == [], f"survivors on {node}"
+
+
+def test_bad_inventories_change_nothing(testbed: Testbed, tmp_path: Path) -> None:
+    env = _env({"DDPCTL_HOME": str(tmp_path / "home"), "ANSIBLE_HOME": str(tmp_path / "ah")})
+    cases = []
+    unreachable = testbed.inventory(tmp_path / "unreachable.ini", **GROUP_VARS)
+    text = unreachable.read_text().replace("node2 ansible_host=10.77.0.12", "node2 ansible_host=10.77.0.1")
+    unreachable.write_text(text)
+    cases.append((["-i", str(unreachable)], 1, r"cannot reach 1 of 3 host\(s\) over SSH, nothing was changed: node2 "))
+    wrong_user = testbed.inventory(tmp_path / "user.ini", **GROUP_VARS)
+    wrong_user.write_text(wrong_user.read_text().replace("ansible_user=root", "ansible_user=nobody"))
+    cases.append((["-i", str(wrong_user)], 1, r"cannot reach 3 of 3 .*check ansible_user"))
+    dup = testbed.inventory(tmp_path / "dup.ini", **GROUP_VARS)
+    dup.write_text(dup.read_text().replace("node2 ansible_host=10.77.0.12", "node2 ansible_host=10.77.0.10"))
+    cases.append((["-i", str(dup)], 2, r"hosts 'node0' and 'node2' are both 10.77.0.10:22"))
+    three = testbed.inventory(tmp_path / "three.ini", **GROUP_VARS)
+    cases.append((["-i", str(three), "--nodes", "4"], 2, r"--nodes 4 but .* lists 3 host\(s\)"))
+    cases.append((["-i", str(tmp_path / "missing.ini")], 2, r"missing.ini"))
+    for args, code, pattern in cases:
+        result = ddpctl("up", "--provider", "onprem", *args, env=env, timeout=120)
+        assert result.returncode == code, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert re.search(pattern, lines[-1]), (args, result.stderr)
+        assert lines[-1].startswith("Error: ")
+        assert tree(tmp_path / "home" / "clusters") == []

@@ -1,0 +1,371 @@
+"""playbooks/site.yml on the 3-node test cluster, run the way an admin would run it by hand:
+
+    ANSIBLE_CONFIG=ansible.cfg ansible-playbook -i INVENTORY playbooks/site.yml
+
+The nodes are air-gapped network namespaces that share this machine's filesystem, so every per-node
+path is a variable under the node's own dir (``ddpctl_node_dir``) and the Python env is the
+controller's own venv (``python_env_mode=existing``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from conftest import REPO, TESTBED_DIR
+
+if TYPE_CHECKING:  # imported by name, pytest would try to collect the class as tests
+    from conftest import Testbed
+
+VENV = Path(sys.prefix)  # the venv running the tests: ansible, ansible-lint and torch
+VENV_BIN = VENV / "bin"
+NODES = ["node0", "node1", "node2"]
+ADDRESSES = {"node0": "10.77.0.10", "node1": "10.77.0.11", "node2": "10.77.0.12"}
+BUNDLE_EXCLUDE = (".pyc", ".pyo")  # and .gitignore: the bundle role's default bundle_exclude
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)",
+    re.MULTILINE,
+)
+# What each node gets in the test cluster; everything the roles write on a node lands here.
+NODE_ARTIFACTS = (
+    "home/.ssh",
+    "training",
+    "work",
+    "ansible-tmp",
+    "venv",
+    "wheels",
+    "ddpctl.env",
+    "explicit.env",
+    "hostname",
+)
+
+
+def ansible_env(tmp: Path) -> dict[str, str]:
+    """The environment an admin's shell would have: the repo's ansible.cfg, nothing in ~/.ansible."""
+    return {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-local"),
+        # tests/testbed/down.sh closes the SSH control masters it finds here
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(TESTBED_DIR / "ansible-cp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+    }
+
+
+def playbook(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), *args],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def recap(result: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    text = result.stdout.split("PLAY RECAP", 1)[-1]
+    return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"} for m in RECAP.finditer(text)}
+
+
+def show(result: subprocess.CompletedProcess) -> str:
+    return f"rc {result.returncode}\n--- stdout (tail)\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-3000:]}"
+
+
+def clean_nodes(testbed: Testbed) -> None:
+    for node in NODES:
+        for rel in NODE_ARTIFACTS:
+            path = testbed.node_dir(node) / rel
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+
+
+def inventory_vars(tmp: Path) -> dict[str, str]:
+    """Group vars for the test cluster: per-node paths under each node's dir, the air-gapped env."""
+    return {
+        "ansible_python_interpreter": "/usr/bin/python3",  # root's PATH on the nodes starts with pyenv shims
+        "common_hostname_file": "{{ ddpctl_node_dir }}/hostname",
+        "ssh_mesh_ssh_dir": "{{ ddpctl_node_dir }}/home/.ssh",
+        "ssh_mesh_host_key_file": "{{ ddpctl_node_dir }}/ssh_host_ed25519_key.pub",
+        "ssh_mesh_controller_key_dir": str(tmp / "keys"),
+        "python_env_mode": "existing",
+        "python_env_path": str(VENV),
+        "bundle_extra_files": f'["{tmp / "user" / "my_train.py"}"]',
+    }
+
+
+def repo_bundle() -> dict[str, str]:
+    """sha256 of every file of the repo's training/ that the bundle carries, by relative path."""
+    root = REPO / "training"
+    sums = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix not in BUNDLE_EXCLUDE and path.name != ".gitignore":
+            sums[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return sums
+
+
+def node_sums(testbed: Testbed, node: str, directory: Path, names: list[str]) -> dict[str, str]:
+    quoted = " ".join(f"'{n}'" for n in names)
+    out = testbed.ssh(node, f"cd '{directory}' && sha256sum -- {quoted}")
+    assert out.returncode == 0, out.stderr
+    return {line.split(None, 1)[1].strip(): line.split()[0] for line in out.stdout.splitlines()}
+
+
+def fake_wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A minimal pure-Python wheel: pip installs it offline like the real one."""
+    dist = f"{name}-{version.split('+')[0]}"
+    entries = dict(files)
+    entries[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    entries[f"{dist}.dist-info/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: ddpctl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = []
+    for path, text in entries.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    entries[f"{dist}.dist-info/RECORD"] = "\n".join([*record, f"{dist}.dist-info/RECORD,,"]) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in entries.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def site(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
+    """site.yml run twice with the same inventory (the idempotence check), as an admin would."""
+    tmp = tmp_path_factory.mktemp("playbooks")
+    (tmp / "user").mkdir()
+    (tmp / "user" / "my_train.py").write_text('print("the user\'s own training script")\n')
+    inventory = testbed.inventory(tmp / "hosts.ini", **inventory_vars(tmp))
+    env = ansible_env(tmp)
+    clean_nodes(testbed)
+    bundle = repo_bundle()  # training/ as the play copies it (the repo may be edited meanwhile)
+    runs, seconds = [], []
+    for _ in range(2):
+        start = time.monotonic()
+        runs.append(playbook(env, "-i", str(inventory), "playbooks/site.yml"))
+        seconds.append(time.monotonic() - start)
+        if runs[-1].returncode != 0:
+            break
+    print("\nsite.yml on 3 nodes: " + ", ".join(f"run {i + 1} {s:.1f} s" for i, s in enumerate(seconds)))
+    yield {"tmp": tmp, "inventory": inventory, "env": env, "runs": runs, "seconds": seconds, "bundle": bundle}
+    clean_nodes(testbed)
+
+
+def test_ansible_lint_production_profile(tmp_path: Path) -> None:
+    lint = VENV_BIN / "ansible-lint"
+    assert lint.exists(), f"{lint} missing: install the test extra (pip install -e '.[test]')"
+    result = subprocess.run(
+        [str(lint), "--offline", "--profile", "production", "--nocolor"],
+        check=False,
+        cwd=REPO,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Profile 'production' was required, and it passed" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_site_converges_then_changes_nothing(site) -> None:
+    first, *rest = site["runs"]
+    assert first.returncode == 0, show(first)
+    stats = recap(first)
+    assert sorted(stats) == NODES
+    assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
+    assert all(s["changed"] > 0 for s in stats.values()), stats  # it really did something
+    assert rest, "no second run"
+    second = rest[0]
+    assert second.returncode == 0, show(second)
+    stats = recap(second)
+    assert sorted(stats) == NODES
+    assert {h: s["changed"] for h, s in stats.items()} == {h: 0 for h in NODES}, show(second)
+
+
+@pytest.mark.slow
+def test_hosts_file_and_host_name(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    want = [f"{ADDRESSES[n]} {n}" for n in NODES]
+    for node in NODES:
+        hosts = testbed.ssh(node, "cat /etc/hosts").stdout
+        block = re.search(r"# BEGIN ddpctl cluster nodes.*?\n(.*?)# END ddpctl cluster nodes", hosts, re.DOTALL)
+        assert block, hosts
+        assert block.group(1).splitlines() == want
+        assert hosts.count("# BEGIN ddpctl cluster nodes") == 1  # nodes share one file: one block
+        assert testbed.ssh(node, "hostname").stdout.strip() == node
+        assert (testbed.node_dir(node) / "hostname").read_text() == f"{node}\n"
+
+
+@pytest.mark.slow
+def test_node_to_node_ssh_with_the_cluster_key_and_strict_host_keys(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    for src, dst in [("node0", "node1"), ("node2", "node0"), ("node1", "10.77.0.12")]:
+        config = testbed.node_dir(src) / "home" / ".ssh" / "config"
+        out = testbed.ssh(src, f"ssh -F {config} {dst} hostname")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == (dst if dst.startswith("node") else "node2")
+    config = (testbed.node_dir("node0") / "home" / ".ssh" / "config").read_text()
+    assert "StrictHostKeyChecking yes" in config and "StrictHostKeyChecking no" not in config
+    # strict for real: without the node's known_hosts entries the same connection is refused
+    out = testbed.ssh(
+        "node0", f"ssh -F {testbed.node_dir('node0')}/home/.ssh/config -o UserKnownHostsFile=/dev/null node1 true"
+    )
+    assert out.returncode != 0 and "Host key verification failed" in out.stderr, out.stderr
+    # the known_hosts entries are the nodes' real host keys, by name and by address
+    known = (testbed.node_dir("node1") / "home" / ".ssh" / "ddpctl_known_hosts").read_text()
+    for node in NODES:
+        key = " ".join((testbed.node_dir(node) / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+        assert f"{node},{ADDRESSES[node]} {key}" in known
+
+
+@pytest.mark.slow
+def test_cluster_key_on_every_node(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    controller_key = site["tmp"] / "keys" / "id_ddpctl"
+    assert controller_key.stat().st_mode & 0o777 == 0o600
+    public = (site["tmp"] / "keys" / "id_ddpctl.pub").read_text().strip()
+    for node in NODES:
+        ssh_dir = testbed.node_dir(node) / "home" / ".ssh"
+        out = testbed.ssh(node, f"stat -c %a {ssh_dir} {ssh_dir}/id_ddpctl {ssh_dir}/authorized_keys")
+        assert out.stdout.split() == ["700", "600", "600"], out
+        assert (ssh_dir / "id_ddpctl").read_bytes() == controller_key.read_bytes()
+        assert public in (ssh_dir / "authorized_keys").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_env_file_names_the_interface_to_the_master(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    for node in NODES:  # node0 is the master: its own address routes via lo, the file must say ddp0
+        env_file = testbed.node_dir(node) / "ddpctl.env"
+        lines = [line for line in env_file.read_text().splitlines() if line and not line.startswith("#")]
+        assert sorted(lines) == ["GLOO_SOCKET_IFNAME=ddp0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=ddp0"]
+        out = testbed.ssh(
+            node, f"set -a; . {env_file}; set +a; sh -c 'echo $NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME $NCCL_DEBUG'"
+        )
+        assert out.stdout.split() == ["ddp0", "ddp0", "WARN"], out
+
+
+@pytest.mark.slow
+def test_bundle_matches_the_repo(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    want = dict(site["bundle"])
+    assert "mnist.py" in want and "mingpt/model.py" in want
+    user_script = site["tmp"] / "user" / "my_train.py"
+    want["my_train.py"] = hashlib.sha256(user_script.read_bytes()).hexdigest()
+    for node in NODES:
+        bundle = testbed.node_dir(node) / "training"
+        assert node_sums(testbed, node, bundle, sorted(want)) == want
+        manifest = testbed.ssh(node, f"cd {bundle} && sha256sum --check --strict --quiet SHA256SUMS")
+        assert manifest.returncode == 0, manifest.stdout + manifest.stderr
+
+
+@pytest.mark.slow
+def test_nvidia_found_no_gpu_and_installed_nothing(site) -> None:
+    out = site["runs"][0].stdout
+    for node in NODES:
+        assert re.search(rf'ok: \[{node}\] => \{{\s*"msg": "no NVIDIA GPU found; nothing to install"', out), out
+    assert "TASK [nvidia : Check the platform]" not in out  # the install tasks were not even included
+    assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
+
+
+@pytest.mark.slow
+def test_explicit_socket_ifname_wins_and_debug_is_checked(site, testbed: Testbed) -> None:
+    assert site["runs"][0].returncode == 0
+    args = ["-i", str(site["inventory"]), "playbooks/site.yml", "--tags", "nccl_env",
+            "-e", "nccl_env_file={{ ddpctl_node_dir }}/explicit.env"]  # fmt: skip
+    result = playbook(site["env"], *args, "-e", "nccl_env_socket_ifname=eth9", "-e", "nccl_env_debug=INFO")
+    assert result.returncode == 0, show(result)
+    for node in NODES:
+        text = (testbed.node_dir(node) / "explicit.env").read_text()
+        assert "NCCL_SOCKET_IFNAME=eth9\n" in text and "GLOO_SOCKET_IFNAME=eth9\n" in text
+        assert "NCCL_DEBUG=INFO\n" in text
+        assert "NCCL_SOCKET_IFNAME=ddp0\n" in (testbed.node_dir(node) / "ddpctl.env").read_text()
+    bad = playbook(site["env"], *args, "-e", "nccl_env_debug=LOUD")
+    assert bad.returncode != 0
+    assert "nccl_env_debug must be one of: VERSION, WARN, INFO, TRACE, got: LOUD" in bad.stdout, show(bad)
+
+
+@pytest.mark.slow
+def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
+    """--check of the nvidia role with its install path forced on GPU-less, offline nodes.
+
+    node1 also gets a fake PCI tree with one NVIDIA 3D controller (and its audio function, which
+    is not a GPU) to show detection itself."""
+    assert site["runs"][0].returncode == 0
+    tmp = site["tmp"] / "check"
+    (tmp / "host_vars").mkdir(parents=True)
+    pci = tmp / "pci"
+    for addr, vendor, cls in [("0000:00:02.0", "0x1234", "0x030000"), ("0000:65:00.0", "0x10de", "0x030200"),
+                              ("0000:65:00.1", "0x10de", "0x040300")]:  # fmt: skip
+        (pci / addr).mkdir(parents=True)
+        (pci / addr / "vendor").write_text(vendor + "\n")
+        (pci / addr / "class").write_text(cls + "\n")
+    (tmp / "host_vars" / "node1.yml").write_text(f"nvidia_pci_devices_dir: {pci}\n")
+    inventory = testbed.inventory(tmp / "hosts.ini", **inventory_vars(site["tmp"]))
+    args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
+    result = playbook(site["env"], *args, "-e", "nvidia_force_install=true")
+    assert result.returncode == 0, show(result)
+    out = result.stdout
+    assert all(s["failed"] == 0 for s in recap(result).values())
+    assert re.search(r'ok: \[node1\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:65:00.0"', out), out
+    for node in ("node0", "node2"):
+        assert re.search(rf'ok: \[{node}\] => \{{\s*"msg": "no NVIDIA GPU found; installing anyway', out), out
+    for node in NODES:
+        would_install = (
+            rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install cuda-drivers-580, cuda-libraries-13-0'
+        )
+        assert re.search(would_install, out), out
+    # check mode changed nothing (the nodes share this machine's /etc)
+    assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
+    assert not Path("/etc/apt/keyrings/ddpctl-cuda-archive-keyring.asc").exists()
+
+
+@pytest.mark.slow
+def test_python_env_wheels_mode_installs_offline(site, testbed: Testbed) -> None:
+    """python_env_mode=wheels on an air-gapped node: a new venv, pip --no-index from pushed wheels.
+
+    The wheels are tiny stand-ins named torch 2.14.1+cpu and torchvision 0.29.1 (the real ones are
+    gigabytes); what is tested is the role's path: venv, copy, offline pip, version check, rerun."""
+    assert site["runs"][0].returncode == 0
+    tmp = site["tmp"] / "wheels-mode"
+    wheels = tmp / "wheels"
+    wheels.mkdir(parents=True)
+    fake_wheel(wheels, "torch", "2.14.1+cpu", {"torch/__init__.py": "from . import version\n__version__ = '2.14.1+cpu'\n",
+                                                "torch/version.py": "cuda = None\n"})  # fmt: skip
+    fake_wheel(wheels, "torchvision", "0.29.1", {"torchvision/__init__.py": "__version__ = '0.29.1'\n"})
+    group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "wheels", "python_env_wheel_dir": str(wheels),
+                  "python_env_path": "{{ ddpctl_node_dir }}/venv", "python_env_wheel_dest": "{{ ddpctl_node_dir }}/wheels"}  # fmt: skip
+    inventory = testbed.inventory(tmp / "hosts.ini", n=1, **group_vars)
+    args = ["-i", str(inventory), "playbooks/site.yml", "--tags", "python_env"]
+    first = playbook(site["env"], *args)
+    assert first.returncode == 0, show(first)
+    assert recap(first)["node0"]["changed"] > 0
+    venv_python = testbed.node_dir("node0") / "venv" / "bin" / "python"
+    out = testbed.ssh(
+        "node0", f"{venv_python} -c 'import torch, torchvision; print(torch.__version__, torchvision.__version__)'"
+    )
+    assert out.stdout.split() == ["2.14.1+cpu", "0.29.1"], out
+    second = playbook(site["env"], *args)
+    assert second.returncode == 0, show(second)
+    assert recap(second)["node0"]["changed"] == 0, show(second)
