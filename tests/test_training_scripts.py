@@ -33,10 +33,12 @@ def torchrun(script, *args, nproc=2, timeout=120):
     return proc.stdout
 
 
-def test_gpt_is_causal():
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_gpt_is_causal(attention):
     m = load_module("mingpt_model", TRAINING / "mingpt" / "model.py")
     torch.manual_seed(0)
-    model = m.GPT(m.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0), vocab_size=11).eval()
+    cfg = m.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0, attention=attention)
+    model = m.GPT(cfg, vocab_size=11).eval()
     idx = torch.randint(0, 11, (2, 16))
     with torch.no_grad():
         logits = model(idx)

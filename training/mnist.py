@@ -7,6 +7,7 @@ Run by hand (2 processes on this machine; add --nnodes/--rdzv-endpoint for sever
 Data: torchvision's MNIST in --data-dir (60,000 train, the 10,000 test images held out),
 downloaded on first use. Without network access (or with --no-download) it falls back to the
 real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out.
+Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in trainer.py.
 """
 import gzip
 import os
@@ -23,7 +24,7 @@ from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
 from torchvision import datasets, transforms
 
-from trainer import Trainer, ddp_setup, default_snapshot_path, parse_config
+from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = HERE / "data" / "mnist"
@@ -132,7 +133,7 @@ def evaluate(model, images, labels, device):
 
 
 def main():
-    (cfg,) = parse_config(Config())
+    cfg, speed = parse_config(Config(), SpeedConfig())
     device = ddp_setup()
     torch.manual_seed(cfg.seed)
     train_x, train_y, heldout_x, heldout_y = load_mnist(cfg, device)
@@ -151,7 +152,7 @@ def main():
     trainer = Trainer(model, TensorDataset(normalize(train_x), train_y), optimizer, F.nll_loss, device,
                       batch_size=cfg.batch_size, epochs=cfg.epochs, save_every=cfg.save_every,
                       snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
-                      scheduler=scheduler, on_epoch_end=report)
+                      scheduler=scheduler, on_epoch_end=report, speed=speed)
     trainer.train()
     dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()

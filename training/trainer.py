@@ -5,24 +5,35 @@ Not run on its own: mnist.py and mingpt/main.py import it (`from trainer import 
     torchrun --standalone --nproc-per-node 2 training/mnist.py
 
 A snapshot holds everything needed to pick up where a run stopped (a crashed node, a torchrun
-restart, a re-launched job): {"model", "optimizer", "scheduler", "epoch" (epochs completed),
-"step" (optimizer steps taken), "rng"}. Global rank 0 writes it atomically; on start-up rank 0
-reads it and broadcasts it, so every rank resumes from the same point.
+restart, a re-launched job): {"model", "optimizer", "scheduler", "scaler", "epoch" (epochs
+completed), "step" (optimizer steps taken), "rng"}. Global rank 0 writes it atomically; on start-up
+rank 0 reads it and broadcasts it, so every rank resumes from the same point.
+
+The fast path (SpeedConfig; every field is a flag of the jobs) is on by default with CUDA: bf16
+autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile, TF32, the
+training set kept on the GPU with batches gathered there (in DistributedSampler's order), and
+channels-last image batches. On the CPU the defaults give the plain fp32 eager path, with batches
+gathered straight from the in-memory dataset.
 """
 import argparse
+import contextlib
 import dataclasses
 import os
+import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
-def ddp_setup() -> torch.device:
-    """Join the process group described by torchrun's LOCAL_RANK, RANK and WORLD_SIZE; return this rank's device."""
+def ddp_setup(device_type=None) -> torch.device:
+    """Join the process group described by torchrun's LOCAL_RANK, RANK and WORLD_SIZE; return this rank's device.
+
+    device_type None: CUDA (nccl) when available, else CPU (gloo); "cpu" forces gloo on the CPU.
+    """
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if torch.cuda.is_available():
+    if device_type in (None, "cuda") and torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
@@ -37,16 +48,35 @@ def default_snapshot_path(job: str) -> str:
     return os.path.join(os.environ.get("DDPCTL_SHARED_DIR") or ".", f"{job}_snapshot.pt")
 
 
+@dataclasses.dataclass
+class SpeedConfig:
+    """How the Trainer runs; None means auto: on with CUDA, off on the CPU (except device_data)."""
+    precision: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "bf16", "fp16", "fp32")})
+    # auto: bf16 autocast where the GPU has bf16 (A100, H100, L4...), fp16 autocast + GradScaler on older
+    # GPUs (V100, T4), fp32 on the CPU
+    compile: bool | None = None  # torch.compile the model (the first steps compile: reported once)
+    cuda_graphs: bool = False  # compile with mode="reduce-overhead" (CUDA graphs): small, launch-bound models
+    device_data: bool | None = dataclasses.field(default=None, metadata={
+        "help": "default: auto (on where batches can be gathered by index; on a GPU, if the data fits)"})
+    # keep the training set on the device and gather each batch there
+    channels_last: bool | None = None  # image batches (N, C, H, W) and the model in channels-last layout
+    workers: int = 0  # DataLoader worker processes, when batches come from a DataLoader
+    tf32: bool = True  # TF32 for the fp32 matmuls and convolutions left on GPUs that have it
+
+
 def parse_config(*configs):
     """Turn every field of the given dataclass instances into a flag (n_layer -> --n-layer) and apply argv."""
     parser = argparse.ArgumentParser()
     for cfg in configs:
         for f in dataclasses.fields(cfg):
             flag, default = "--" + f.name.replace("_", "-"), getattr(cfg, f.name)
-            if f.type is bool:
-                parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            if f.type in (bool, bool | None):
+                auto = "default: auto (on with CUDA)" if default is None else None
+                parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                    help=f.metadata.get("help", auto))
             else:
-                parser.add_argument(flag, type=f.type, default=default, help="default: %(default)s")
+                parser.add_argument(flag, type=f.type, default=default, choices=f.metadata.get("choices"),
+                                    help="default: %(default)s")
     args = parser.parse_args()
     for cfg in configs:
         for f in dataclasses.fields(cfg):
@@ -54,22 +84,95 @@ def parse_config(*configs):
     return configs
 
 
+def resolve_speed(speed, device, dataset=None):
+    """A copy of speed with every auto setting decided for this device (and dataset)."""
+    cuda = device.type == "cuda"
+    s = dataclasses.replace(speed)
+    if s.precision == "auto":
+        s.precision = ("bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16") if cuda else "fp32"
+    s.compile = (cuda if s.compile is None else s.compile) or s.cuda_graphs
+    s.channels_last = cuda if s.channels_last is None else s.channels_last
+    s.tf32 = s.tf32 and cuda
+    size = device_nbytes(dataset)
+    if size is None:  # batches can't be gathered by index: a DataLoader it is
+        s.device_data = False
+    elif s.device_data is None:  # on a GPU, only when it takes under a quarter of the free memory
+        s.device_data = not cuda or size < 0.25 * torch.cuda.mem_get_info(device)[0]
+    return s
+
+
+def device_nbytes(dataset):
+    """Bytes a device copy of the dataset takes; None where batches can't be gathered by index (DeviceBatches)."""
+    if isinstance(dataset, TensorDataset):
+        return sum(t.nbytes for t in dataset.tensors)
+    if all(hasattr(dataset, a) for a in ("nbytes", "to", "gather")):
+        return dataset.nbytes
+    return None
+
+
+class DeviceBatches:
+    """Batches gathered by index from a copy of the dataset on the device: no worker processes, no per-sample
+    Python, no host-to-device copies. The order is the sampler's (a DistributedSampler: this rank's shard,
+    reshuffled by set_epoch), so a run sees exactly the batches a DataLoader over the same sampler gives.
+
+    The dataset is a TensorDataset, or has `nbytes`, `to(device)` (a copy there) and `gather(indices)` (the
+    collated batch for a 1-D index tensor on that device), as mingpt's CharDataset does.
+    """
+
+    def __init__(self, dataset, batch_size, sampler, device):
+        self.batch_size, self.sampler, self.device = batch_size, sampler, device
+        if isinstance(dataset, TensorDataset):
+            tensors = [t.to(device) for t in dataset.tensors]
+            self.gather = lambda idx: tuple(t[idx] for t in tensors)
+        else:
+            self.gather = dataset.to(device).gather
+
+    def __len__(self):
+        return -(-len(self.sampler) // self.batch_size)
+
+    def __iter__(self):
+        order = torch.tensor(list(self.sampler), dtype=torch.long).to(self.device)  # one copy per epoch
+        for idx in order.split(self.batch_size):
+            yield self.gather(idx)
+
+
 class Trainer:
     def __init__(self, model, dataset, optimizer, loss_fn, device, *, batch_size, epochs, snapshot_path,
-                 save_every=1, scheduler=None, grad_clip=0.0, max_steps=0, log_every=0, on_epoch_end=None):
+                 save_every=1, scheduler=None, grad_clip=0.0, max_steps=0, log_every=0, on_epoch_end=None,
+                 speed=None):
         self.rank, self.device = dist.get_rank(), device
         self.optimizer, self.scheduler, self.loss_fn = optimizer, scheduler, loss_fn
         self.epochs, self.max_steps, self.grad_clip = epochs, max_steps, grad_clip
         self.save_every, self.log_every, self.on_epoch_end = save_every, log_every, on_epoch_end
         self.snapshot_path = snapshot_path
+        self.speed = speed = resolve_speed(speed or SpeedConfig(), device, dataset)
+        if speed.tf32:
+            torch.set_float32_matmul_precision("high")
+            torch.backends.cudnn.allow_tf32 = True
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(speed.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler(device.type, enabled=speed.precision == "fp16")  # fp16 needs loss scaling
         self.sampler = DistributedSampler(dataset)  # a different shard per rank, reshuffled by set_epoch()
-        self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler,
-                                 pin_memory=device.type == "cuda")
+        if speed.device_data:
+            self.loader = DeviceBatches(dataset, batch_size, self.sampler, device)
+        else:
+            self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler,
+                                     pin_memory=device.type == "cuda", num_workers=speed.workers,
+                                     persistent_workers=speed.workers > 0)
         self.epochs_run, self.step = 0, 0
-        self.model = model.to(device)
+        self.raw_model = model.to(device)  # uncompiled, unwrapped: what snapshots hold (no "_orig_mod." keys)
+        if speed.channels_last:
+            self.raw_model.to(memory_format=torch.channels_last)
         self._load_snapshot()
         self._saved_at = (self.epochs_run, self.step)
-        self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.compile_seconds, model = None, self.raw_model
+        if speed.compile:  # compile, then wrap in DDP (as nanoGPT does): DDP's buckets split the graph
+            if dist.get_world_size() == 1:  # nothing to overlap with the backward: one graph, fewer launches
+                torch._dynamo.config.optimize_ddp = False
+            model = torch.compile(self.raw_model, mode="reduce-overhead" if speed.cuda_graphs else None, dynamic=False)
+        # gradient_as_bucket_view: the grads live in DDP's all-reduce buckets, no copy in and out each step
+        self.model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                         gradient_as_bucket_view=True)
 
     def _load_snapshot(self):
         # Only rank 0 reads the file and broadcasts it, so a node-local snapshot still resumes every rank.
@@ -80,10 +183,12 @@ class Trainer:
         snapshot = box[0]
         if snapshot is None:
             return
-        self.model.load_state_dict(snapshot["model"])
+        self.raw_model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in snapshot["model"].items()})
         self.optimizer.load_state_dict(snapshot["optimizer"])
         if self.scheduler is not None and snapshot["scheduler"] is not None:
             self.scheduler.load_state_dict(snapshot["scheduler"])
+        if self.scaler.is_enabled() and snapshot.get("scaler"):
+            self.scaler.load_state_dict(snapshot["scaler"])
         self.epochs_run, self.step = snapshot["epoch"], snapshot["step"]
         torch.set_rng_state(snapshot["rng"]["torch"])
         if torch.cuda.is_available() and "cuda" in snapshot["rng"]:
@@ -93,12 +198,30 @@ class Trainer:
 
     def _run_batch(self, source, targets):
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(source), targets)
-        loss.backward()
+        if self.speed.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with self.autocast():
+            loss = self.loss_fn(self.model(source), targets)
+        self.scaler.scale(loss).backward()  # the scaler is a no-op unless fp16
         if self.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss.detach()
+
+    def _timed_first_batch(self, source, targets):
+        """The first step of a compiled model, which compiles it: timed and reported once."""
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        loss = self._run_batch(source, targets)
+        sync()
+        self.compile_seconds = time.perf_counter() - start
+        if self.rank == 0:
+            print(f"torch.compile: first step took {self.compile_seconds:.1f} s (compiling; --no-compile skips it)",
+                  flush=True)
+        return loss
 
     def _run_epoch(self, epoch):
         """Train one epoch (or until max_steps); return the mean training loss over all ranks."""
@@ -106,7 +229,12 @@ class Trainer:
         self.model.train()
         total, batches = torch.zeros((), device=self.device), 0
         for source, targets in self.loader:
-            loss = self._run_batch(source.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True))
+            source = source.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            if self.speed.channels_last and source.dim() == 4:
+                source = source.contiguous(memory_format=torch.channels_last)
+            first = self.speed.compile and self.compile_seconds is None
+            loss = (self._timed_first_batch if first else self._run_batch)(source, targets)
             total, batches, self.step = total + loss, batches + 1, self.step + 1
             if self.rank == 0 and self.log_every and (self.step == 1 or self.step % self.log_every == 0):
                 print(f"step {self.step} | loss {loss.item():.4f}", flush=True)
@@ -126,9 +254,10 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state()
         snapshot = {
-            "model": self.model.module.state_dict(),
+            "model": self.raw_model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "epoch": self.epochs_run,
             "step": self.step,
             "rng": rng,

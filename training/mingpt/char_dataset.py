@@ -1,5 +1,7 @@
 """Character-level dataset: every block_size-long window of a text file, paired with the same
 window shifted one character to the right (the next character at every position)."""
+import copy
+
 import torch
 from torch.utils.data import Dataset
 
@@ -29,3 +31,19 @@ class CharDataset(Dataset):
     def __getitem__(self, i):
         chunk = self.data[i: i + self.block_size + 1]
         return chunk[:-1], chunk[1:]
+
+    # Batches built where the data lives (the Trainer's DeviceBatches): one gather, no per-window Python.
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def to(self, device):
+        """A copy of this dataset with its text on device."""
+        other = copy.copy(self)
+        other.data = self.data.to(device)
+        return other
+
+    def gather(self, idx):
+        """The (x, y) batch of the windows that start at idx (a 1-D index tensor on the data's device)."""
+        rows = self.data[idx.unsqueeze(1) + torch.arange(self.block_size + 1, device=idx.device)]
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()

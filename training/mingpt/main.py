@@ -7,7 +7,8 @@ Run by hand; a tiny model that trains in seconds on CPU:
         --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 32 --max-steps 60
 
 Without the size flags it trains the example's model (8 layers, 8 heads, 512 wide, context 128,
-batch 216 per rank): a job for GPUs. Every config field below is a flag (--data PATH, --lr, ...).
+batch 216 per rank): a job for GPUs. Every config field below is a flag (--data PATH, --lr, ...),
+and so is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-graphs, ...).
 """
 import sys
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 
 from char_dataset import CharDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, ddp_setup, default_snapshot_path, parse_config
+from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 
 @dataclass
@@ -42,12 +43,13 @@ class TrainerConfig:
     seed: int = 0
 
 
-def make_optimizer(model, cfg):
+def make_optimizer(model, cfg, fused=False):
     # Weight decay on matrices and embeddings only, not on biases and LayerNorm gains.
+    # fused: one CUDA kernel for the whole update instead of a few per parameter group.
     params = list(model.parameters())
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused or None)
 
 
 def lm_loss(logits, targets):
@@ -55,7 +57,7 @@ def lm_loss(logits, targets):
 
 
 def main():
-    gpt_cfg, cfg = parse_config(GPTConfig(), TrainerConfig())
+    gpt_cfg, cfg, speed = parse_config(GPTConfig(), TrainerConfig(), SpeedConfig())
     device = ddp_setup()
     torch.manual_seed(cfg.seed)
     dataset = CharDataset(cfg.data, gpt_cfg.block_size, cfg.data_fraction)
@@ -64,7 +66,8 @@ def main():
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{len(dataset.data):,} characters, vocab {dataset.vocab_size}, {n_params / 1e6:.2f}M parameters", flush=True)
 
-    trainer = Trainer(model, dataset, make_optimizer(model, cfg), lm_loss, device,
+    optimizer = make_optimizer(model, cfg, fused=device.type == "cuda")
+    trainer = Trainer(model, dataset, optimizer, lm_loss, device, speed=speed,
                       batch_size=cfg.batch_size, epochs=cfg.epochs, max_steps=cfg.max_steps,
                       save_every=cfg.save_every, grad_clip=cfg.grad_clip, log_every=cfg.log_every,
                       snapshot_path=cfg.snapshot_path or default_snapshot_path("mingpt"))

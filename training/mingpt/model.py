@@ -3,7 +3,8 @@ transformer blocks with causal self-attention, and a linear head over the vocabu
 
 Used by main.py (run that with torchrun); see its docstring.
 """
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -17,24 +18,37 @@ class GPTConfig:
     n_embd: int = 512
     block_size: int = 128  # longest context, in tokens
     dropout: float = 0.1
+    attention: str = field(default="sdpa", metadata={"choices": ("sdpa", "eager")})
+    # sdpa: F.scaled_dot_product_attention (flash kernels); eager: the tutorial's masked softmax(QK^T)V
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         assert config.n_embd % config.n_head == 0, "n_embd must be divisible by n_head"
-        self.n_head, self.dropout = config.n_head, config.dropout
+        self.n_head, self.dropout, self.attention = config.n_head, config.dropout, config.attention
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
         self.resid_drop = nn.Dropout(config.dropout)
+        if config.attention == "eager":
+            self.attn_drop = nn.Dropout(config.dropout)
+            causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+            self.register_buffer("causal", causal, persistent=False)  # not in state_dict: snapshots fit both
+        elif config.attention != "sdpa":
+            raise ValueError(f"attention must be sdpa or eager, not {config.attention!r}")
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        # is_causal=True masks the future: position t attends to positions <= t only.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        # Causal: position t attends to positions <= t only (is_causal=True, or the lower-triangular mask).
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=self.dropout if self.training else 0.0)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.causal[:T, :T], float("-inf"))
+            y = self.attn_drop(F.softmax(att, dim=-1)) @ v
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
