@@ -21,11 +21,6 @@ GROUP_VARS = {
     # the nodes are air-gapped and share this machine's filesystem: verify the controller's venv
     "python_env_mode": "existing",
     "python_env_path": str(Path(sys.executable).parent.parent),
-    "ssh_mesh_host_key_file": "{{ ddpctl_node_dir }}/ssh_host_ed25519_key.pub",
-    # the nodes share this machine's root: keep the host's name, /root/.ssh and pyenv shims out of it
-    "ansible_python_interpreter": "/usr/bin/python3",
-    "common_hostname_file": "{{ ddpctl_node_dir }}/hostname",
-    "ssh_mesh_ssh_dir": "{{ ddpctl_node_dir }}/home/.ssh",
 }
 
 

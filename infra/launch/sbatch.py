@@ -19,6 +19,7 @@ from .plan import DEFAULT_NCCL_DEBUG, RANK_PREFIX_TEMPLATE
 @dataclass(frozen=True)
 class SbatchPlan:
     run_id: str
+    nodes: int
     script: str  # the sbatch script's text
     script_path: str  # where it is written on the login node
     output_dir: str  # per-job and per-node output files live here
@@ -27,7 +28,7 @@ class SbatchPlan:
         return f"{self.output_dir}/ddpctl-{job_id}-{node}.out"
 
     def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "script_path": self.script_path, "output_dir": self.output_dir, "script": self.script}
+        return {"run_id": self.run_id, "nodes": self.nodes, "script_path": self.script_path, "output_dir": self.output_dir, "script": self.script}
 
 
 def plan_sbatch(
@@ -72,6 +73,7 @@ def plan_sbatch(
         "--rdzv-endpoint", '"$DDPCTL_RDZV"',
         "--rdzv-id", '"$SLURM_JOB_ID"',
         "--max-restarts", str(run.max_restarts),
+        "--log-dir", f"{output_dir}/logs/{run.run_id}",
         "--tee", "3",
         "--log-line-prefix-template", RANK_PREFIX_TEMPLATE,
         script, *run.args,
@@ -101,4 +103,4 @@ def plan_sbatch(
         f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + 'exec ' + torchrun_line)}",
     ]
     text = "\n".join(header + [""] + body) + "\n"
-    return SbatchPlan(run.run_id, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)
+    return SbatchPlan(run.run_id, run.nodes, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)

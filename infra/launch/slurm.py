@@ -91,8 +91,8 @@ class SlurmExecutor:
                     if state in ("succeeded", "failed", "cancelled"):
                         break
                     if state == "pending" and time.monotonic() - pending_since > self.pending_timeout_s:
-                        self._run(conn, f"scancel {job_id}", check=False)
                         reason = self._run(conn, f"squeue -h -j {job_id} -o %r", check=False).strip() or "unknown"
+                        self._run(conn, f"scancel {job_id}", check=False)
                         raise DdpctlError(
                             f"Slurm job {job_id} stayed pending for {self.pending_timeout_s:.0f} s ({reason}) and was "
                             "cancelled: ask for fewer nodes or check `sinfo`"
@@ -121,6 +121,11 @@ class SlurmExecutor:
             conn.close()
 
     def submit(self, conn: fabric.Connection, plan: SbatchPlan) -> str:
+        nodes = len(set(self._run(conn, "sinfo -h -N -o %N", check=False).split()))
+        if nodes and plan.nodes > nodes:
+            raise DdpctlError(
+                f"--nodes {plan.nodes} but Slurm on {conn.host} has {nodes} node(s): use --nodes {nodes} or fewer"
+            )
         self._run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
         conn.put(io.StringIO(plan.script), remote=plan.script_path)
         out = self._run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)

@@ -111,11 +111,16 @@ class OnpremProvider:
         return SshExecutor({n.name: _host(n) for n in state.nodes}, sink)
 
 
-def slurm_answers(login: Host) -> bool:
-    """True when the head node runs Slurm's client and its controller answers."""
+def slurm_answers(login: Host, tries: int = 3) -> bool:
+    """True when the head node has Slurm's client and its controller answers (a busy one may be slow)."""
     conn = connect(login)
     try:
-        return conn.run("timeout 10 sinfo -h -o %D", hide=True, warn=True, in_stream=False).ok
+        if not conn.run("command -v sinfo", hide=True, warn=True, in_stream=False).ok:
+            return False
+        for _ in range(tries):
+            if conn.run("timeout 30 sinfo -h -o %D", hide=True, warn=True, in_stream=False).ok:
+                return True
+        return False
     finally:
         conn.close()
 

@@ -1,0 +1,103 @@
+"""On-prem benchmarks on the network-namespace test cluster (root; see tests/testbed/).
+
+    sudo .venv/bin/python bench/onprem.py [--repeat 3]
+
+1. playbooks/site.yml on 3 nodes: the first run against the second (no-op) run, as a ratio
+   (goal: second <= 0.5x first).
+2. launch overhead over SSH: `ddpctl run message-passing --nodes 2` against the same torchrun
+   commands (the plan's own shell lines) typed over plain `ssh`, in the same script (goal <= 1.1x).
+3. `ddpctl check`'s all-reduce bus bandwidth node0<->node1 as a fraction of raw TCP throughput
+   between the same two namespaces, measured in the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from testbed.cluster import Testbed, testbed_down, testbed_up  # noqa: E402
+
+from ddpctl.infra.launch.plan import NodeLaunch  # noqa: E402
+
+VENV = str(Path(sys.executable).parent.parent)
+GROUP_VARS = {"python_env_mode": "existing", "python_env_path": VENV}
+
+TCP_SERVER = "import socket,sys;s=socket.socket();s.bind((sys.argv[1],5299));s.listen(1);c,_=s.accept();n=0\n" \
+             "while True:\n d=c.recv(1<<20)\n if not d: break\n n+=len(d)\nprint(n)"  # fmt: skip
+TCP_CLIENT = "import socket,sys,time;c=socket.create_connection((sys.argv[1],5299));b=b'x'*(1<<20);t=time.perf_counter()\n" \
+             "for _ in range(int(sys.argv[2])): c.sendall(b)\nc.close();print(time.perf_counter()-t)"  # fmt: skip
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def raw_tcp_gbps(tb: Testbed, megabytes: int = 512) -> float:
+    server = subprocess.Popen(["ssh", "-F", str(tb.ssh_config), "node1", f"python3 -c \"{TCP_SERVER}\" 10.77.0.11"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(1.0)
+    out = subprocess.run(["ssh", "-F", str(tb.ssh_config), "node0", f"python3 -c \"{TCP_CLIENT}\" 10.77.0.11 {megabytes}"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    server.wait(timeout=30)
+    return megabytes * 2**20 / float(out.strip()) / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ddpctl-bench-"))
+    env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home"),
+           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+    tb = testbed_up(3)
+    try:
+        inventory = tb.inventory(tmp / "hosts.ini", **GROUP_VARS)
+        playbook = [str(Path(VENV) / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "site.yml")]
+        first, second = timed(playbook, env), timed(playbook, env)
+        print(f"site.yml on 3 nodes: first {first:.1f} s, second (no-op) {second:.1f} s: {second / first:.2f}x")
+
+        ddpctl = [sys.executable, "-m", "ddpctl"]
+        subprocess.run([*ddpctl, "up", "--provider", "onprem", "-i", str(inventory)], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        tool, hand = [], []
+        for i in range(args.repeat):
+            tool.append(timed([*ddpctl, "run", "message-passing", "--nodes", "2"], env))
+            dry = subprocess.run([*ddpctl, "run", "message-passing", "--nodes", "2", "--dry-run", "--json",
+                                  "--run-id", f"hand{i}"], env=env, capture_output=True, text=True, check=True)  # fmt: skip
+            plan = json.loads(dry.stdout)["plan"]
+            start = time.perf_counter()
+            procs = []
+            for node in plan["nodes"]:
+                line = NodeLaunch(**{**node, "argv": tuple(node["argv"]), "uploads": ()}).shell()  # the same line
+                procs.append(subprocess.Popen(["ssh", "-F", str(tb.ssh_config), node["host"], line],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            assert all(p.wait() == 0 for p in procs)
+            hand.append(time.perf_counter() - start)
+        t, h = statistics.median(tool), statistics.median(hand)
+        print(f"launch over SSH, message-passing on 2 nodes: by hand {h:.2f} s, ddpctl {t:.2f} s: {t / h:.2f}x "
+              f"(median of {args.repeat})")  # fmt: skip
+
+        check = subprocess.run([*ddpctl, "check", "--json", "--size-mb", "64"], env=env, capture_output=True, text=True)
+        links = {(b["a"], b["b"]): b["busbw_gbps"] for b in json.loads(check.stdout)["bandwidth"]}
+        tcp = raw_tcp_gbps(tb)
+        bw = links[("node0", "node1")]
+        print(f"node0<->node1: raw TCP {tcp:.2f} GB/s, ddpctl check all-reduce busbw {bw:.2f} GB/s: {bw / tcp:.2f} of raw TCP")
+        subprocess.run([*ddpctl, "down"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        testbed_down()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The test cluster: N "nodes" as network namespaces on this machine, each with a real sshd
+(up.sh / down.sh beside this file). Used by the tests' fixture and by bench/onprem.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TESTBED_DIR = Path(os.environ.get("TESTBED", "/tmp/ddpctl-tb"))
+TESTBED_NEEDS = ("ip", "unshare", "/usr/sbin/sshd", "ssh", "ssh-keygen")
+#: Inventory variables every run of the playbooks on this cluster needs: the nodes share this
+#: machine's root filesystem, so the host's name, /root/.ssh and sshd host keys stay out of it, and
+#: root's PATH (pyenv shims) must not pick the nodes' Python.
+NODE_VARS = {
+    "ansible_python_interpreter": "/usr/bin/python3",
+    "common_hostname_file": "{{ ddpctl_node_dir }}/hostname",
+    "ssh_mesh_ssh_dir": "{{ ddpctl_node_dir }}/home/.ssh",
+    "ssh_mesh_host_key_file": "{{ ddpctl_node_dir }}/ssh_host_ed25519_key.pub",
+}
+
+
+class Testbed:
+    """N nodes (node0.. at 10.77.0.10+i) reachable over SSH with the testbed's key and known_hosts."""
+
+    __test__ = False  # not a test class
+
+    def __init__(self, root: Path, n: int) -> None:
+        self.root = root
+        self.nodes = [(f"node{i}", f"10.77.0.{10 + i}") for i in range(n)]
+        self.ssh_config = root / "ssh" / "ssh_config"
+        self.key = root / "ssh" / "id_ed25519"
+        self.known_hosts = root / "ssh" / "known_hosts"
+
+    def node_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node
+
+    def inventory(self, path: Path, n: int | None = None, **group_vars: str) -> Path:
+        """An Ansible INI inventory of the first ``n`` nodes, as a user would write it (plus NODE_VARS)."""
+        lines = ["[ddp_nodes]"]
+        for name, ip in self.nodes[: n or len(self.nodes)]:
+            lines.append(f"{name} ansible_host={ip} ddpctl_node_dir={self.node_dir(name)}")
+        lines += ["", "[ddp_nodes:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={self.key}",
+                  f"ansible_ssh_common_args='-F {self.ssh_config}'"]  # fmt: skip
+        lines += [f"{k}={v}" for k, v in {**NODE_VARS, **group_vars}.items()]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def ssh(self, node: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-F", str(self.ssh_config), node, command],
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def netns_pids(self, node: str) -> list[int]:
+        out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+
+def testbed_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the test cluster needs root (network namespaces, sshd)"
+    missing = [t for t in TESTBED_NEEDS if not shutil.which(t)]
+    if missing:
+        return f"the test cluster needs {', '.join(missing)} (apt-get install openssh-server iproute2)"
+    return None
+
+
+def _env(nodes: int, slurm_nodes: int) -> dict[str, str]:
+    return {**os.environ, "TESTBED": str(TESTBED_DIR), "NODES": str(nodes), "SLURM_NODES": str(slurm_nodes)}
+
+
+def testbed_up(nodes: int = 3, slurm_nodes: int = 0) -> Testbed:
+    """Bring the cluster up (after tearing down any leftover); raise with the script's output if it fails."""
+    env = _env(nodes, slurm_nodes)
+    subprocess.run([HERE / "down.sh"], env=env, check=False, capture_output=True)
+    up = subprocess.run([HERE / "up.sh"], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        subprocess.run([HERE / "down.sh"], env=env, check=False, capture_output=True)
+        raise RuntimeError(f"test cluster did not come up:\n{up.stdout}\n{up.stderr}")
+    return Testbed(TESTBED_DIR, nodes)
+
+
+def testbed_down() -> None:
+    subprocess.run([HERE / "down.sh"], env=_env(0, 0), check=False, capture_output=True)
