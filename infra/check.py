@@ -143,25 +143,27 @@ def run_check(
     return report
 
 
-def check_head_reachable(
-    cluster: ClusterState, nodes: list[NodeInfo], executor_for: Callable, port: int
-) -> None:
-    """Before a run: every node must reach the head node on the rendezvous port."""
+def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> LaunchPlan | None:
+    """Before a run: the plan that checks every node reaches the head on ``port`` (None: nothing to check)."""
     if len(nodes) < 2 or len({n.host for n in nodes}) < len(nodes):
-        return
-    report = CheckReport()
-    by_host = {n.host: n.name for n in nodes}
+        return None
+    return plan_reach(cluster, nodes, port, all_pairs=False)
 
-    def reach_line(line: OutputLine) -> None:
+
+def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine]) -> None:
+    """Judge a ``head_reach_plan``'s output: every node after the head must have reached it."""
+    names = {n.host: n.node for n in plan.nodes}
+    head = plan.nodes[0].node
+    reach: dict[tuple[str, str], str] = {}
+    for line in lines:
         m = REACH_LINE.match(line.text.strip())
         if m:
-            report.reach[(by_host.get(m.group(1), m.group(1)), by_host.get(m.group(2), m.group(2)))] = m.group(3)
-
-    executor_for(reach_line).run(plan_reach(cluster, nodes, port, all_pairs=False))
-    missing = [n.name for n in nodes[1:] if (n.name, nodes[0].name) not in report.reach]
-    problems = report.unreachable + [f"{m} -> {nodes[0].name}: no answer from the check" for m in missing]
+            reach[(names.get(m.group(1), m.group(1)), names.get(m.group(2), m.group(2)))] = m.group(3)
+    problems = [f"{a} -> {b}: {r}" for (a, b), r in sorted(reach.items()) if r != "ok"]
+    problems += [f"{n.node} -> {head}: no answer from the check" for n in plan.nodes[1:] if (n.node, head) not in reach]
     if problems:
+        port = plan.rdzv_endpoint.rsplit(":", 1)[1]
         raise DdpctlError(
-            f"nodes cannot reach the head node {nodes[0].name} on port {port}: {'; '.join(problems)} "
+            f"nodes cannot reach the head node {head} on port {port}: {'; '.join(problems)} "
             "(open the port between nodes, or pick another with --port)"
         )

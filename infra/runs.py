@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import clusters
-from .check import check_head_reachable
+from .check import head_reach_plan
 from .jobs import BUNDLE_DIR, resolve_job
 from .errors import UsageError
 from .inventory import Host
@@ -82,6 +82,8 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
         return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral)
     port = provider.rdzv_port(cluster, opts.port)
     plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
+    if provider.name != "local":  # nodes on other hosts: first check they reach the head's port
+        plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
     return PreparedRun(provider, cluster, run, plan, ephemeral)
 
 
@@ -97,6 +99,7 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
         raise UsageError("--launcher sbatch runs bundled jobs; copy your script to the nodes' shared filesystem first")
     return plan_sbatch(
         run, python=head.python or cluster.spec.python, script=node_script, output_dir=f"{head.workdir}/slurm",
+        workdir=head.workdir,
         cluster_id=cluster.cluster_id, gpus_per_node=head.gpus, env_file=head.env_file, env=cluster.spec.env,
     )  # fmt: skip
 
@@ -126,10 +129,6 @@ def execute(
             if isinstance(prep.plan, SbatchPlan):
                 result = SlurmExecutor(Host(**prep.cluster.nodes[0].ssh), tee).run(prep.plan)
             else:
-                if prep.provider.name != "local":  # nodes on other hosts: can they reach the head?
-                    port = int(prep.plan.rdzv_endpoint.rsplit(":", 1)[1])
-                    nodes = prep.cluster.nodes[: prep.run.nodes]
-                    check_head_reachable(prep.cluster, nodes, lambda sink: prep.provider.executor(prep.cluster, sink), port)
                 result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         if prep.ephemeral:

@@ -169,3 +169,21 @@ def test_bad_inventories_change_nothing(testbed: Testbed, tmp_path: Path) -> Non
         assert re.search(pattern, lines[-1]), (args, result.stderr)
         assert lines[-1].startswith("Error: ")
         assert tree(tmp_path / "home" / "clusters") == []
+
+
+def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed) -> None:
+    """`run` checks the nodes reach the head's port before launching anything."""
+    holder = subprocess.Popen(
+        ["ssh", "-F", str(testbed.ssh_config), "node0",
+         "exec python3 -c \"import socket,time; s=socket.socket(); s.bind(('10.77.0.10', 40123)); s.listen(); time.sleep(60)\""],
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)
+        result = ddpctl("run", "message-passing", "--nodes", "2", "--port", "40123", env=_env(onprem["env"]), timeout=120)
+    finally:
+        holder.kill()
+        testbed.ssh("node0", "pkill -f 40123 || true")
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: nodes cannot reach the head node node0 on port 40123: node0 -> node0: error: cannot listen")
+    assert "rank" not in result.stdout  # nothing was launched

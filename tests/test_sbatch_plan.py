@@ -14,7 +14,7 @@ GOLDEN = Path(__file__).parent / "golden"
 def mnist_plan():
     run = RunSpec(job="mnist", args=("--epochs", "2"), nodes=2, nproc_per_node=1, run_id="r1")
     return plan_sbatch(run, python="/opt/env/bin/python", script="/srv/bundle/mnist.py",
-                       output_dir="/shared/ddpctl/runs", cluster_id="c1", env_file="/srv/ddpctl.env",
+                       output_dir="/shared/ddpctl/runs", cluster_id="c1", env_file="/srv/ddpctl.env", workdir="/shared/ddpctl",
                        gpus_per_node=4)  # fmt: skip
 
 

@@ -49,6 +49,8 @@ class LaunchPlan:
     rdzv_endpoint: str
     world_size: int
     nodes: tuple[NodeLaunch, ...]
+    #: run first, on the same connections (the head-reachability check before a remote run)
+    precheck: LaunchPlan | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -38,6 +38,7 @@ def plan_sbatch(
     script: str,
     output_dir: str,
     cluster_id: str,
+    workdir: str | None = None,
     gpus_per_node: int = 0,
     env_file: str = "",
     env: dict[str, str] | None = None,
@@ -61,6 +62,8 @@ def plan_sbatch(
         header.append(f"#SBATCH --partition={partition}")
     if time_limit:
         header.append(f"#SBATCH --time={time_limit}")
+    if workdir:  # relative paths (a job's default snapshot) land here, not in the login shell's home
+        header.append(f"#SBATCH --chdir={workdir}")
     header += [
         f"#SBATCH --output={output_dir}/ddpctl-%j.out",
         "#SBATCH --wait-all-nodes=1",

@@ -72,6 +72,13 @@ class SshExecutor:
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
+            if plan.precheck is not None:  # every node reaches the head's port? (same connections)
+                from ..check import raise_if_head_unreachable
+
+                lines: list[OutputLine] = []
+                checks = [SshNodeProcess(c, launch, plan.precheck.run_id) for c, launch in zip(conns, plan.precheck.nodes)]
+                supervise(plan.precheck.run_id, checks, lines.append, cleanup=lambda: None, grace_s=self.grace_s)
+                raise_if_head_unreachable(plan.precheck, lines)
             for conn, launch in zip(conns, plan.nodes):
                 upload(conn, launch)
             procs = [SshNodeProcess(conn, launch, plan.run_id) for conn, launch in zip(conns, plan.nodes)]

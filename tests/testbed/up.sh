@@ -10,6 +10,7 @@ TB=${TESTBED:-/tmp/ddpctl-tb}; export TESTBED=$TB
 NODES=${NODES:-3}
 SLURM_NODES=${SLURM_NODES:-0}
 ip link show ddpbr0 >/dev/null 2>&1 && { echo "ddpbr0 exists: run $HERE/down.sh first" >&2; exit 1; }
+rm -rf "$TB/nodes"   # every run starts from bare nodes: nothing a previous run configured or left
 mkdir -p "$TB/state" "$TB/etc" "$TB/bin"
 install -m 755 "$HERE/nodeexec" "$TB/bin/nodeexec"
 : > "$TB/state/created-dirs"
