@@ -27,6 +27,7 @@ from .options import (
     nproc_option,
     port_option,
     python_option,
+    run_nproc_option,
 )
 
 # Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
@@ -322,7 +323,7 @@ def down(name, all_, region, as_json) -> int:
 @click.argument("job")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 @nodes_option
-@nproc_option
+@run_nproc_option
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Times torchrun restarts the workers after a failure.")  # fmt: skip
 @name_option

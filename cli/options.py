@@ -29,3 +29,27 @@ env_option = click.option(
 python_option = click.option(
     "--python", default=None, metavar="PATH", help="Python with torch on the nodes (local: this interpreter)."
 )
+
+
+class NprocList(click.ParamType):
+    """``2`` (every node) or ``2,1`` (one count per node, for nodes with different GPU counts)."""
+
+    name = "N[,N...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, tuple)):
+            return value
+        try:
+            counts = tuple(int(v) for v in str(value).split(","))
+        except ValueError:
+            self.fail(f"{value!r} is not a count or a comma-separated list of counts", param, ctx)
+        if any(c < 1 for c in counts):
+            self.fail(f"{value} is not in the range x>=1", param, ctx)
+        return counts[0] if len(counts) == 1 else counts
+
+
+run_nproc_option = click.option(
+    "--nproc-per-node", type=NprocList(), default=None,
+    help="Processes (ranks) per node, one per GPU on GPU nodes; `2,1` gives each node its own. "
+    "[default: 1, or the cluster's]",
+)  # fmt: skip

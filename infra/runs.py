@@ -41,7 +41,7 @@ class RunOptions:
     job: str
     args: tuple[str, ...] = ()
     nodes: int = 1
-    nproc_per_node: int | None = None
+    nproc_per_node: int | tuple[int, ...] | None = None
     max_restarts: int = 0
     name: str | None = None
     port: int | None = None
@@ -65,7 +65,8 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
     else:
         nproc = opts.nproc_per_node or 1
         spec_kwargs = {"python": opts.python} if opts.python else {}
-        spec = ClusterSpec(name=name or "default", nodes=opts.nodes, nproc_per_node=nproc, port=opts.port, **spec_kwargs)
+        spec = ClusterSpec(name=name or "default", nodes=opts.nodes, nproc_per_node=nproc if isinstance(nproc, int) else 1,
+                           port=opts.port, **spec_kwargs)  # fmt: skip
         provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
         ephemeral = True
     run = RunSpec(
@@ -92,6 +93,8 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
     if not cluster.nodes or not cluster.nodes[0].ssh:
         raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
     head = cluster.nodes[0]
+    if len(set(run.nprocs())) > 1:
+        raise UsageError("--launcher sbatch runs the same --nproc-per-node on every node: give one value")
     node_script = str(script)
     if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
         node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"
@@ -116,7 +119,7 @@ def execute(
         run_dir.mkdir(parents=True, exist_ok=True)
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         progress(
-            f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s) x {prep.run.nproc_per_node} "
+            f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
             f"process(es), {where}; output also in {run_dir / 'output.log'}"
         )
         with open(run_dir / "output.log", "a", buffering=1) as log:

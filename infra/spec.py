@@ -77,20 +77,37 @@ class RunSpec:
     job: str
     args: tuple[str, ...] = ()
     nodes: int = 1
-    nproc_per_node: int = 1
+    #: one count for every node, or one per node (heterogeneous nodes: ``(2, 1)``)
+    nproc_per_node: int | tuple[int, ...] = 1
     max_restarts: int = 0
     run_id: str = ""
     env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_positive("--nodes", self.nodes)
-        check_positive("--nproc-per-node", self.nproc_per_node)
+        if isinstance(self.nproc_per_node, tuple):
+            if len(self.nproc_per_node) != self.nodes:
+                given = ",".join(map(str, self.nproc_per_node))
+                raise UsageError(
+                    f"--nproc-per-node {given} gives {len(self.nproc_per_node)} value(s) for --nodes {self.nodes}: "
+                    "give one value, or one per node"
+                )
+            for n in self.nproc_per_node:
+                check_positive("--nproc-per-node", n)
+        else:
+            check_positive("--nproc-per-node", self.nproc_per_node)
         if self.max_restarts < 0:
             raise UsageError(f"--max-restarts {self.max_restarts} is negative: use 0 or more")
         if not self.run_id:
             object.__setattr__(self, "run_id", new_run_id())
         elif not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.run_id):
             raise UsageError(f"invalid --run-id {self.run_id!r}: use letters, digits, '.', '_' and '-'")
+
+    def nprocs(self) -> tuple[int, ...]:
+        """Processes on each node, in node order."""
+        if isinstance(self.nproc_per_node, tuple):
+            return self.nproc_per_node
+        return (self.nproc_per_node,) * self.nodes
 
 
 AWS_FLAGS = {

@@ -54,6 +54,8 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["run", "mnist", "--nproc-per-node", "-1"], 2, "-1 is not in the range x>=1"),
         (["run", "./missing/train.py", "--nodes", "2"], 2, "script './missing/train.py' does not exist"),
         (["run", "mnist", "--max-restarts", "-2"], 2, "-2 is not in the range x>=0"),
+        (["run", "mnist", "--nodes", "3", "--nproc-per-node", "2,1"], 2, "gives 2 value(s) for --nodes 3"),
+        (["run", "mnist", "--nproc-per-node", "two"], 2, "'two' is not a count"),
         (["run", "mnist", "--env", "NOEQUALS"], 2, "--env 'NOEQUALS' is not KEY=VALUE"),
         (["down", "--name", "ghost"], 1, "no cluster named 'ghost'"),
         (["status", "--name", "ghost"], 1, "no cluster named 'ghost'"),

@@ -164,3 +164,39 @@ def test_users_own_script_and_failure_exit_code(home: Path, tmp_path: Path) -> N
     assert result.returncode == 1
     assert "failed on node1" in result.stderr
     assert_nothing_left("own1", home)
+
+
+def test_heterogeneous_nodes_get_the_right_ranks(home: Path) -> None:
+    result = ddpctl("run", "message-passing", "--nodes", "2", "--nproc-per-node", "2,1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[node0 r1] rank 1 received 42.0 from rank 0" in result.stdout
+    assert "[node1 r2] rank 2 received 42.0 from rank 0" in result.stdout
+    assert result.stdout.count("all_reduce OK (6.0 == 6.0)") == 3
+
+
+def test_max_restarts_resumes_from_the_snapshot(home: Path) -> None:
+    """A worker killed mid-epoch is restarted by torchrun; the job resumes from the last snapshot."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "restart1",
+         "--", "--epochs", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # wait for the first epoch's snapshot
+            lines.append(line)
+            if "snapshot saved" in line:
+                break
+        worker = wait_for_worker("restart1", rank=1, timeout=60)
+        time.sleep(1)  # into epoch 2
+        worker.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out
+    assert "Resuming from snapshot at epoch 1" in out
+    accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", out)]
+    assert accuracies and accuracies[-1] >= 90.0, out
+    assert_nothing_left("restart1", home)

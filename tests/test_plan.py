@@ -134,3 +134,15 @@ def test_users_script_is_uploaded_to_remote_nodes() -> None:
 def test_local_nodes_run_the_script_in_place() -> None:
     plan = plan_torchrun(cluster(1), RunSpec(job="t"), script="/home/me/train.py", port=1, bundle_root="/repo/training")
     assert plan.nodes[0].argv[-1] == "/home/me/train.py" and plan.nodes[0].uploads == ()
+
+
+def test_heterogeneous_nodes() -> None:
+    run = RunSpec(job="m", nodes=2, nproc_per_node=(2, 1), run_id="r1")
+    plan = plan_torchrun(cluster(2, cpus=4), run, script="s.py", port=1)
+    assert plan.world_size == 3
+    assert [flag(n.argv, "--nproc-per-node") for n in plan.nodes] == ["2", "1"]
+    assert [n.env["OMP_NUM_THREADS"] for n in plan.nodes] == ["2", "4"]
+    with pytest.raises(UsageError, match=r"--nproc-per-node 2,1 gives 2 value\(s\) for --nodes 3"):
+        RunSpec(job="m", nodes=3, nproc_per_node=(2, 1))
+    with pytest.raises(UsageError, match="--nproc-per-node 0 is not allowed"):
+        RunSpec(job="m", nodes=2, nproc_per_node=(2, 0))

@@ -87,7 +87,7 @@ def plan_torchrun(
         argv = (
             node.python or cluster.spec.python, "-m", "torch.distributed.run",
             "--nnodes", str(run.nodes),
-            "--nproc-per-node", str(run.nproc_per_node),
+            "--nproc-per-node", str(run.nprocs()[rank]),
             "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint,
             "--rdzv-id", run.run_id,
@@ -106,7 +106,7 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=argv,
-                env=node_env(cluster, run, node.cpus, node.ifname),
+                env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank]),
                 cwd=node.workdir,
                 log_dir=log_dir,
                 env_file=node.env_file,
@@ -118,15 +118,15 @@ def plan_torchrun(
         job=run.job,
         cluster=cluster.name,
         rdzv_endpoint=endpoint,
-        world_size=run.nodes * run.nproc_per_node,
+        world_size=sum(run.nprocs()),
         nodes=tuple(launches),
     )
 
 
-def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None) -> dict[str, str]:
+def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1) -> dict[str, str]:
     """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's."""
     env = {
-        "OMP_NUM_THREADS": str(max(1, cpus // run.nproc_per_node)),
+        "OMP_NUM_THREADS": str(max(1, cpus // nproc)),
         "NCCL_DEBUG": DEFAULT_NCCL_DEBUG,
         "PYTHONUNBUFFERED": "1",
     }

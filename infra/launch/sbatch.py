@@ -71,7 +71,7 @@ def plan_sbatch(
     torchrun = [
         python, "-m", "torch.distributed.run",
         "--nnodes", str(run.nodes),
-        "--nproc-per-node", str(run.nproc_per_node),
+        "--nproc-per-node", str(run.nprocs()[0]),
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", '"$DDPCTL_RDZV"',
         "--rdzv-id", '"$SLURM_JOB_ID"',
