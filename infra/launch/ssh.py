@@ -84,6 +84,8 @@ class SshExecutor:
             procs = [SshNodeProcess(conn, launch, plan.run_id) for conn, launch in zip(conns, plan.nodes)]
 
             def cleanup() -> None:
+                if all(p.poll() == 0 for p in procs):
+                    return  # every agent ended cleanly, and torchrun reaped its workers: nothing to sweep
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
 
