@@ -50,6 +50,12 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     yield {"env": env, "home": home, "inventory": inventory, "up": up, "tmp": tmp}
     down = ddpctl("down", env=_env(env))
     assert down.returncode == 0, down.stderr
+    # the nodes are as `up` found them, apart from what the playbooks installed
+    for node in json.loads(up.stdout)["cluster"]["nodes"]:
+        assert not Path(node["workdir"]).exists()
+        assert Path(node["env_file"]).is_file() and Path(node["bundle_dir"]).is_dir()
+        assert run_procs(testbed, node["name"]) == []
+    assert not (home / "clusters" / "default.json").exists()
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -187,3 +193,17 @@ def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed)
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: nodes cannot reach the head node node0 on port 40123: node0 -> node0: error: cannot listen")
     assert "rank" not in result.stdout  # nothing was launched
+
+
+def test_check_names_the_slowest_link(onprem) -> None:
+    result = ddpctl("check", "--json", "--size-mb", "8", env=_env(onprem["env"]), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True
+    pairs = {(r["from"], r["to"]) for r in doc["reachability"] if r["result"] == "ok"}
+    assert pairs == {(a, b) for a in ("node0", "node1", "node2") for b in ("node0", "node1", "node2") if a != b}
+    assert len(doc["bandwidth"]) == 3 and all(b["busbw_gbps"] > 0 for b in doc["bandwidth"])
+    slowest = doc["slowest_link"]
+    assert slowest["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
+    text = ddpctl("check", "--no-bandwidth", env=_env(onprem["env"]), timeout=120)
+    assert text.returncode == 0 and "node0 <-> node1" in text.stderr
