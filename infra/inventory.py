@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,14 @@ def load_inventory(path: str) -> list[Host]:
     exe = Path(sys.executable).with_name("ansible-inventory")
     cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", path, "--list"]
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-    except FileNotFoundError:
-        raise UsageError("ansible-inventory not found: install ddpctl with its dependencies (ansible-core)") from None
+    with tempfile.TemporaryDirectory(prefix="ddpctl-inventory-") as tmp:
+        # Ansible writes ~/.ansible/tmp unless told otherwise: keep the user's home untouched.
+        env.setdefault("ANSIBLE_HOME", tmp)
+        env.setdefault("ANSIBLE_LOCAL_TEMP", tmp)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        except FileNotFoundError:
+            raise UsageError("ansible-inventory not found: install ddpctl with its dependencies (ansible-core)") from None
     if out.returncode != 0:
         reason = (out.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise UsageError(f"cannot parse inventory {path}: {reason}")
