@@ -215,7 +215,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
             for line in report.lines:
                 click.echo(line)
         else:
-            _print_cluster_plan(out, state)
+            _print_cluster_plan(state)
         return 0
     if provider == "aws":
         from ddpctl.infra.providers.aws import lifecycle
@@ -372,8 +372,8 @@ def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, 
             out.document(doc)
         else:
             if prep.ephemeral:
-                _print_cluster_plan(out, prep.cluster, note=" (for this run; taken down after it)")
-            _print_launch_plan(out, prep.plan)
+                _print_cluster_plan(prep.cluster, note=" (for this run; taken down after it)")
+            _print_launch_plan(prep.plan)
         return 0
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -442,7 +442,7 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _print_cluster_plan(out, state, note: str = "") -> None:
+def _print_cluster_plan(state, note: str = "") -> None:
     click.echo(f"Would create {state.spec.provider} cluster {state.name!r}{note}:")
     for res in state.resources:
         click.echo(f"  {res.kind:<10} {res.id}")
@@ -451,7 +451,7 @@ def _print_cluster_plan(out, state, note: str = "") -> None:
         click.echo(f"  node       {node.name} at {node.host}{where}")
 
 
-def _print_launch_plan(out, plan) -> None:
+def _print_launch_plan(plan) -> None:
     if hasattr(plan, "script"):  # an sbatch plan
         click.echo(f"Would submit run {plan.run_id} with sbatch as {plan.script_path}:")
         click.echo(plan.script, nl=False)

@@ -118,14 +118,10 @@ def run_check(
     distinct = len({n.host for n in nodes}) == len(nodes)
     if distinct and len(nodes) > 1:
         progress(f"reachability: every pair of {len(nodes)} nodes on port {port}")
-        by_host = {n.host: n.name for n in nodes}
-
-        def reach_line(line: OutputLine) -> None:
-            m = REACH_LINE.match(line.text.strip())
-            if m:
-                report.reach[(by_host.get(m.group(1), m.group(1)), by_host.get(m.group(2), m.group(2)))] = m.group(3)
-
-        executor_for(reach_line).run(plan_reach(cluster, nodes, port, all_pairs=True))
+        lines: list[OutputLine] = []
+        plan = plan_reach(cluster, nodes, port, all_pairs=True)
+        executor_for(lines.append).run(plan)
+        report.reach = parse_reach(plan, lines)
     if bandwidth and not report.unreachable:
         for a, b in itertools.combinations(nodes, 2):
             progress(f"all-reduce bandwidth {a.name} <-> {b.name} ({size_mb:g} MB)")
@@ -150,15 +146,21 @@ def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> 
     return plan_reach(cluster, nodes, port, all_pairs=False)
 
 
-def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine]) -> None:
-    """Judge a ``head_reach_plan``'s output: every node after the head must have reached it."""
+def parse_reach(plan: LaunchPlan, lines: list[OutputLine]) -> dict[tuple[str, str], str]:
+    """A reach plan's output -> {(from node, to node): "ok" | "error: ..."}."""
     names = {n.host: n.node for n in plan.nodes}
-    head = plan.nodes[0].node
-    reach: dict[tuple[str, str], str] = {}
+    reach = {}
     for line in lines:
         m = REACH_LINE.match(line.text.strip())
         if m:
             reach[(names.get(m.group(1), m.group(1)), names.get(m.group(2), m.group(2)))] = m.group(3)
+    return reach
+
+
+def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine]) -> None:
+    """Judge a ``head_reach_plan``'s output: every node after the head must have reached it."""
+    head = plan.nodes[0].node
+    reach = parse_reach(plan, lines)
     problems = [f"{a} -> {b}: {r}" for (a, b), r in sorted(reach.items()) if r != "ok"]
     problems += [f"{n.node} -> {head}: no answer from the check" for n in plan.nodes[1:] if (n.node, head) not in reach]
     if problems:
