@@ -320,7 +320,7 @@ def down(name, all_, region, as_json) -> int:
 
 
 @cli.command(epilog=EXIT_CODES)
-@click.argument("job")
+@click.argument("job", required=False)
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 @nodes_option
 @run_nproc_option
@@ -333,12 +333,16 @@ def down(name, all_, region, as_json) -> int:
     "--launcher", type=click.Choice(["torchrun", "sbatch"]), default=None,
     help="torchrun on every node over SSH, or an sbatch job. [default: sbatch where the cluster runs Slurm]",
 )  # fmt: skip
+@click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
+              help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
+                   "crashed): what is left of it is stopped, and the job resumes from its snapshot.")  # fmt: skip
 @env_option
 @python_option
 @dry_run_option
 @json_option
-def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, env, python, dry_run,
-        as_json) -> int:  # fmt: skip
+@click.pass_context
+def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, resume_id, env, python,
+        dry_run, as_json) -> int:  # fmt: skip
     """Run JOB with torchrun on NODES nodes and stream every rank's output.
 
     JOB is a bundled job (message-passing, mnist, mingpt) or the path to your own script.
@@ -352,18 +356,32 @@ def run(job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, 
       ddpctl run mnist --nodes 2 -- --epochs 1
       ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
       ddpctl run mingpt --nodes 2 --dry-run
+      ddpctl run --resume 20261123-101500-ab12   # after ddpctl was killed mid-run
     """
+    from click.core import ParameterSource
+
     from ddpctl.infra import runs
+    from ddpctl.infra.errors import UsageError
 
     from .output import Output
 
     out = Output(as_json)
     store = _store()
-    opts = runs.RunOptions(
-        job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
-        name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
-    )  # fmt: skip
-    prep = runs.prepare(opts, store)
+    if resume_id is not None:
+        given = [p.opts[0] for p in ctx.command.params if isinstance(p, click.Option) and p.name not in
+                 ("resume_id", "dry_run", "as_json") and ctx.get_parameter_source(p.name) != ParameterSource.DEFAULT]
+        if job or job_args or given:
+            what = " ".join(([job] if job else []) + given + (["-- ..."] if job_args else []))
+            raise UsageError(f"--resume runs {resume_id} with its recorded job and options: leave out {what}")
+        prep = runs.prepare_resume(resume_id, store)
+    else:
+        if not job:
+            raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
+        opts = runs.RunOptions(
+            job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
+            name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
+        )  # fmt: skip
+        prep = runs.prepare(opts, store)
     if dry_run:
         if as_json:
             doc = {"ok": True, "dry_run": True, "plan": prep.plan.to_dict()}

@@ -31,7 +31,8 @@ class PreparedRun:
     cluster: ClusterState
     run: RunSpec
     plan: LaunchPlan | SbatchPlan
-    ephemeral: bool  # the cluster is brought up for this run and taken down after it
+    ephemeral: bool  # the cluster is brought up for this run (unless it is up already) and taken down after it
+    options: RunOptions  # as given, recorded for `run --resume`
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,49 @@ class RunOptions:
     python: str | None = None
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
 
+    def to_dict(self) -> dict:
+        return asdict(self)
 
-def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
-    """Validate everything and plan the launch; nothing is created."""
+    @classmethod
+    def from_dict(cls, doc: dict) -> RunOptions:
+        doc = dict(doc, args=tuple(doc["args"]), env=tuple(doc["env"]))
+        if isinstance(doc["nproc_per_node"], list):
+            doc["nproc_per_node"] = tuple(doc["nproc_per_node"])
+        return cls(**doc)
+
+
+def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, str, bool]:
+    """The options a run was started with, its cluster and whether the run owned that cluster."""
+    path = store.run_dir(run_id) / "options.json"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in (store.home / "runs").glob("*/options.json"))
+        hint = f" (runs recorded: {', '.join(known[-5:])})" if known else ""
+        raise UsageError(f"no run {run_id!r} to resume under {store.home}{hint}: give the id `ddpctl run` printed")
+    doc = json.loads(path.read_text())
+    opts = RunOptions.from_dict(doc["options"])
+    return replace(opts, name=doc["cluster"]), doc["cluster"], doc["ephemeral"]
+
+
+def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
+    """Plan ``run --resume``: the recorded run's options again, same run id, on the same cluster.
+
+    The cluster is brought up again if the run owned it and it is gone; whatever is left of the
+    earlier attempt is stopped first; the job picks up from its snapshot.
+    """
+    opts, cluster, owned = resume_options(run_id, store)
+    if not owned and not store.exists(cluster):
+        raise UsageError(
+            f"run {run_id!r} ran on cluster {cluster!r}, which is gone: bring it up again "
+            f"(`ddpctl up --name {cluster} ...`), then resume"
+        )
+    return prepare(opts, store, resume=True, owned=owned)
+
+
+def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned: bool = False) -> PreparedRun:
+    """Validate everything and plan the launch; nothing is created.
+
+    ``owned``: the run owns its cluster even if that is up already (a resumed run that brought it up).
+    """
     job = resolve_job(opts.job)
     env = parse_env(opts.env)
     store.check_writable()
@@ -60,7 +101,7 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
     if name is not None and store.exists(name):
         cluster = store.load(name)
         provider = get_provider(cluster.spec.provider)
-        ephemeral = False
+        ephemeral = owned
         nproc = opts.nproc_per_node or cluster.spec.nproc_per_node
     else:
         nproc = opts.nproc_per_node or 1
@@ -80,12 +121,16 @@ def prepare(opts: RunOptions, store: StateStore) -> PreparedRun:
     )
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":
-        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral)
+        if resume:
+            raise UsageError("--resume is for torchrun launches: on Slurm, resubmit the job with the same --run-id")
+        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
     port = provider.rdzv_port(cluster, opts.port)
     plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
     if provider.name != "local":  # nodes on other hosts: first check they reach the head's port
         plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
-    return PreparedRun(provider, cluster, run, plan, ephemeral)
+    if resume:
+        plan = replace(plan, stop_first=True)
+    return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
 
 
 def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
@@ -113,10 +158,15 @@ def execute(
     """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
     prep.provider.preflight(prep.cluster)
     run_dir = store.run_dir(prep.run.run_id)
-    if prep.ephemeral:
+    if prep.ephemeral and not store.exists(prep.cluster.name):
         clusters.up(prep.provider, prep.cluster, store, progress)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        job = prep.options.job
+        job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
+        recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
+        options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
+        atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         progress(
             f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "

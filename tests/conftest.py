@@ -6,9 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
+
+from ddpctl.infra.procs import RUN_KEY, find_tagged
 
 REPO = Path(__file__).resolve().parents[1]
 _skipped: list[str] = []
@@ -48,6 +52,41 @@ def ddpctl(*args: str, timeout: float = 300, cwd: Path | None = None, **kwargs) 
 def tree(path: Path) -> list[str]:
     """Everything under ``path`` (empty if it does not exist)."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Every process of a run, found by its marker in the environment (as `ddpctl down` finds them)."""
+    return find_tagged(RUN_KEY, run_id)
+
+
+def start_run(run_id: str, *job_args: str, run_args: tuple[str, ...] = ()) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", run_id, *run_args, "--", *job_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_worker(run_id: str, rank: int, timeout: float = 120) -> psutil.Process:
+    """The worker process of global ``rank``, once it is training (its first epoch line printed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in run_processes(run_id):
+            try:
+                if proc.environ().get("RANK") == str(rank) and "mnist.py" in " ".join(proc.cmdline()):
+                    if time.time() - proc.create_time() > 4:  # past init_process_group: in training
+                        return proc
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no worker of rank {rank} for run {run_id}")
+
+
+def assert_nothing_left(run_id: str, home: Path) -> None:
+    assert run_processes(run_id) == []
+    for state in (home / "clusters").glob("*.json"):
+        raise AssertionError(f"cluster left behind: {state}")
 
 
 # ---- the test cluster: network namespaces with real sshd (tests/testbed/) ---------------------

@@ -13,17 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ddpctl, tree
+from conftest import assert_nothing_left, ddpctl, run_processes, start_run, tree, wait_for_worker
 from ddpctl.infra.procs import CLUSTER_KEY, RUN_KEY, find_tagged
 
 pytestmark = pytest.mark.slow
 
 MINGPT_TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "32",
                "--max-steps", "60", "--log-every", "10"]  # fmt: skip
-
-
-def run_processes(run_id: str) -> list[psutil.Process]:
-    return find_tagged(RUN_KEY, run_id)
 
 
 def test_message_passing_two_nodes(home: Path) -> None:
@@ -70,36 +66,6 @@ def test_mingpt_loss_goes_down(home: Path) -> None:
     assert len(losses) >= 3, result.stdout
     assert losses[-1] < losses[0] * 0.9
     assert "sample:" in result.stdout
-
-
-def start_run(run_id: str, *job_args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", run_id, "--", *job_args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def wait_for_worker(run_id: str, rank: int, timeout: float = 120) -> psutil.Process:
-    """The worker process of global ``rank``, once it is training (its first epoch line printed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in run_processes(run_id):
-            try:
-                if proc.environ().get("RANK") == str(rank) and "mnist.py" in " ".join(proc.cmdline()):
-                    if time.time() - proc.create_time() > 4:  # past init_process_group: in training
-                        return proc
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.2)
-    raise AssertionError(f"no worker of rank {rank} for run {run_id}")
-
-
-def assert_nothing_left(run_id: str, home: Path) -> None:
-    assert run_processes(run_id) == []
-    for state in (home / "clusters").glob("*.json"):
-        raise AssertionError(f"cluster left behind: {state}")
 
 
 def test_kill_one_rank_fails_fast(home: Path) -> None:

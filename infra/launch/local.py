@@ -68,6 +68,8 @@ class LocalExecutor:
 
     def run(self, plan: LaunchPlan) -> RunResult:
         procs = []
+        if plan.stop_first:
+            stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)
         try:
             for launch in plan.nodes:
                 procs.append(LocalNodeProcess(launch))

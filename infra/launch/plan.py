@@ -51,6 +51,8 @@ class LaunchPlan:
     nodes: tuple[NodeLaunch, ...]
     #: run first, on the same connections (the head-reachability check before a remote run)
     precheck: LaunchPlan | None = None
+    #: stop what is left of an earlier attempt of this run id on every node first (``run --resume``)
+    stop_first: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,6 +136,12 @@ def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None,
         env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
     if cluster.shared_dir:
         env["DDPCTL_SHARED_DIR"] = cluster.shared_dir
+    if run.max_restarts:
+        # torchrun shares its rendezvous TCPStore with the workers across restart rounds, with no
+        # per-round key prefix: a new round can read the last round's gloo addresses and barrier
+        # counts (Connection refused in connectFullMesh, or a hang). A fresh store per round avoids
+        # it, at the price of a second port on the head node, picked free per round.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env.update(cluster.spec.env)
     env.update(run.env)
     # Markers last: they are how a run's processes are found and stopped.

@@ -72,6 +72,9 @@ class SshExecutor:
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
+            if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
+                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                    list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
             if plan.precheck is not None:  # every node reaches the head's port? (same connections)
                 from ..check import raise_if_head_unreachable
 
