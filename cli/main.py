@@ -23,10 +23,10 @@ from .options import (
     env_option,
     json_option,
     name_option,
-    nodes_option,
     nproc_option,
     port_option,
     python_option,
+    run_nodes_option,
     run_nproc_option,
 )
 
@@ -263,7 +263,7 @@ def status(name, as_json) -> int:
         if s.name in live:
             info = live[s.name]
             running = ", ".join(f"{n} {st}" for st, n in sorted(info.get("instances", {}).items())) or "none"
-            label += f" ({info['error']})" if "error" in info else f" (EC2: {running})"
+            label += f" ({info['error']})" if "error" in info else f" ({info.get('summary') or 'EC2: ' + running})"
             usd = info["cost_per_hour_usd"]
             cost = "unknown" if usd is None else f"${usd:,.2f}"
         table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
@@ -322,10 +322,11 @@ def down(name, all_, region, as_json) -> int:
 @cli.command(epilog=EXIT_CODES)
 @click.argument("job", required=False)
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-@nodes_option
+@run_nodes_option
 @run_nproc_option
-@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Times torchrun restarts the workers after a failure.")  # fmt: skip
+@click.option("--max-restarts", type=click.IntRange(min=0), default=None,
+              help="Times torchrun restarts the workers after a failure; the jobs resume from their "
+                   "snapshot. [default: 0, elastic runs 3]")  # fmt: skip
 @name_option
 @port_option
 @click.option("--run-id", default="", metavar="ID", help="Run id (torchrun's --rdzv-id). [default: a new one]")
@@ -356,6 +357,7 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
       ddpctl run mnist --nodes 2 -- --epochs 1
       ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
       ddpctl run mingpt --nodes 2 --dry-run
+      ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
       ddpctl run --resume 20261123-101500-ab12   # after ddpctl was killed mid-run
     """
     from click.core import ParameterSource
@@ -377,9 +379,11 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
     else:
         if not job:
             raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
+        min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
         opts = runs.RunOptions(
             job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
             name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
+            min_nodes=min_nodes,
         )  # fmt: skip
         prep = runs.prepare(opts, store)
     if dry_run:

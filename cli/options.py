@@ -13,9 +13,6 @@ dry_run_option = click.option(
 name_option = click.option(
     "--name", default=None, metavar="NAME", help="Cluster name (default: the only cluster, or 'default')."
 )
-nodes_option = click.option(
-    "--nodes", "-n", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes."
-)
 nproc_option = click.option(
     "--nproc-per-node", type=click.IntRange(min=1), default=None,
     help="Processes (ranks) per node; one per GPU on GPU nodes. [default: 1, or the cluster's]",
@@ -52,4 +49,29 @@ run_nproc_option = click.option(
     "--nproc-per-node", type=NprocList(), default=None,
     help="Processes (ranks) per node, one per GPU on GPU nodes; `2,1` gives each node its own. "
     "[default: 1, or the cluster's]",
+)  # fmt: skip
+
+
+class NodeCount(click.ParamType):
+    """``2`` (nodes) or ``2:3`` (elastic: at least 2, at most 3; torchrun's ``--nnodes MIN:MAX``)."""
+
+    name = "N|MIN:MAX"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, tuple)):
+            return value
+        parts = str(value).split(":")
+        try:
+            counts = tuple(int(v) for v in parts)
+        except ValueError:
+            self.fail(f"{value!r} is not a node count (2) or a range (2:3)", param, ctx)
+        if len(counts) > 2 or any(c < 1 for c in counts) or counts[0] > counts[-1]:
+            self.fail(f"{value!r}: give N >= 1, or MIN:MAX with 1 <= MIN <= MAX", param, ctx)
+        return counts[0] if len(counts) == 1 else counts
+
+
+run_nodes_option = click.option(
+    "--nodes", "-n", type=NodeCount(), default=1, show_default=True,
+    help="Number of nodes; MIN:MAX makes the run elastic: it goes on while MIN nodes remain "
+    "(torchrun --nnodes MIN:MAX; implies --max-restarts 3).",
 )  # fmt: skip

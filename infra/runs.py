@@ -43,13 +43,14 @@ class RunOptions:
     args: tuple[str, ...] = ()
     nodes: int = 1
     nproc_per_node: int | tuple[int, ...] | None = None
-    max_restarts: int = 0
+    max_restarts: int | None = None  # None: 0, or 3 for an elastic run
     name: str | None = None
     port: int | None = None
     run_id: str = ""
     env: tuple[str, ...] = ()
     python: str | None = None
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
+    min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,9 +119,12 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         max_restarts=opts.max_restarts,
         run_id=opts.run_id,
         env=env,
+        min_nodes=opts.min_nodes,
     )
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":
+        if run.elastic:
+            raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
         if resume:
             raise UsageError("--resume is for torchrun launches: on Slurm, resubmit the job with the same --run-id")
         return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)

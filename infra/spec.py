@@ -79,12 +79,21 @@ class RunSpec:
     nodes: int = 1
     #: one count for every node, or one per node (heterogeneous nodes: ``(2, 1)``)
     nproc_per_node: int | tuple[int, ...] = 1
-    max_restarts: int = 0
+    #: None: 0, or 3 for an elastic run (whose survivors restart their workers when a node is lost)
+    max_restarts: int | None = None
     run_id: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    #: elastic (``--nodes MIN:MAX``): the run goes on while at least this many nodes remain; 0: not elastic
+    min_nodes: int = 0
 
     def __post_init__(self) -> None:
         check_positive("--nodes", self.nodes)
+        if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
+            raise UsageError(
+                f"--nodes {self.min_nodes}:{self.nodes}: MIN must be from 1 to MAX, e.g. --nodes 2:{max(self.nodes, 2)}"
+            )
+        if self.max_restarts is None:
+            object.__setattr__(self, "max_restarts", 3 if self.elastic else 0)
         if isinstance(self.nproc_per_node, tuple):
             if len(self.nproc_per_node) != self.nodes:
                 given = ",".join(map(str, self.nproc_per_node))
@@ -102,6 +111,10 @@ class RunSpec:
             object.__setattr__(self, "run_id", new_run_id())
         elif not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.run_id):
             raise UsageError(f"invalid --run-id {self.run_id!r}: use letters, digits, '.', '_' and '-'")
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_nodes < self.nodes
 
     def nprocs(self) -> tuple[int, ...]:
         """Processes on each node, in node order."""
@@ -121,10 +134,10 @@ def check_aws_fields(spec: ClusterSpec) -> None:
     """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`)."""
     import ipaddress
 
-    if spec.provider != "aws":
+    if spec.provider not in ("aws", "pcluster"):
         given = [flag for attr, flag in AWS_FLAGS.items() if getattr(spec, attr)]
         if given:
-            raise UsageError(f"{', '.join(given)} are for --provider aws, not {spec.provider}")
+            raise UsageError(f"{', '.join(given)} are for --provider aws or pcluster, not {spec.provider}")
         return
     checks = [
         ("--region", spec.region, r"^[a-z]{2}(-[a-z]+)+-\d+$", "e.g. us-east-1"),

@@ -89,6 +89,54 @@ def assert_nothing_left(run_id: str, home: Path) -> None:
         raise AssertionError(f"cluster left behind: {state}")
 
 
+class Output:
+    """A running ``ddpctl run``'s output, read by a thread, so that waiting on it has a deadline."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        import queue
+        import threading
+
+        self.proc = proc
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self._queue.put(line)
+            self._queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def until(self, needle: str, timeout: float = 180) -> str:
+        """Wait for a line that contains ``needle`` (and return it); fail after ``timeout`` seconds."""
+        import queue
+
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                raise AssertionError(f"{needle!r} never printed; the run ended:\n{self.text}")
+            self.lines.append(line)
+            if needle in line:
+                return line
+        raise AssertionError(f"{needle!r} not printed within {timeout:.0f} s:\n{self.text}")
+
+    def finish(self, timeout: float = 300) -> str:
+        """Wait for the run to end; return everything it printed."""
+        self.proc.wait(timeout=timeout)
+        while (line := self._queue.get(timeout=10)) is not None:
+            self.lines.append(line)
+        return self.text
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
 # ---- the test cluster: network namespaces with real sshd (tests/testbed/) ---------------------
 
 from testbed.cluster import TESTBED_DIR, Testbed, testbed_down, testbed_missing, testbed_up  # noqa: E402, F401

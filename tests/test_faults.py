@@ -10,37 +10,23 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import assert_nothing_left, ddpctl, run_processes, start_run, wait_for_worker
+from conftest import assert_nothing_left, ddpctl, Output, run_processes, start_run, wait_for_worker
 
 pytestmark = pytest.mark.slow
-
-
-def read_until(proc, needle: str, lines: list[str], timeout: float = 180) -> None:
-    """Read the run's output into ``lines`` until a line contains ``needle``."""
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if needle in line:
-            return
-        if time.monotonic() > deadline:
-            break
-    raise AssertionError(f"{needle!r} never printed:\n{''.join(lines)}")
 
 
 def test_max_restarts_resumes_from_the_snapshot(home: Path) -> None:
     """A worker killed mid-epoch is restarted by torchrun; the job resumes from the last snapshot."""
     proc = start_run("restart1", "--epochs", "3", run_args=("--max-restarts", "1"))
-    lines: list[str] = []
     try:
-        read_until(proc, "snapshot saved", lines)  # epoch 1 done and saved
+        output = Output(proc)
+        output.until("snapshot saved")  # epoch 1 done and saved
         worker = wait_for_worker("restart1", rank=1, timeout=60)
         time.sleep(1)  # into epoch 2
         worker.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=300)
+        out = output.finish(timeout=300)
     finally:
         proc.kill()
-    out = "".join(lines) + out
     assert proc.returncode == 0, out
     assert "Resuming from snapshot at epoch 1" in out
     accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", out)]
@@ -81,9 +67,8 @@ def restarted_workers(run_id: str) -> list:
 def test_resume_after_the_controller_crashed(home: Path) -> None:
     """`ddpctl run --resume ID` after ddpctl itself was SIGKILLed: same job and options, from the snapshot."""
     proc = start_run("crash2", "--epochs", "3")
-    lines: list[str] = []
     try:
-        read_until(proc, "snapshot saved", lines)
+        Output(proc).until("snapshot saved")
         proc.kill()  # the controller: its agents die with it (PDEATHSIG) on the local provider
         proc.wait(timeout=10)
     finally:
@@ -103,3 +88,39 @@ def test_resume_errors_are_one_line(home: Path) -> None:
     assert missing.returncode == 2 and "no run 'nope' to resume" in missing.stderr
     both = ddpctl("run", "mnist", "--resume", "nope", "--nodes", "2")
     assert both.returncode == 2 and "leave out mnist --nodes" in both.stderr
+
+
+def node_processes(run_id: str, node: str) -> list[psutil.Process]:
+    """A local node's torchrun agent and its workers (its agent runs in that node's work dir)."""
+    found = []
+    for p in run_processes(run_id):
+        try:
+            agent = p if "torch.distributed.run" in " ".join(p.cmdline()) else p.parent()
+            if agent is not None and Path(agent.cwd()).name == node:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path) -> None:
+    """--nodes 2:3: node2's agent and worker SIGKILLed; nodes 0-1 go on from the snapshot; node2 rejoins."""
+    proc = start_run("elastic1", "--epochs", "5", run_args=("--nodes", "2:3"))
+    try:
+        output = Output(proc)
+        output.until("snapshot saved")
+        victims = node_processes("elastic1", "node2")
+        assert victims, "no processes of node2"
+        for p in victims:
+            p.kill()
+        output.until("(2 ranks)", timeout=120)  # the survivors resumed, without node2
+        output.until("(3 ranks)", timeout=120)  # node2 started again and joined
+        out = output.finish(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "node2 lost (exit -9); the run goes on with 2 node(s)" in out
+    assert "node2 started again" in out
+    accuracies = [float(a) for a in re.findall(r"epoch 5/5 .* held-out accuracy ([\d.]+)%", out)]
+    assert accuracies and accuracies[-1] >= 90.0, out
+    assert_nothing_left("elastic1", home)

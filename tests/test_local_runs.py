@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from conftest import assert_nothing_left, ddpctl, run_processes, start_run, tree, wait_for_worker
-from ddpctl.infra.procs import CLUSTER_KEY, RUN_KEY, find_tagged
+from ddpctl.infra.procs import CLUSTER_KEY, find_tagged
 
 pytestmark = pytest.mark.slow
 

@@ -146,3 +146,25 @@ def test_heterogeneous_nodes() -> None:
         RunSpec(job="m", nodes=3, nproc_per_node=(2, 1))
     with pytest.raises(UsageError, match="--nproc-per-node 0 is not allowed"):
         RunSpec(job="m", nodes=2, nproc_per_node=(2, 0))
+
+
+def test_elastic_runs() -> None:
+    run = RunSpec(job="m", nodes=3, min_nodes=2, run_id="r1")
+    assert run.elastic and run.max_restarts == 3  # survivors restart their workers when a node is lost
+    plan = plan_torchrun(cluster(3), run, script="s.py", port=1)
+    assert plan.min_nodes == 2
+    for rank, node in enumerate(plan.nodes):
+        assert flag(node.argv, "--nnodes") == "2:3"
+        conf = flag(node.argv, "--rdzv-conf")
+        assert conf.startswith(f"is_host={int(rank == 0)},") and "last_call_timeout=5" in conf
+        assert node.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    fixed = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, min_nodes=3, run_id="r1"), script="s.py", port=1)
+    assert fixed.min_nodes == 0 and flag(fixed.nodes[0].argv, "--nnodes") == "3"  # MIN == MAX: not elastic
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in fixed.nodes[0].env
+    with pytest.raises(UsageError, match="--nodes 4:3: MIN must be from 1 to MAX"):
+        RunSpec(job="m", nodes=3, min_nodes=4)
+
+
+def test_restarts_get_a_fresh_worker_store_per_round() -> None:
+    plan = plan_torchrun(cluster(2), RunSpec(job="m", nodes=2, max_restarts=1, run_id="r1"), script="s.py", port=1)
+    assert all(n.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" for n in plan.nodes)

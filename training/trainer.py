@@ -18,6 +18,7 @@ gathered straight from the in-memory dataset.
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import os
 import time
 
@@ -31,15 +32,19 @@ def ddp_setup(device_type=None) -> torch.device:
     """Join the process group described by torchrun's LOCAL_RANK, RANK and WORLD_SIZE; return this rank's device.
 
     device_type None: CUDA (nccl) when available, else CPU (gloo); "cpu" forces gloo on the CPU.
+    $DDPCTL_COLLECTIVE_TIMEOUT_S (ddpctl sets it for elastic runs) bounds how long a collective waits
+    for a silent peer (torch's default: 10-30 min), so that torchrun can go on without a lost node.
     """
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = os.environ.get("DDPCTL_COLLECTIVE_TIMEOUT_S")
+    kwargs = {"timeout": datetime.timedelta(seconds=float(timeout))} if timeout else {}
     if device_type in (None, "cuda") and torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device, **kwargs)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, **kwargs)
     return device
 
 
@@ -194,7 +199,7 @@ class Trainer:
         if torch.cuda.is_available() and "cuda" in snapshot["rng"]:
             torch.cuda.set_rng_state(snapshot["rng"]["cuda"])
         if self.rank == 0:
-            print(f"Resuming from snapshot at epoch {self.epochs_run}", flush=True)
+            print(f"Resuming from snapshot at epoch {self.epochs_run} ({dist.get_world_size()} ranks)", flush=True)
 
     def _run_batch(self, source, targets):
         self.optimizer.zero_grad(set_to_none=True)

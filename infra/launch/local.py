@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from ..procs import RUN_KEY, stop_tagged
 from .plan import LaunchPlan, NodeLaunch
-from .supervise import OutputLine, RunResult, supervise
+from .supervise import Elastic, OutputLine, RunResult, supervise
 
 _PR_SET_PDEATHSIG = 1
 
@@ -83,4 +83,7 @@ class LocalExecutor:
             self.sink,
             cleanup=lambda: stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True),
             grace_s=self.grace_s,
+            elastic=Elastic(plan.min_nodes, relaunch=lambda i: LocalNodeProcess(plan.nodes[i]), threaded=False)
+            if plan.min_nodes
+            else None,
         )

@@ -18,6 +18,11 @@ from ..state import ClusterState
 #: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 DEFAULT_NCCL_DEBUG = "WARN"
+#: Elastic runs: a round with MIN nodes waits 5 s for more before it starts (torchrun: 30 s), and a
+#: node whose heartbeat (every 2 s) is missed 3 times is dropped (torchrun: 5 s x 3). Recovery
+#: from a lost node is then about 15 s (bench/recovery.py).
+ELASTIC_COLLECTIVE_TIMEOUT_S = 120
+ELASTIC_RDZV_CONF = ",last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class LaunchPlan:
     precheck: LaunchPlan | None = None
     #: stop what is left of an earlier attempt of this run id on every node first (``run --resume``)
     stop_first: bool = False
+    #: elastic: the run goes on while this many nodes remain (the head among them); 0: any loss is fatal
+    min_nodes: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,13 +95,13 @@ def plan_torchrun(
                 uploads = ((script, node_script),)
         argv = (
             node.python or cluster.spec.python, "-m", "torch.distributed.run",
-            "--nnodes", str(run.nodes),
+            "--nnodes", f"{run.min_nodes}:{run.nodes}" if run.elastic else str(run.nodes),
             "--nproc-per-node", str(run.nprocs()[rank]),
             "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint,
             "--rdzv-id", run.run_id,
             # The head node hosts the c10d store; saying so avoids guessing from host names.
-            "--rdzv-conf", f"is_host={int(rank == 0)}",
+            "--rdzv-conf", f"is_host={int(rank == 0)}" + (ELASTIC_RDZV_CONF if run.elastic else ""),
             "--local-addr", node.host,
             "--max-restarts", str(run.max_restarts),
             "--log-dir", log_dir,
@@ -122,6 +129,7 @@ def plan_torchrun(
         rdzv_endpoint=endpoint,
         world_size=sum(run.nprocs()),
         nodes=tuple(launches),
+        min_nodes=run.min_nodes if run.elastic else 0,
     )
 
 
@@ -136,7 +144,9 @@ def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None,
         env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
     if cluster.shared_dir:
         env["DDPCTL_SHARED_DIR"] = cluster.shared_dir
-    if run.max_restarts:
+    if run.elastic:  # a silent peer (a lost link) fails a collective in 2 min, not torch's 10-30
+        env["DDPCTL_COLLECTIVE_TIMEOUT_S"] = str(ELASTIC_COLLECTIVE_TIMEOUT_S)
+    if run.max_restarts or run.elastic:
         # torchrun shares its rendezvous TCPStore with the workers across restart rounds, with no
         # per-round key prefix: a new round can read the last round's gloo addresses and barrier
         # counts (Connection refused in connectFullMesh, or a hang). A fresh store per round avoids

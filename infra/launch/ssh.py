@@ -18,7 +18,7 @@ from ..inventory import Host
 from ..procs import RUN_KEY
 from ..ssh import connect, remote_stop
 from .plan import LaunchPlan, NodeLaunch
-from .supervise import OutputLine, RunResult, supervise
+from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -92,7 +92,16 @@ class SshExecutor:
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
 
-            return supervise(plan.run_id, procs, self.sink, cleanup=cleanup, grace_s=self.grace_s)
+            def relaunch(i: int) -> SshNodeProcess:
+                """A lost node back: a fresh connection, what is left of its agent stopped, a new agent."""
+                conn = connect(self.hosts[plan.nodes[i].node])
+                conns[i].close()
+                conns[i] = conn
+                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0)
+                return SshNodeProcess(conn, plan.nodes[i], plan.run_id)
+
+            elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
+            return supervise(plan.run_id, procs, self.sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
         finally:
             for conn in conns:
                 conn.close()

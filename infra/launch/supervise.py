@@ -39,7 +39,7 @@ class OutputLine:
 class NodeResult:
     node: str
     exit_code: int | None
-    status: str  # ok | failed | stopped
+    status: str  # ok | failed | stopped | lost (elastic: the run went on without it)
 
 
 @dataclass
@@ -64,6 +64,22 @@ def parse_line(node: str, raw: str) -> OutputLine:
     return OutputLine(node, None, text)
 
 
+@dataclass(frozen=True)
+class Elastic:
+    """An elastic run's rules: which nodes may be lost, and how a lost node is brought back."""
+
+    min_nodes: int
+    #: start a lost node's agent again (it joins the survivors at their next rendezvous); raises if
+    #: the node cannot be reached. None: lost nodes stay lost.
+    relaunch: Callable[[int], NodeProcess] | None = None
+    #: long enough for the survivors to start their smaller round first (plan.ELASTIC_RDZV_CONF)
+    relaunch_after_s: float = 30.0
+    relaunches: int = 3  # per node
+    #: call ``relaunch`` in a thread of its own (it may wait on a network); False for local
+    #: processes, whose PR_SET_PDEATHSIG fires when the thread that started them ends
+    threaded: bool = True
+
+
 def supervise(
     run_id: str,
     procs: list[NodeProcess],
@@ -71,23 +87,39 @@ def supervise(
     *,
     cleanup: Callable[[], None],
     grace_s: float = 3.0,
+    elastic: Elastic | None = None,
 ) -> RunResult:
     """Stream every node's lines to ``sink`` until all agents exit.
 
-    When any agent exits non-zero, the others are terminated (SIGKILL after ``grace_s``). On
-    KeyboardInterrupt the same happens to all. ``cleanup`` runs last, always, to stop any process
-    of the run that outlived its agent.
+    When any agent exits non-zero, the others are terminated (SIGKILL after ``grace_s``), except in
+    an ``elastic`` run: there a node other than the head (``procs[0]``, which hosts the
+    rendezvous) may be lost while ``min_nodes`` remain; the survivors' torchrun agents
+    re-rendezvous and go on, and the lost node's agent is started again after a pause (if the node
+    answers), to join at the next rendezvous. On KeyboardInterrupt every agent is stopped.
+    ``cleanup`` runs last, always, to stop any process of the run that outlived its agent.
     """
     start = time.monotonic()
+    procs = list(procs)
     lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
-    for i, proc in enumerate(procs):
-        threading.Thread(target=_pump, args=(i, proc, lines), daemon=True).start()
+    rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
+
+    def pump(i: int) -> None:
+        threading.Thread(target=_pump, args=(i, procs[i], lines), daemon=True).start()
+
+    for i in range(len(procs)):
+        pump(i)
     open_streams = len(procs)
     failed: str | None = None
     interrupted = False
     stop_at: float | None = None
     stopped: set[str] = set()
+    lost: dict[int, float] = {}  # node index -> when to try starting it again (inf: never)
+    relaunched: dict[int, int] = {}
+    head_done_at: float | None = None
     exited_at: float | None = None
+
+    def note(i: int, text: str) -> None:
+        sink(OutputLine(procs[i].node, None, f"ddpctl: {text}"))
 
     def stop() -> float:
         for proc in procs:
@@ -95,6 +127,13 @@ def supervise(
                 stopped.add(proc.node)
                 proc.terminate()
         return time.monotonic() + grace_s
+
+    def try_rejoin(i: int) -> None:
+        assert elastic is not None and elastic.relaunch is not None
+        try:
+            rejoins.put((i, elastic.relaunch(i)))
+        except BaseException as exc:  # noqa: BLE001 - reported, and tried again later
+            rejoins.put((i, exc))
 
     try:
         while True:
@@ -107,12 +146,52 @@ def supervise(
                         sink(parse_line(procs[i].node, line))
             except queue.Empty:
                 pass
+            while not rejoins.empty():  # a lost node's agent started again, or not
+                i, got = rejoins.get()
+                if isinstance(got, BaseException):
+                    note(i, f"{procs[i].node} does not answer ({got}); trying again later")
+                    lost[i] = time.monotonic() + elastic.relaunch_after_s
+                elif failed or interrupted or head_done_at:
+                    got.kill()
+                else:
+                    procs[i] = got
+                    del lost[i]
+                    open_streams += 1
+                    pump(i)
+                    note(i, f"{procs[i].node} started again: it joins at the next rendezvous")
             codes = [p.poll() for p in procs]
             if failed is None and not interrupted:
-                bad = next((p for p, c in zip(procs, codes) if c not in (None, 0)), None)
-                if bad is not None:
-                    failed = bad.node
+                for i, (p, c) in enumerate(zip(procs, codes)):
+                    if c in (None, 0) or i in lost:
+                        continue
+                    if elastic and i > 0 and len(procs) - len(lost) - 1 >= elastic.min_nodes and not head_done_at:
+                        can_retry = elastic.relaunch is not None and relaunched.get(i, 0) < elastic.relaunches
+                        lost[i] = time.monotonic() + elastic.relaunch_after_s if can_retry else float("inf")
+                        left = len(procs) - len(lost)
+                        again = f"; starting it again in {elastic.relaunch_after_s:.0f} s" if can_retry else ""
+                        note(i, f"{p.node} lost (exit {c}); the run goes on with {left} node(s){again}")
+                        continue
+                    failed = p.node
                     stop_at = stop()
+                    break
+                now = time.monotonic()
+                for i, when in list(lost.items()):
+                    if now >= when and not head_done_at:
+                        lost[i] = float("inf")  # until the attempt reports back
+                        relaunched[i] = relaunched.get(i, 0) + 1
+                        if elastic.threaded:
+                            threading.Thread(target=try_rejoin, args=(i,), daemon=True).start()
+                        else:
+                            try_rejoin(i)
+            if elastic and codes[0] == 0 and head_done_at is None:
+                head_done_at = time.monotonic()  # done: a node still waiting to rejoin has nothing to join
+            if head_done_at and stop_at is None and time.monotonic() - head_done_at > max(grace_s, 10.0):
+                for i, p in enumerate(procs):
+                    if p.poll() is None:
+                        note(i, f"{p.node} is still waiting to rejoin a finished run: stopping it")
+                        lost[i] = float("inf")
+                        p.terminate()
+                stop_at = time.monotonic() + grace_s
             if stop_at is not None and time.monotonic() > stop_at:
                 for p in procs:
                     if p.poll() is None:
@@ -139,10 +218,12 @@ def supervise(
         cleanup()
 
     results = []
-    for proc in procs:
+    for i, proc in enumerate(procs):
         code = proc.poll()
         if proc.node in stopped:
             status = "stopped"
+        elif i in lost:
+            status = "lost"
         else:
             status = "ok" if code == 0 else "failed"
         results.append(NodeResult(proc.node, code, status))
