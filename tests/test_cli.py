@@ -49,7 +49,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     [
         (["run", "resnet", "--nodes", "2"], 2, "unknown job 'resnet': choose one of message-passing, mnist, mingpt"),
         (["up", "--provider", "gcp"], 2, "'gcp' is not one of 'local', 'onprem', 'aws', 'pcluster'"),
-        (["run", "mnist", "--nodes", "0"], 2, "Invalid value for '--nodes' / '-n': 0 is not in the range x>=1"),
+        (["run", "mnist", "--nodes", "0"], 2, "Invalid value for '--nodes' / '-n': '0': give N >= 1, or MIN:MAX"),
         (["up", "--nodes", "0"], 2, "0 is not in the range x>=1"),
         (["run", "mnist", "--nproc-per-node", "-1"], 2, "-1 is not in the range x>=1"),
         (["run", "./missing/train.py", "--nodes", "2"], 2, "script './missing/train.py' does not exist"),
@@ -177,3 +177,17 @@ def test_config_file_defaults(home: Path, tmp_path: Path) -> None:
     (tmp_path / "ddpctl.toml").write_text("[cluster]\nnode = 3\n")
     bad = ddpctl("up", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown key(s) ['node']" in one_line_error(bad)
+
+
+def test_run_elastic_node_range(home: Path) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "2:3", "--dry-run", "--json", "--run-id", "el")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["plan"]
+    assert plan["min_nodes"] == 2 and len(plan["nodes"]) == 3
+    argv = plan["nodes"][0]["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "2:3" and argv[argv.index("--max-restarts") + 1] == "3"
+    for bad in ("3:2", "0:2", "2:x", "1:2:3"):
+        wrong = ddpctl("run", "mnist", "--nodes", bad, "--dry-run")
+        assert wrong.returncode == 2 and "--nodes" in wrong.stderr, wrong.stderr
+        assert len(wrong.stderr.strip().splitlines()) == 1
+    assert tree(home) == []
