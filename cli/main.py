@@ -168,6 +168,10 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
     aws     EC2 instances (p3.2xlarge, Deep Learning AMI) in a new VPC, SSH only
             from your address, configured with playbooks/site.yml; every resource
             is tagged, so `ddpctl down` deletes it all, even after a crash
+    pcluster  an AWS ParallelCluster (Slurm, p3.2xlarge compute nodes) made by the
+            `pcluster` CLI (aws-parallelcluster, in its own venv: PATH or
+            DDPCTL_PCLUSTER); the config is checked by its schema first; jobs go
+            through sbatch on the head node
 
     \b
     Examples:
@@ -176,6 +180,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
       ddpctl up --nodes 2 --dry-run --json         # the plan, as JSON; nothing is created
       ddpctl up --provider aws --nodes 2 --dry-run # plan, checks and cost per hour
       ddpctl up --provider aws --nodes 2 --region us-west-2 --spot
+      ddpctl up --provider pcluster --nodes 2 --dry-run   # config, schema, create-cluster --dryrun
     """
     from ddpctl.infra import clusters
     from ddpctl.infra.errors import UsageError
@@ -195,8 +200,10 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
         else:
             nodes = 1
     down_on_failure = aws.pop("down_on_failure")
-    if provider != "aws" and (not aws["configure"] or not down_on_failure):
-        raise UsageError(f"--no-configure and --no-down-on-failure are for --provider aws, not {provider}")
+    if provider != "aws" and not aws["configure"]:
+        raise UsageError(f"--no-configure is for --provider aws, not {provider}")
+    if provider not in ("aws", "pcluster") and not down_on_failure:
+        raise UsageError(f"--no-down-on-failure is for --provider aws or pcluster, not {provider}")
     kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
         name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
@@ -205,11 +212,12 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
     store = _store()
     provider_impl, state = clusters.plan_up(spec, store)
     if dry_run:
-        report = provider_impl.dry_run(state, store, out.progress) if provider == "aws" else None
+        cloud = provider in ("aws", "pcluster")
+        report = provider_impl.dry_run(state, store, out.progress) if cloud else None
         if as_json:
             doc = {"ok": True, "dry_run": True, "cluster": state.to_dict()}
             if report is not None:
-                doc["aws"] = report.to_dict()
+                doc[provider] = report.to_dict()
             out.document(doc)
         elif report is not None:
             for line in report.lines:
@@ -217,7 +225,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
         else:
             _print_cluster_plan(state)
         return 0
-    if provider == "aws":
+    if provider in ("aws", "pcluster"):
         from ddpctl.infra.providers.aws import lifecycle
 
         state = lifecycle.up(provider_impl, state, store, out.progress, down_on_failure=down_on_failure)
@@ -242,10 +250,10 @@ def status(name, as_json) -> int:
     states = [store.load(name)] if name else [store.load(n) for n in store.names()]
     live = {}
     for s in states:
-        if s.spec.provider == "aws":  # what EC2 says runs now, and its cost per hour
+        if s.spec.provider in ("aws", "pcluster"):  # what EC2 / ParallelCluster says runs now, its cost per hour
             from ddpctl.infra.providers import get_provider
 
-            live[s.name] = get_provider("aws").status(s)
+            live[s.name] = get_provider(s.spec.provider).status(s)
     if as_json:
         clusters_doc = [{**s.to_dict(), **({"live": live[s.name]} if s.name in live else {})} for s in states]
         out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})

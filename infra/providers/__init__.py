@@ -10,11 +10,11 @@ import importlib
 from ..errors import UsageError
 from .base import Provider
 
-_MODULES = {"local": "local", "onprem": "onprem", "aws": "aws"}
+_MODULES = {"local": "local", "onprem": "onprem", "aws": "aws", "pcluster": "pcluster"}
 
 
 def get_provider(name: str) -> Provider:
     if name not in _MODULES:
-        raise UsageError(f"provider {name!r} is not available yet: use --provider local, onprem or aws")
+        raise UsageError(f"provider {name!r} is not available yet: use --provider local, onprem, aws or pcluster")
     module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
     return module.PROVIDER

@@ -1,0 +1,153 @@
+"""What a ParallelCluster cluster is made of, as typed values: pure, no boto3, no pcluster.
+
+The network, the key and every name and tag come from the aws provider's own plan
+(``aws.plan.plan_from_spec``), so both providers build and tag them the same way; this plan adds
+the ParallelCluster configuration file and the cluster (its CloudFormation stack) on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...state import Resource
+from ..aws import pricing
+from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, VPC_CIDR, AwsPlan
+from ..aws.plan import plan_from_spec as aws_plan_from_spec
+from .config import (
+    DEFAULT_USER,
+    OS,
+    QUEUE,
+    SHARED_MOUNT,
+    ComputeFleet,
+    Resolved,
+    Settings,
+    cluster_config,
+    compute_resource_name,
+    pcluster_name,
+)
+
+#: The aws plan's resources this provider makes itself (ParallelCluster makes the security
+#: groups, placement group, instances and volumes, in its CloudFormation stack).
+OWN_KINDS = ("dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "key-pair")
+#: Creation order, also the DDPCTL_FAULT steps (``down`` deletes in reverse).
+STEPS = (*OWN_KINDS, "config", "cluster")
+
+
+@dataclass(frozen=True)
+class PclusterPlan:
+    aws: AwsPlan  # network, key, names and tags, as the aws provider plans them
+    settings: Settings
+
+    @property
+    def cluster(self) -> str:
+        return self.aws.cluster
+
+    @property
+    def region(self) -> str:
+        return self.aws.region
+
+    @property
+    def pcluster_name(self) -> str:
+        return pcluster_name(self.aws.cluster)
+
+    @property
+    def config_path(self) -> str:
+        return f"{self.aws.cluster_dir}/cluster-config.yaml"
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.aws.cluster_dir}/pcluster-cli.log"
+
+    @property
+    def ssh_user(self) -> str:
+        return self.aws.ssh_user or DEFAULT_USER
+
+    @property
+    def workdir(self) -> str:
+        """On the head node's /home, which ParallelCluster NFS-exports to every compute node."""
+        return f"/home/{self.ssh_user}/ddpctl"
+
+    @property
+    def shared_dir(self) -> str:
+        return f"{SHARED_MOUNT}/ddpctl" if self.settings.shared_gb else f"{self.workdir}/shared"
+
+    @property
+    def fleet(self) -> ComputeFleet:
+        a = self.aws
+        return ComputeFleet(
+            instance_type=a.instance_type, count=a.count, volume_gb=a.volume_gb, spot=a.spot,
+            placement_group=a.placement_group, ami=a.ami,
+        )  # fmt: skip
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Put on the cluster; ParallelCluster copies them to what its stack makes. Not
+        ``ddpctl:created-by``: those resources are ParallelCluster's to delete, so no ddpctl sweep by
+        tag (the aws provider's ``down --region`` included) ever touches them."""
+        return {TAG_CLUSTER: self.aws.cluster, TAG_CLUSTER_ID: self.aws.cluster_id}
+
+    @property
+    def hourly_usd(self) -> float | None:
+        nodes = pricing.hourly_usd(self.aws.instance_type, self.aws.count)
+        head = pricing.hourly_usd(self.settings.head_instance_type, 1)
+        return None if nodes is None or head is None else nodes + head
+
+    def config(self, resolved: Resolved) -> dict[str, Any]:
+        return cluster_config(region=self.region, fleet=self.fleet, resolved=resolved, settings=self.settings, tags=self.tags)
+
+    def resources(self) -> list[Resource]:
+        """Everything ``up`` creates, in order, each ``planned``."""
+        own = [r for r in self.aws.resources() if r.kind in OWN_KINDS]
+        return own + [
+            Resource("config", self.config_path, detail={"settings": self.settings.to_dict()}),
+            Resource("cluster", self.pcluster_name, detail={"region": self.region, "create_called": False}),
+        ]
+
+    def describe(self) -> list[str]:
+        a, s = self.aws, self.settings
+        facts = pricing.TYPES.get(a.instance_type)
+        gpus = f", {facts.gpus} GPU(s) each" if facts else ""
+        network = (
+            f"new VPC {VPC_CIDR} (DNS hostnames on) with an internet gateway and a public subnet in "
+            f"{a.az or 'a zone that offers ' + a.instance_type}"
+            if a.new_network
+            else f"subnet {a.subnet_id}" + (f" of {a.vpc_id}" if a.vpc_id else "")
+        )
+        ssh = a.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
+        lines = [
+            f"  ParallelCluster {self.pcluster_name} in {a.region}: Slurm, {OS}"
+            + (f", custom AMI {a.ami}" if a.ami else ", ParallelCluster's official AMI"),
+            f"  head node: 1 x {s.head_instance_type}, IMDS secured, encrypted gp3 root volume; SSH only from {ssh}",
+            f"  queue {QUEUE!r}: {a.count} x {a.instance_type}{gpus} (compute resource "
+            f"{compute_resource_name(a.instance_type)}, MinCount = MaxCount = {a.count}: static nodes), "
+            + ("spot" if a.spot else "on-demand")
+            + f", encrypted {a.volume_gb} GB gp3 root volumes, IMDSv2 only",
+            f"  placement: {'a cluster placement group' if a.placement_group else 'none'}",
+            f"  network: {network}",
+            "  shared storage: /home from the head node (NFS)"
+            + (f"; {s.shared_gb} GB encrypted gp3 EBS at {SHARED_MOUNT}, deleted with the cluster" if s.shared_gb else ""),
+            f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
+            f"  cost: {pricing.format_usd(self.hourly_usd)} on-demand ({pricing.PRICE_REGION} list price, head node included)",
+        ]
+        if s.custom_s3_bucket:
+            lines.append(f"  ParallelCluster's artifacts go to s3://{s.custom_s3_bucket}")
+        if s.suppress_validators:
+            lines.append(f"  create-cluster skips validators: {' '.join(s.suppress_validators)}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pcluster_name": self.pcluster_name,
+            "region": self.region,
+            "instance_type": self.aws.instance_type,
+            "count": self.aws.count,
+            "settings": self.settings.to_dict(),
+            "hourly_usd": self.hourly_usd,
+            "config_path": self.config_path,
+        }
+
+
+def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, settings: Settings) -> PclusterPlan:
+    """``spec`` has the AWS defaults filled in (``aws.provider.with_defaults``)."""
+    return PclusterPlan(aws=aws_plan_from_spec(spec, cluster_id, cluster_dir), settings=settings)

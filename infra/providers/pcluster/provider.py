@@ -1,0 +1,454 @@
+"""The ParallelCluster provider: a Slurm cluster on AWS made by the real ``pcluster`` CLI.
+
+``up``: everything checkable is checked before anything is recorded: the pcluster install, the
+given subnet, that no ParallelCluster of the same name exists, and the configuration against
+aws-parallelcluster's own schema (offline, with a placeholder subnet when ddpctl makes the
+network). Then, each step recorded before it is made (as the aws provider does, with its code):
+the cluster dir, the ed25519 key, the network (VPC, internet gateway, route, subnet), the key
+pair, the configuration file, and ``pcluster create-cluster``; then describe-cluster is polled
+until CREATE_COMPLETE (or a failure, reported in one line), the static compute nodes are waited
+for, and the head node is recorded as the cluster's login node with ``launcher = "sbatch"``.
+
+``down``: delete-cluster, wait until describe-cluster no longer finds it (not found = gone), then
+the key pair and network ddpctl made. Only a cluster tagged with this state's cluster id is ever
+deleted. Safe to repeat, and after a crash at any step.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import DdpctlError
+from ...launch.supervise import OutputLine
+from ...spec import DEFAULT_PORT, ClusterSpec
+from ...state import ClusterState, NodeInfo, Resource, StateStore, atomic_write
+from ..aws import configure, faults, keys, pricing
+from ..aws.plan import TAG_CLUSTER_ID, ssh_cidr_for
+from ..aws.provider import lookup_caller_address, with_defaults
+from ..base import Progress
+from . import network, schema
+from .cli import ClusterInfo, Install, PclusterCli, find_pcluster
+from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
+from .plan import PclusterPlan, plan_from_spec
+
+#: --dry-run without --ssh-cidr: a documentation address stands in for yours (looked up at `up`).
+DRY_RUN_CIDR = "192.0.2.1/32"
+
+
+@dataclass
+class DryRunReport:
+    plan: PclusterPlan
+    config: dict[str, Any]
+    lines: list[str]
+    checks: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "config": self.config, "checks": self.checks, "lines": self.lines}
+
+
+class PclusterProvider:
+    name = "pcluster"
+    poll_s = 30.0
+    create_timeout_s = 3600.0
+    compute_timeout_s = 1800.0
+    delete_timeout_s = 3600.0
+
+    def __init__(
+        self, caller_address: Callable[[], str] = lookup_caller_address, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.caller_address = caller_address
+        self._env = env
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return os.environ if self._env is None else self._env
+
+    # ---- plan (pure but for the region list and the environment) ------------------------------
+
+    def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
+        spec = with_defaults(spec)
+        cluster_id = uuid.uuid4().hex[:12]
+        plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)), settings_from_env(self.env))
+        facts = pricing.TYPES.get(spec.instance_type)
+        # The login node as the launcher sees it; jobs run on compute nodes, so cpus/gpus are theirs.
+        head = NodeInfo(name="head", host="", workdir=plan.workdir, cpus=facts.vcpus if facts else 1,
+                        gpus=facts.gpus if facts else 0)  # fmt: skip
+        return ClusterState(
+            spec=spec, cluster_id=cluster_id, status="planned", shared_dir=plan.shared_dir, nodes=[head],
+            resources=plan.resources(), ephemeral=ephemeral, launcher="sbatch",
+        )  # fmt: skip
+
+    @staticmethod
+    def pcluster_plan(state: ClusterState, store: StateStore) -> PclusterPlan:
+        """The plan as recorded: settings from the state, not from today's environment."""
+        recorded = next((r for r in state.resources if r.kind == "config"), None)
+        settings = Settings.from_dict(recorded.detail.get("settings", {})) if recorded else Settings()
+        return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)), settings)
+
+    # ---- shared checks ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _cli(self, install: Install, plan: PclusterPlan, log: Path | None = None) -> Iterator[PclusterCli]:
+        """The CLI adapter, logging to ``log`` (the cluster dir), else to a temporary directory."""
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            yield PclusterCli(install, plan.region, log, self.env)
+            return
+        with tempfile.TemporaryDirectory(prefix="ddpctl-pcluster-") as tmp:
+            yield PclusterCli(install, plan.region, Path(tmp) / "pcluster-cli.log", self.env)
+
+    @staticmethod
+    def _refuse_existing(cli: PclusterCli, plan: PclusterPlan) -> None:
+        if cli.describe(plan.pcluster_name) is not None:
+            raise DdpctlError(
+                f"a ParallelCluster named {plan.pcluster_name} already exists in {plan.region} and no state file "
+                f"records it: delete it with `pcluster delete-cluster -n {plan.pcluster_name} -r {plan.region}`, "
+                "or pick another --name"
+            )
+
+    # ---- dry run ---------------------------------------------------------------------------------
+
+    def dry_run(self, state: ClusterState, store: StateStore, progress: Progress) -> DryRunReport:
+        """The offline schema check, then ``create-cluster --dryrun true``. Creates nothing."""
+        from ..aws.ec2 import Aws, aws_errors
+
+        plan = self.pcluster_plan(state, store)
+        install = find_pcluster(self.env)
+        checks: dict[str, str] = {}
+        with aws_errors(plan.region):
+            aws = Aws(plan.region)
+            if plan.aws.subnet_id:
+                subnet, where = network.check_subnet(aws, plan.aws)["SubnetId"], f"--subnet-id {plan.aws.subnet_id}"
+            else:
+                zone = network.pick_zone(aws, plan.aws, plan.settings.head_instance_type)
+                subnet = network.stand_in_subnet(aws, zone)
+                where = f"the default VPC's subnet {subnet} standing in for the new one" if subnet else ""
+        resolved = Resolved(
+            subnet_id=subnet or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=plan.aws.ssh_cidr or DRY_RUN_CIDR
+        )
+        config = plan.config(resolved)
+        text = to_yaml(config)
+        verdict = schema.validate(text, plan.pcluster_name, install)
+        checks["schema"] = f"ok (aws-parallelcluster {verdict.version})"
+        warnings: tuple[str, ...] = ()
+        with self._cli(install, plan) as cli:
+            existing = cli.describe(plan.pcluster_name)
+            checks["name"] = "ok" if existing is None else f"would fail: {plan.pcluster_name} already exists ({existing.status})"
+            if subnet:
+                path = cli.log_file.with_name("cluster-config.yaml")
+                path.write_text(text)
+                # The key pair is imported only at `up`: its validator cannot pass yet.
+                suppress = (*plan.settings.suppress_validators, "type:KeyPairValidator")
+                result = cli.create(plan.pcluster_name, path, dryrun=True, suppress=suppress)
+                checks["create-cluster --dryrun"] = "ok" if result.ok else f"would fail: {result.message}"
+                warnings = result.warnings
+            else:
+                checks["create-cluster --dryrun"] = "skipped: no default VPC subnet to stand in for the new network"
+        lines = [f"Would create pcluster cluster {plan.cluster!r} in {plan.region} ({plan.aws.count} compute node(s)):"]
+        lines += plan.describe()
+        if where:
+            lines.append(f"  dry run against {where}")
+        lines.append(f"  configuration ({plan.config_path} at `up`; subnet and key filled in then):")
+        lines += [f"    {line}" for line in text.splitlines() if not line.startswith("#")]
+        lines += [f"  check {name}: {result}" for name, result in checks.items()]
+        lines += [f"  warning: {w}" for w in warnings]
+        lines.append("Nothing was created.")
+        return DryRunReport(plan=plan, config=config, lines=lines, checks=checks)
+
+    # ---- up --------------------------------------------------------------------------------------
+
+    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
+        from ..aws.ec2 import Aws, aws_errors
+
+        plan = self.pcluster_plan(state, store)
+        install = find_pcluster(self.env)
+        with aws_errors(plan.region):
+            aws = Aws(plan.region)
+            zone = ""
+            if plan.aws.subnet_id:
+                network.check_subnet(aws, plan.aws)
+            else:
+                zone = network.pick_zone(aws, plan.aws, plan.settings.head_instance_type)
+            cidr = plan.aws.ssh_cidr or ssh_cidr_for(self.caller_address())
+            resolved = Resolved(subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=cidr)
+            verdict = schema.validate(to_yaml(plan.config(resolved)), plan.pcluster_name, install)
+            with self._cli(install, plan) as cli:
+                self._refuse_existing(cli, plan)
+            # Nothing recorded or created before this point.
+            progress(
+                f"creating pcluster cluster {plan.cluster!r} ({plan.pcluster_name}, aws-parallelcluster {verdict.version}): "
+                f"{plan.aws.count} x {plan.aws.instance_type} + a {plan.settings.head_instance_type} head node in "
+                f"{plan.region}, {pricing.format_usd(plan.hourly_usd)}"
+            )
+            _Up(state, store, progress, aws, plan, install, self).run(zone, cidr)
+        return state
+
+    def wait_created(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> ClusterInfo:
+        start = time.monotonic()
+        last, last_report = "", start
+        while True:
+            info = cli.describe(plan.pcluster_name)
+            if info is None:
+                raise DdpctlError(f"{plan.pcluster_name} disappeared while being created: see the CloudFormation console")
+            if info.status == "CREATE_COMPLETE":
+                return info
+            if info.failed:
+                why = "; ".join(info.failures) or info.stack_status
+                raise DdpctlError(
+                    f"ParallelCluster could not create {plan.pcluster_name} ({info.status}: {why}): "
+                    f"`pcluster get-cluster-stack-events -n {plan.pcluster_name} -r {plan.region}` tells more"
+                )
+            now = time.monotonic()
+            if info.status != last or now - last_report > 300:
+                progress(f"{plan.pcluster_name}: {info.status} ({(now - start) / 60:.0f} min; ParallelCluster takes 10-20)")
+                last, last_report = info.status, now
+            if now - start > self.create_timeout_s:
+                raise DdpctlError(f"{plan.pcluster_name} still {info.status} after {self.create_timeout_s / 60:.0f} min")
+            time.sleep(self.poll_s)
+
+    def wait_compute(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> None:
+        """Static compute nodes start after CREATE_COMPLETE; a job submitted before would only wait."""
+        start, last = time.monotonic(), -1
+        while True:
+            running = sum(1 for i in cli.compute_instances(plan.pcluster_name) if i.get("state") == "running")
+            if running >= plan.aws.count:
+                return
+            if running != last:
+                progress(f"{plan.pcluster_name}: {running} of {plan.aws.count} compute node(s) running")
+                last = running
+            if time.monotonic() - start > self.compute_timeout_s:
+                raise DdpctlError(
+                    f"only {running} of {plan.aws.count} x {plan.aws.instance_type} started in "
+                    f"{self.compute_timeout_s / 60:.0f} min (capacity or quota?): see the EC2 console"
+                )
+            time.sleep(self.poll_s)
+
+    # ---- down ------------------------------------------------------------------------------------
+
+    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+        from ..aws.ec2 import Aws, aws_errors
+
+        plan = self.pcluster_plan(state, store)
+        name = state.name
+        persisted = store.exists(name)
+        if persisted:
+            state.status = "deleting"
+            store.save(state)
+        cluster = _only(state, "cluster")
+        deleted_cluster = False
+        if cluster.status != "deleted" and cluster.detail.get("create_called"):
+            install = find_pcluster(self.env)  # one line on how to install it, if missing
+            with self._cli(install, plan, Path(plan.log_path)) as cli:
+                deleted_cluster = self._delete_cluster(cli, plan, state, progress)
+            cluster.status = "deleted"
+            if persisted:
+                store.save(state)
+        with aws_errors(plan.region):
+            made, problems = network.delete_own(Aws(plan.region), state, progress)
+        if problems:
+            if persisted:
+                store.save(state)
+            raise DdpctlError(
+                f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `ddpctl down --name {name}` again"
+            )
+        cluster_dir = store.cluster_dir(name)
+        keys.remove_key(cluster_dir / "id_ed25519")
+        shutil.rmtree(cluster_dir, ignore_errors=True)
+        store.delete(name)
+        what = f"{plan.pcluster_name} and {made}" if deleted_cluster else f"{made}"
+        progress(f"pcluster cluster {name!r} is down: {what} resource(s) deleted, nothing of it is left in {plan.region}")
+
+    def _delete_cluster(self, cli: PclusterCli, plan: PclusterPlan, state: ClusterState, progress: Progress) -> bool:
+        info = cli.describe(plan.pcluster_name)
+        if info is None:
+            return False  # never made, or long gone
+        if info.tags.get(TAG_CLUSTER_ID) != state.cluster_id:
+            progress(
+                f"warning: {plan.pcluster_name} in {plan.region} is not this cluster's (its {TAG_CLUSTER_ID} tag is "
+                f"{info.tags.get(TAG_CLUSTER_ID)!r}): left alone"
+            )
+            return False
+        if info.status != "DELETE_IN_PROGRESS":
+            progress(f"deleting {plan.pcluster_name} ({info.status})")
+            cli.delete(plan.pcluster_name)
+        start, last = time.monotonic(), ""
+        while True:
+            info = cli.describe(plan.pcluster_name)
+            if info is None:
+                return True
+            if info.status == "DELETE_FAILED":
+                why = "; ".join(info.failures) or info.stack_status
+                raise DdpctlError(
+                    f"ParallelCluster could not delete {plan.pcluster_name} ({why}): fix it in the CloudFormation "
+                    f"console, then run `ddpctl down --name {state.name}` again"
+                )
+            if info.status != last:
+                progress(f"{plan.pcluster_name}: {info.status} ({(time.monotonic() - start) / 60:.0f} min)")
+                last = info.status
+            if time.monotonic() - start > self.delete_timeout_s:
+                raise DdpctlError(
+                    f"{plan.pcluster_name} still {info.status} after {self.delete_timeout_s / 60:.0f} min: "
+                    f"run `ddpctl down --name {state.name}` again"
+                )
+            time.sleep(self.poll_s)
+
+    # ---- status ----------------------------------------------------------------------------------
+
+    def status(self, state: ClusterState) -> dict[str, Any]:
+        """What ParallelCluster says about the cluster now, and what that costs per hour."""
+        plan = self.pcluster_plan(state, StateStore())
+        info: dict[str, Any] = {
+            "pcluster_name": plan.pcluster_name, "region": plan.region, "instance_type": plan.aws.instance_type,
+        }  # fmt: skip
+        running = False
+        try:
+            install = find_pcluster(self.env)
+            with self._cli(install, plan) as cli:
+                described = cli.describe(plan.pcluster_name)
+        except DdpctlError as exc:
+            info["error"] = str(exc)
+            running = state.status == "up"
+        else:
+            if described is None:
+                info["summary"] = "ParallelCluster: not found"
+            else:
+                info.update(cluster_status=described.status, compute_fleet_status=described.fleet_status)
+                info["summary"] = f"ParallelCluster: {described.status}" + (
+                    f", fleet {described.fleet_status}" if described.fleet_status else ""
+                )
+                running = not described.status.startswith("DELETE")
+        info["billed_instances"] = 1 + plan.aws.count if running else 0
+        price = plan.hourly_usd
+        info["cost_per_hour_usd"] = None if price is None else (round(price, 4) if running else 0.0)
+        return info
+
+    # ---- running jobs ----------------------------------------------------------------------------
+
+    def preflight(self, state: ClusterState) -> None:
+        """Nothing to check from here: Slurm on the head node schedules the job."""
+
+    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
+        return requested or state.spec.port or DEFAULT_PORT
+
+    def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
+        from ...inventory import Host
+        from ...launch.ssh import SshExecutor
+
+        return SshExecutor({n.name: Host(**n.ssh) for n in state.nodes}, sink)
+
+
+class _Up:
+    """One ``up``: each step recorded before it is made and marked after (as the aws provider's)."""
+
+    def __init__(self, state: ClusterState, store: StateStore, progress: Progress, aws: Any, plan: PclusterPlan,
+                 install: Install, provider: PclusterProvider) -> None:  # fmt: skip
+        self.state, self.store, self.progress, self.aws = state, store, progress, aws
+        self.plan, self.install, self.provider = plan, install, provider
+
+    def step(self, kind: str, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        res = _only(self.state, kind)
+        faults.point("before", kind)
+        detail = create()
+        faults.point("after", kind)  # made, not yet recorded: `down` finds it by tag (or by name)
+        res.detail.update(detail)
+        res.status = "created"
+        self.store.save(self.state)
+        if "aws_id" in detail:
+            self.progress(f"created {kind} {detail['aws_id']}")
+        return res.detail
+
+    def run(self, zone: str, cidr: str) -> None:
+        plan, aws, state = self.plan, self.aws, self.state
+        a = plan.aws
+        _only(state, "config").detail.update({"ssh_cidr": cidr, "zone": zone})
+        state.status = "creating"
+        self.store.save(state)
+
+        def make_dir() -> dict[str, Any]:
+            Path(a.cluster_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+            return {}
+
+        self.step("dir", make_dir)
+        public_key = self.step("key-file", lambda: {"public_key": keys.ensure_key(Path(a.key_path), a.unique_name)})["public_key"]
+        if a.new_network:
+            vpc_id = self.step("vpc", lambda: {"aws_id": network.create_vpc(aws, a)})["aws_id"]
+            igw = self.step(
+                "internet-gateway",
+                lambda: {"aws_id": aws.create_internet_gateway(vpc_id, a.tag_specs("igw", "internet-gateway")), "vpc": vpc_id},
+            )["aws_id"]
+            self.step("route", lambda: {"route_table": aws.add_default_route(vpc_id, igw)})
+            _only(state, "subnet").detail["az"] = zone
+            self.store.save(state)  # the zone is part of the record before the call
+            subnet_id = self.step("subnet", lambda: {"aws_id": network.create_subnet(aws, a, vpc_id, zone)})["aws_id"]
+        else:
+            subnet_id = a.subnet_id
+        self.step(
+            "key-pair",
+            lambda: {"aws_id": aws.import_key_pair(a.unique_name, public_key, a.cluster_id, a.tag_specs("key", "key-pair"))},
+        )
+        text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.unique_name, ssh_cidr=cidr)))
+        schema.validate(text, plan.pcluster_name, self.install)  # the final file, as create-cluster gets it
+
+        def write_config() -> dict[str, Any]:
+            atomic_write(Path(plan.config_path), text)
+            return {"subnet_id": subnet_id}
+
+        self.step("config", write_config)
+        with self.provider._cli(self.install, plan, Path(plan.log_path)) as cli:
+            cluster = _only(state, "cluster")
+            cluster.detail["create_called"] = True  # from here on, `down` asks ParallelCluster
+            self.store.save(state)
+            self.progress(f"pcluster create-cluster {plan.pcluster_name}: validating, synthesizing and submitting the stack")
+
+            def create() -> dict[str, Any]:
+                result = cli.create(plan.pcluster_name, Path(plan.config_path), dryrun=False,
+                                    suppress=plan.settings.suppress_validators)  # fmt: skip
+                for warning in result.warnings:
+                    self.progress(f"pcluster: {warning}")
+                return {"status": result.message}
+
+            self.step("cluster", create)
+            info = self.provider.wait_created(cli, plan, self.progress)
+            self.provider.wait_compute(cli, plan, self.progress)
+        self.finish(info)
+
+    def finish(self, info: ClusterInfo) -> None:
+        plan, state = self.plan, self.state
+        a = plan.aws
+        head = info.head
+        if head is None or not head.private_ip:
+            raise DdpctlError(f"describe-cluster reports no head node address for {plan.pcluster_name}: see `pcluster describe-cluster`")
+        launched = configure.Launched(
+            name="head", instance_id=head.instance_id, private_ip=head.private_ip, public_ip=head.public_ip, zone=""
+        )
+        cluster_dir = Path(a.cluster_dir)
+        host_keys = configure.collect_host_keys([launched], self.aws.console_output, self.progress)
+        files = configure.write_files(
+            cluster_dir, [launched], user=plan.ssh_user, key_path=a.key_path, private=a.private_ip, host_keys=host_keys
+        )
+        host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
+        state.nodes = [NodeInfo(**{**asdict(state.nodes[0]), "host": head.private_ip, "python": "python3", "ssh": asdict(host)})]
+        state.launcher = "sbatch"
+        state.status = "up"
+        self.store.save(state)
+        self.progress(
+            f"pcluster cluster {plan.cluster!r} is up: head node {launched.address(a.private_ip)} (ssh -F {files.ssh_config} "
+            f"{launched.address(a.private_ip)}), {a.count} x {a.instance_type} in Slurm queue 'gpu'; jobs go through "
+            f"sbatch; {pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
+        )
+
+
+def _only(state: ClusterState, kind: str) -> Resource:
+    return next(r for r in state.resources if r.kind == kind)
+
+
+PROVIDER = PclusterProvider()

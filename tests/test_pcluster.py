@@ -1,0 +1,557 @@
+"""The ParallelCluster provider: its configuration, aws-parallelcluster's own schema, and the real
+``pcluster`` CLI against the moto server.
+
+``./dev test`` installs aws-parallelcluster into ``.venv-pcluster`` (its own venv: it pins older
+attrs/packaging than ddpctl's) and exports ``DDPCTL_PCLUSTER``; Node.js comes with the system packages.
+
+Exercised for real:
+- the generated configuration loaded by aws-parallelcluster's ``ClusterSchema`` (offline, in its
+  venv), and refused configurations reported as one line naming the field;
+- ``pcluster`` against moto: describe-cluster/delete-cluster of a missing cluster (= gone),
+  list-clusters, ``create-cluster --dryrun true`` with a moto VPC/subnet/key and a custom AMI;
+- ``ddpctl up --provider pcluster``: the network and key pair (the aws provider's code), the final
+  configuration file, then a real ``create-cluster``: validation, CDK synthesis with Node.js, the
+  template upload to S3, CloudFormation CreateStack; moto's CloudFormation cannot run
+  ParallelCluster's template (it answers "Template error: instance of Fn::GetAtt references
+  undefined resource HeadNodeHealthAlarm...", and leaves the stack CREATE_IN_PROGRESS), so the
+  test checks the one-line error, ``status`` of that stack, and that ``down`` deletes it with
+  delete-cluster, waits until it is gone, and deletes the network and key pair;
+- a crash after each of ddpctl's own steps, then ``down`` leaving nothing.
+
+Not exercised (no real AWS here): CREATE_COMPLETE, the head node's host keys and address being
+recorded, waiting for the compute nodes, DELETE_FAILED, and a job through sbatch on such a
+cluster. The polling loops are tested with recorded describe-cluster answers instead.
+
+Two moto quirks are worked around through ddpctl's settings (never needed on AWS):
+``DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS`` skips the two launch-template validators (moto's dry-run
+RunInstances wants an ``ebs`` parameter), and ``DDPCTL_PCLUSTER_S3_BUCKET`` gives a versioned bucket
+(ParallelCluster's own bucket gets a TLS-only policy that moto enforces against plain http).
+moto has no p3.2xlarge, so those tests use g5.xlarge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, ddpctl, tree
+from test_aws import NEWEST_DLAMI, REGION, SSH_CIDR, Moto, moto, moto_server  # noqa: F401 - fixtures
+
+MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
+SECRET = "ddpctlSecretMarker0123456789abcdefABCDEF"
+BUCKET = "ddpctl-pcluster-test"
+
+
+# ---- pure: the configuration and the plan ------------------------------------------------------
+
+
+def _plan(**spec_kw: Any):
+    from ddpctl.infra.providers.pcluster.config import Settings
+    from ddpctl.infra.providers.pcluster.plan import plan_from_spec
+    from ddpctl.infra.spec import ClusterSpec
+
+    settings = spec_kw.pop("settings", Settings())
+    kw = {"name": "c1", "provider": "pcluster", "nodes": 2, "region": REGION, "instance_type": "p3.2xlarge",
+          "volume_gb": 200, "ssh_user": "ubuntu", "ssh_cidr": SSH_CIDR, **spec_kw}  # fmt: skip
+    return plan_from_spec(ClusterSpec(**kw), "abc123", "/h/clusters/c1", settings)
+
+
+def _resolved(subnet: str = "subnet-0123456789abcdef0"):
+    from ddpctl.infra.providers.pcluster.config import Resolved
+
+    return Resolved(subnet_id=subnet, key_name="ddpctl-c1-abc123", ssh_cidr=SSH_CIDR)
+
+
+def test_config_is_the_whole_document() -> None:
+    config = _plan().config(_resolved())
+    assert config == {
+        "Region": "us-east-1",
+        "Image": {"Os": "ubuntu2204"},
+        "Imds": {"ImdsSupport": "v2.0"},
+        "Tags": [
+            {"Key": "ddpctl:cluster", "Value": "c1"},
+            {"Key": "ddpctl:cluster-id", "Value": "abc123"},
+        ],
+        "HeadNode": {
+            "InstanceType": "t3.large",
+            "Networking": {"SubnetId": "subnet-0123456789abcdef0"},
+            "Ssh": {"KeyName": "ddpctl-c1-abc123", "AllowedIps": SSH_CIDR},
+            "Imds": {"Secured": True},
+            "LocalStorage": {"RootVolume": {"Encrypted": True, "VolumeType": "gp3"}},
+        },
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmQueues": [
+                {
+                    "Name": "gpu",
+                    "CapacityType": "ONDEMAND",
+                    "ComputeResources": [{"Name": "p3-2xlarge", "InstanceType": "p3.2xlarge", "MinCount": 2, "MaxCount": 2}],
+                    "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": 200, "Encrypted": True, "VolumeType": "gp3"}}},
+                    "Networking": {"SubnetIds": ["subnet-0123456789abcdef0"], "PlacementGroup": {"Enabled": True}},
+                }
+            ],
+        },
+    }
+
+
+def test_config_options() -> None:
+    from ddpctl.infra.providers.pcluster.config import Settings, to_yaml
+
+    settings = Settings(head_instance_type="c5.xlarge", shared_gb=100, custom_s3_bucket="my-bucket")
+    config = _plan(nodes=1, spot=True, ami="ami-0123456789abcdef0", volume_gb=80, settings=settings).config(_resolved())
+    assert config["Image"] == {"Os": "ubuntu2204", "CustomAmi": "ami-0123456789abcdef0"}
+    assert config["CustomS3Bucket"] == "my-bucket" and config["HeadNode"]["InstanceType"] == "c5.xlarge"
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    assert queue["CapacityType"] == "SPOT"
+    assert "PlacementGroup" not in queue["Networking"]  # one node: no placement group
+    assert queue["ComputeResources"][0]["MinCount"] == queue["ComputeResources"][0]["MaxCount"] == 1
+    assert queue["ComputeSettings"]["LocalStorage"]["RootVolume"]["Size"] == 80
+    assert config["SharedStorage"] == [{
+        "Name": "shared", "StorageType": "Ebs", "MountDir": "/shared",
+        "EbsSettings": {"VolumeType": "gp3", "Size": 100, "Encrypted": True, "DeletionPolicy": "Delete"},
+    }]  # fmt: skip
+    text = to_yaml(config)
+    assert text.startswith("# written by ddpctl") and text.index("Region:") < text.index("HeadNode:")
+    import yaml
+
+    assert yaml.safe_load(text) == config
+
+
+def test_plan_reuses_the_aws_network_plan() -> None:
+    plan = _plan()
+    assert [r.kind for r in plan.resources()] == [
+        "dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "key-pair", "config", "cluster",
+    ]  # fmt: skip
+    assert plan.pcluster_name == "ddpctl-c1" and plan.aws.unique_name == "ddpctl-c1-abc123"
+    assert plan.hourly_usd == pytest.approx(2 * 3.06 + 0.0832)
+    given = _plan(subnet_id="subnet-0123456789abcdef0")
+    assert [r.kind for r in given.resources()] == ["dir", "key-file", "key-pair", "config", "cluster"]
+    text = "\n".join(plan.describe())
+    assert "2 x p3.2xlarge" in text and "SSH only from 203.0.113.7/32" in text and "$6.20/h" in text
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"DDPCTL_PCLUSTER_SHARED_GB": "lots"}, "invalid DDPCTL_PCLUSTER_SHARED_GB='lots'"),
+        ({"DDPCTL_PCLUSTER_SHARED_GB": "0"}, ""),
+        ({"DDPCTL_PCLUSTER_S3_BUCKET": "Bad_Bucket"}, "invalid DDPCTL_PCLUSTER_S3_BUCKET='Bad_Bucket'"),
+        ({"DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS": "ALL nope"}, "invalid DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS item 'nope'"),
+        ({"DDPCTL_PCLUSTER_HEAD_INSTANCE_TYPE": "big"}, "invalid DDPCTL_PCLUSTER_HEAD_INSTANCE_TYPE='big'"),
+    ],
+)
+def test_settings_from_env(env: dict[str, str], message: str) -> None:
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers.pcluster.config import settings_from_env
+
+    if not message:
+        assert settings_from_env(env).shared_gb == 0
+        return
+    with pytest.raises(UsageError) as exc:
+        settings_from_env(env)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_pcluster_answers_as_typed_values_and_one_line_errors() -> None:
+    from ddpctl.infra.providers.pcluster.cli import (
+        ClusterInfo,
+        explain,
+        validation_findings,
+    )
+    from ddpctl.infra.providers.pcluster.config import flatten_errors
+
+    info = ClusterInfo.from_json({
+        "clusterName": "ddpctl-c1", "clusterStatus": "CREATE_FAILED", "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
+        "computeFleetStatus": "UNKNOWN", "tags": [{"key": "ddpctl:cluster-id", "value": "abc123"}],
+        "headNode": {"instanceId": "i-1", "state": "running", "publicIpAddress": "198.51.100.9",
+                     "privateIpAddress": "10.77.0.10", "instanceType": "t3.large"},
+        "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "Cluster creation timed out."}],
+    })  # fmt: skip
+    assert info.failed and info.head and info.head.public_ip == "198.51.100.9"
+    assert info.tags == {"ddpctl:cluster-id": "abc123"}
+    assert info.failures == ("HeadNodeBootstrapFailure: Cluster creation timed out.",)
+    refused = {
+        "message": "Invalid cluster configuration.",
+        "configurationValidationErrors": [
+            {"level": "WARNING", "type": "CustomAmiTagValidator", "message": "may not have been\ncreated by pcluster"},
+            {"level": "ERROR", "type": "InstanceTypeValidator", "message": "The instance type 'p9.x' is not supported."},
+        ],
+    }
+    assert validation_findings(refused) == (
+        ["InstanceTypeValidator: The instance type 'p9.x' is not supported."],
+        ["CustomAmiTagValidator: may not have been created by pcluster"],
+    )
+    for doc, expected in [
+        (refused, "ParallelCluster refused the configuration (create-cluster): InstanceTypeValidator"),
+        ({"message": "Unable to locate credentials"}, "no AWS credentials found for pcluster: run `aws configure`"),
+        ({"message": "Bad Request: invalid or unsupported region 'us-mars-1'"}, "does not support region 'us-east-1'"),
+        ({"message": "<html>\n500\n</html>"}, "pcluster create-cluster failed in us-east-1: <html> 500 </html>"),
+    ]:
+        line = explain(doc, "create-cluster", REGION)
+        assert expected in line and "\n" not in line
+    assert flatten_errors({"Scheduling": {"SlurmQueues": {"0": {"ComputeResources": {"0": {"MaxCount": [
+        "Must be greater than or equal to 1."]}}}}}, "Bogus": ["Unknown field."]}) == [
+        "Scheduling.SlurmQueues[0].ComputeResources[0].MaxCount: Must be greater than or equal to 1.",
+        "Bogus: Unknown field.",
+    ]  # fmt: skip
+
+
+def test_interpreter_from_the_script(tmp_path: Path) -> None:
+    from ddpctl.infra.providers.pcluster.cli import interpreter_of
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    python = venv / "python"
+    python.write_text("")
+    python.chmod(0o755)
+    script = venv / "pcluster"
+    script.write_text(f"#!{python}\nimport sys\n")
+    assert interpreter_of(script) == str(python)
+    script.write_text(f"#!/bin/sh\n'''exec' \"{python}\" \"$0\" \"$@\"\n' '''\n")  # pip's form for long paths
+    assert interpreter_of(script) == str(python)
+    link = tmp_path / "pcluster"  # pipx: a link on PATH into the venv
+    link.symlink_to(script)
+    assert interpreter_of(link) == str(python)
+
+
+class RecordedCli:
+    """describe-cluster answers replayed in order (shapes from pcluster's API model)."""
+
+    def __init__(self, answers: list[dict[str, Any] | None]) -> None:
+        self.answers = answers
+        self.deleted = 0
+
+    def describe(self, name: str):
+        from ddpctl.infra.providers.pcluster.cli import ClusterInfo
+
+        doc = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return None if doc is None else ClusterInfo.from_json({"clusterName": name, **doc})
+
+    def delete(self, name: str) -> bool:
+        self.deleted += 1
+        return True
+
+
+def _recorded_provider():
+    from ddpctl.infra.providers.pcluster import PclusterProvider
+
+    provider = PclusterProvider(env={})
+    provider.poll_s = 0
+    return provider
+
+
+def test_polling_create_and_delete_with_recorded_answers() -> None:
+    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.state import ClusterState
+
+    provider, plan = _recorded_provider(), _plan()
+    progress: list[str] = []
+    mine = [{"key": "ddpctl:cluster-id", "value": "abc123"}]
+    head = {"instanceId": "i-1", "privateIpAddress": "10.77.0.10", "state": "running"}
+    cli = RecordedCli([{"clusterStatus": "CREATE_IN_PROGRESS"}, {"clusterStatus": "CREATE_IN_PROGRESS"},
+                       {"clusterStatus": "CREATE_COMPLETE", "headNode": head}])  # fmt: skip
+    info = provider.wait_created(cli, plan, progress.append)
+    assert info.head and info.head.private_ip == "10.77.0.10"
+    assert progress == ["ddpctl-c1: CREATE_IN_PROGRESS (0 min; ParallelCluster takes 10-20)"]  # once per change
+
+    failed = RecordedCli([{"clusterStatus": "CREATE_FAILED", "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
+                           "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "timed out"}]}])  # fmt: skip
+    with pytest.raises(DdpctlError) as exc:
+        provider.wait_created(failed, plan, progress.append)
+    assert "CREATE_FAILED: HeadNodeBootstrapFailure: timed out" in str(exc.value) and "get-cluster-stack-events" in str(exc.value)
+
+    state = ClusterState(spec=_spec(), cluster_id="abc123")
+    deleting = RecordedCli([{"clusterStatus": "CREATE_COMPLETE", "tags": mine},
+                            {"clusterStatus": "DELETE_IN_PROGRESS", "tags": mine}, None])  # fmt: skip
+    assert provider._delete_cluster(deleting, plan, state, progress.append) is True and deleting.deleted == 1
+    gone = RecordedCli([None])
+    assert provider._delete_cluster(gone, plan, state, progress.append) is False and gone.deleted == 0
+    foreign = RecordedCli([{"clusterStatus": "CREATE_COMPLETE", "tags": [{"key": "ddpctl:cluster-id", "value": "zzz"}]}])
+    assert provider._delete_cluster(foreign, plan, state, progress.append) is False and foreign.deleted == 0
+    assert "is not this cluster's" in progress[-1]
+    stuck = RecordedCli([{"clusterStatus": "DELETE_FAILED", "tags": mine, "failures": [{"failureReason": "ENI in use"}]}])
+    with pytest.raises(DdpctlError) as exc:
+        provider._delete_cluster(stuck, plan, state, progress.append)
+    assert "could not delete ddpctl-c1 (ENI in use)" in str(exc.value) and "ddpctl down --name c1" in str(exc.value)
+
+
+def _spec():
+    from ddpctl.infra.spec import ClusterSpec
+
+    return ClusterSpec(name="c1", provider="pcluster", nodes=2, region=REGION)
+
+
+def test_help_and_import_load_nothing_heavy() -> None:
+    code = (
+        "import sys\nfrom ddpctl.main import cli\nimport ddpctl.infra.providers.pcluster\n"
+        "sys.argv = ['ddpctl', 'up', '--help']\n"
+        "try:\n    cli()\nexcept SystemExit as e:\n    assert e.code == 0\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'pcluster', 'yaml', 'marshmallow')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert "pcluster" in out and "DDPCTL_PCLUSTER" in out
+
+
+# ---- with aws-parallelcluster installed --------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pcluster_exe() -> str:
+    """``$DDPCTL_PCLUSTER`` (./dev test sets it), else the repo's .venv-pcluster, else PATH."""
+    for candidate in (os.environ.get("DDPCTL_PCLUSTER"), str(REPO / ".venv-pcluster" / "bin" / "pcluster"),
+                      shutil.which("pcluster")):  # fmt: skip
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("aws-parallelcluster is not installed: ./dev test installs it into .venv-pcluster")
+
+
+@pytest.fixture(scope="session")
+def install(pcluster_exe: str):
+    from ddpctl.infra.providers.pcluster.cli import find_pcluster
+
+    return find_pcluster({"DDPCTL_PCLUSTER": pcluster_exe})
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"nodes": 1, "spot": True, "ami": "ami-0123456789abcdef0"},
+        {"settings": "shared+bucket"},
+    ],
+)
+def test_schema_loads_the_generated_config(install, kw: dict[str, Any]) -> None:
+    from ddpctl.infra.providers.pcluster import schema
+    from ddpctl.infra.providers.pcluster.config import (
+        PLACEHOLDER_SUBNET,
+        Settings,
+        to_yaml,
+    )
+
+    if kw.get("settings"):
+        kw = {"settings": Settings(shared_gb=50, custom_s3_bucket="my-bucket")}
+    plan = _plan(**kw)
+    verdict = schema.validate(to_yaml(plan.config(_resolved(PLACEHOLDER_SUBNET))), plan.pcluster_name, install)
+    assert verdict.version.startswith("3.") and verdict.queue == "gpu" and verdict.instance_types == ("p3.2xlarge",)
+
+
+def _set(config: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node: Any = config
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[last] = value
+
+
+@pytest.mark.parametrize(
+    "path,value,message",
+    [
+        ("Scheduling.SlurmQueues.0.ComputeResources.0.MaxCount", 0,
+         "Scheduling.SlurmQueues[0].ComputeResources[0].MaxCount: Must be greater than or equal to 1."),
+        ("Scheduling.SlurmQueues.0.ComputeResources.0.MinCount", -1,
+         "Scheduling.SlurmQueues[0].ComputeResources[0].MinCount: Must be greater than or equal to 0."),
+        ("HeadNode.Ssh.AllowedIps", "everyone", "HeadNode.Ssh.AllowedIps:"),
+        ("HeadNode.LocalStorage.RootVolume.Encrypted", "yes please", "HeadNode.LocalStorage.RootVolume.Encrypted: Not a valid boolean."),
+        ("Scheduling.SlurmQueues.0.CapacityType", "CHEAP", "Scheduling.SlurmQueues[0].CapacityType: Must be one of"),
+        ("HeadNode.Networking.SubnetId", "subnet-xyz", "HeadNode.Networking.SubnetId:"),
+        ("HeadNode.Bogus", 1, "HeadNode.Bogus: Unknown field."),
+    ],
+)  # fmt: skip
+def test_schema_refuses_in_one_line(install, path: str, value: Any, message: str) -> None:
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers.pcluster import schema
+    from ddpctl.infra.providers.pcluster.config import to_yaml
+
+    config = _plan().config(_resolved())
+    _set(config, path, value)
+    with pytest.raises(UsageError) as exc:
+        schema.validate(to_yaml(config), "ddpctl-c1", install)
+    line = str(exc.value)
+    assert line.startswith("the ParallelCluster configuration is invalid (aws-parallelcluster 3.")
+    assert message in line and "\n" not in line
+
+
+# ---- the pcluster CLI against the moto server ---------------------------------------------------
+
+
+class PcEnv:
+    """One test's ddpctl and pcluster invocations against moto, and what moto held before."""
+
+    def __init__(self, server: Moto, home: Path, tmp: Path, exe: str) -> None:
+        import boto3
+
+        self.moto, self.home, self.tmp, self.exe = server, home, tmp, exe
+        self.user_home = tmp / "user-home"  # HOME: pcluster must not write ~/.parallelcluster
+        self.user_home.mkdir()
+        session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+        self.s3 = session.client("s3", endpoint_url=server.url)
+        self.cfn = session.client("cloudformation", endpoint_url=server.url)
+        self.s3.create_bucket(Bucket=BUCKET)
+        self.s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        self.baseline = self.inventory()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = self.moto.env(self.home, self.tmp, HOME=str(self.user_home), DDPCTL_PCLUSTER=self.exe,
+                            DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS=MOTO_QUIRKS, DDPCTL_PCLUSTER_S3_BUCKET=BUCKET,
+                            AWS_SECRET_ACCESS_KEY=SECRET)  # fmt: skip
+        env.update(extra)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def run(self, *args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
+        return ddpctl(*args, env=self.env(**extra), timeout=timeout)
+
+    def ok(self, *args: str, **extra: str) -> subprocess.CompletedProcess:
+        result = self.run(*args, **extra)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    def stacks(self) -> dict[str, str]:
+        return {s["StackName"]: s["StackStatus"] for s in self.cfn.list_stacks()["StackSummaries"]}
+
+    def inventory(self) -> dict[str, Any]:
+        live = {n for n, s in self.stacks().items() if s != "DELETE_COMPLETE"}
+        return {**self.moto.inventory(), "stacks": live, "buckets": {b["Name"] for b in self.s3.list_buckets()["Buckets"]}}
+
+    def added(self) -> dict[str, Any]:
+        now = self.inventory()
+        return {k: now[k] - self.baseline[k] for k in now if now[k] - self.baseline[k]}
+
+    def assert_clean(self) -> None:
+        assert self.added() == {}
+        assert not (self.home / "clusters" / "c1.json").exists() and not (self.home / "clusters" / "c1").exists()
+        assert not (self.user_home / ".parallelcluster").exists()
+
+
+@pytest.fixture
+def pc(moto: Moto, home: Path, tmp_path: Path, pcluster_exe: str) -> PcEnv:  # noqa: F811 - the fixture
+    return PcEnv(moto, home, tmp_path, pcluster_exe)
+
+
+def _network(server: Moto) -> tuple[str, str]:
+    ec2 = server.ec2
+    vpc = ec2.create_vpc(CidrBlock="10.123.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.123.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    return vpc, subnet
+
+
+def test_cli_adapter_against_moto(pc: PcEnv, install, tmp_path: Path) -> None:
+    from ddpctl.infra.providers.pcluster.cli import PclusterCli
+    from ddpctl.infra.providers.pcluster.config import Resolved, to_yaml
+
+    _, subnet = _network(pc.moto)
+    pc.moto.ec2.create_key_pair(KeyName="k1", KeyType="ed25519")
+    cli = PclusterCli(install, REGION, tmp_path / "pcluster.log", pc.env())
+    assert cli.describe("ddpctl-ghost") is None  # not found = gone
+    assert cli.delete("ddpctl-ghost") is False
+    assert cli.list_clusters() == []
+    config = _plan(instance_type="g5.xlarge", ami=NEWEST_DLAMI).config(Resolved(subnet_id=subnet, key_name="k1", ssh_cidr=SSH_CIDR))
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(config))
+    ok = cli.create("ddpctl-c1", path, dryrun=True, suppress=tuple(MOTO_QUIRKS.split()))
+    assert ok.ok and ok.message == "Request would have succeeded, but DryRun flag is set."
+    assert any(w.startswith("CustomAmiTagValidator") for w in ok.warnings)  # a DLAMI is not a pcluster AMI
+    refused = cli.create("ddpctl-c1", path, dryrun=True)  # moto's launch-template quirk, reported as such
+    assert not refused.ok and "HeadNodeLaunchTemplateValidator" in refused.message and "\n" not in refused.message
+    assert (tmp_path / "pcluster.log").stat().st_size > 0  # PCLUSTER_LOG_FILE, not ~/.parallelcluster
+    added = pc.added()  # the test's own network and key; nothing of ParallelCluster's
+    assert added["subnets"] == {subnet} and added["key_pairs"] == {"k1"} and "stacks" not in added and "instances" not in added
+
+
+def test_dry_run_through_the_cli_creates_nothing(pc: PcEnv) -> None:
+    vpc, subnet = _network(pc.moto)
+    pc.baseline = pc.inventory()
+    args = ("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
+            "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--dry-run")  # fmt: skip
+    result = pc.ok(*args, "--subnet-id", subnet, "--vpc-id", vpc)
+    out = result.stdout
+    assert "ParallelCluster ddpctl-c1 in us-east-1" in out and "2 x g5.xlarge" in out
+    assert "check schema: ok (aws-parallelcluster 3." in out
+    assert "check create-cluster --dryrun: ok" in out and "Nothing was created." in out
+    assert f"SubnetId: {subnet}" in out and "Encrypted: true" in out and "Secured: true" in out
+    doc = json.loads(pc.ok(*args, "--json").stdout)  # a new network: the default VPC's subnet stands in
+    assert doc["dry_run"] and doc["cluster"]["launcher"] == "sbatch"
+    assert doc["pcluster"]["checks"]["create-cluster --dryrun"] == "ok"
+    assert doc["pcluster"]["config"]["HeadNode"]["Ssh"]["AllowedIps"] == SSH_CIDR
+    assert SECRET not in result.stdout + result.stderr
+    pc.assert_clean()
+    assert tree(pc.home) == []
+
+
+def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv) -> None:
+    if not shutil.which("node"):
+        pytest.skip("ParallelCluster's CDK needs Node.js (./dev test installs nodejs as root)")
+    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
+                "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
+    assert up.returncode == 1, up.stderr
+    lines = up.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: pcluster create-cluster failed in us-east-1:"), up.stderr  # moto's CloudFormation
+    assert "pcluster create-cluster ddpctl-c1: validating, synthesizing" in up.stderr
+    added = pc.added()
+    assert len(added["vpcs"]) == len(added["subnets"]) == len(added["internet_gateways"]) == len(added["key_pairs"]) == 1
+    assert pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS"  # CreateStack got the synthesized template
+
+    cluster_dir = pc.home / "clusters" / "c1"
+    config = __import__("yaml").safe_load((cluster_dir / "cluster-config.yaml").read_text())
+    (subnet,) = added["subnets"]
+    (key,) = added["key_pairs"]
+    assert config["HeadNode"]["Networking"]["SubnetId"] == subnet and config["HeadNode"]["Ssh"]["KeyName"] == key
+    assert config["CustomS3Bucket"] == BUCKET
+    vpc = pc.moto.ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]
+    assert vpc["MapPublicIpOnLaunch"] is True
+    assert pc.moto.ec2.describe_vpc_attribute(VpcId=vpc["VpcId"], Attribute="enableDnsHostnames")["EnableDnsHostnames"]["Value"]
+    assert stat.S_IMODE((cluster_dir / "id_ed25519").stat().st_mode) == 0o600
+    assert (cluster_dir / "pcluster-cli.log").stat().st_size > 0
+    for path in pc.home.rglob("*"):  # the state, the config, pcluster's own log
+        assert not path.is_file() or SECRET not in path.read_text(errors="replace"), path
+    state = json.loads((pc.home / "clusters" / "c1.json").read_text())
+    assert state["launcher"] == "sbatch"
+    assert {r["kind"]: r["status"] for r in state["resources"]}["cluster"] == "planned"
+
+    status = json.loads(pc.ok("status", "--json").stdout)["clusters"][0]["live"]
+    assert status["cluster_status"] == "CREATE_IN_PROGRESS" and status["pcluster_name"] == "ddpctl-c1"
+    assert "creating (ParallelCluster: CREATE_IN_PROGRESS" in pc.ok("status", COLUMNS="200").stderr
+
+    down = pc.ok("down")
+    assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr
+    assert pc.stacks()["ddpctl-c1"] == "DELETE_COMPLETE"
+    for result in (up, down):
+        assert SECRET not in result.stdout + result.stderr
+    pc.assert_clean()
+    assert pc.ok("down").returncode == 0  # twice is fine
+
+
+@pytest.mark.parametrize("step", ["dir", "vpc", "subnet", "key-pair", "config"])
+def test_crash_after_each_step_then_down_leaves_nothing(pc: PcEnv, step: str) -> None:
+    crashed = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
+                     "--ssh-cidr", SSH_CIDR, DDPCTL_FAULT=f"after:{step}")  # fmt: skip
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    state = json.loads((pc.home / "clusters" / "c1.json").read_text())
+    assert next(r for r in state["resources"] if r["kind"] == step)["status"] == "planned"
+    assert "is down" in pc.ok("down").stderr
+    pc.assert_clean()
+
+
+def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
+    args = ("up", "--provider", "pcluster", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--dry-run")
+    bare_path = "/usr/bin:/bin"
+    assert not shutil.which("pcluster", path=bare_path)
+    missing = pc.run(*args, DDPCTL_PCLUSTER=None, PATH=bare_path)  # type: ignore[arg-type]
+    lines = missing.stderr.strip().splitlines()
+    assert missing.returncode == 1 and len(lines) == 1, missing.stderr
+    assert "the pcluster CLI (aws-parallelcluster) is not installed" in lines[0] and "pipx install" in lines[0]
+    wrong = pc.run(*args, DDPCTL_PCLUSTER=str(pc.tmp / "nowhere" / "pcluster"))
+    assert wrong.returncode == 2 and "is not an executable pcluster" in wrong.stderr.strip().splitlines()[-1]
+    up = pc.run(*args[:-1], DDPCTL_PCLUSTER=None, PATH=bare_path)  # type: ignore[arg-type]
+    assert up.returncode == 1 and "not installed" in up.stderr
+    pc.assert_clean()
+    assert tree(pc.home) == []
