@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Testbed, ddpctl, tree
+from conftest import Output, Testbed, ddpctl, tree
 
 pytestmark = pytest.mark.slow
 
@@ -207,3 +207,33 @@ def test_check_names_the_slowest_link(onprem) -> None:
     assert slowest["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
     text = ddpctl("check", "--no-bandwidth", env=_env(onprem["env"]), timeout=120)
     assert text.returncode == 0 and "node0 <-> node1" in text.stderr
+
+
+def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
+    """--nodes 2:3 over SSH: node2's link goes down inside its namespace; nodes 0-1 go on from the
+    snapshot once their collectives time out; when the link is back, node2 joins at the next rendezvous."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2:3", "--run-id", "sshelastic",
+         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    link = ["ip", "-n", "node2", "link", "set", "ddp0"]
+    try:
+        output = Output(proc)
+        output.until("snapshot saved", timeout=300)
+        subprocess.run([*link, "down"], check=True)
+        try:
+            output.until("(2 ranks)", timeout=120)  # the survivors go on without node2
+        finally:
+            subprocess.run([*link, "up"], check=True)
+        output.until("(3 ranks)", timeout=180)  # node2 is back
+        out = output.finish(timeout=300)
+    finally:
+        subprocess.run([*link, "up"], check=False)
+        proc.kill()
+    assert proc.returncode == 0, out
+    accuracies = [float(a) for a in re.findall(r"epoch 10/10 .* held-out accuracy ([\d.]+)%", out)]
+    assert accuracies and accuracies[-1] >= 90.0, out
+    time.sleep(0.5)
+    for node in ("node0", "node1", "node2"):
+        assert run_procs(testbed, node) == [], f"survivors on {node}"
