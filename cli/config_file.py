@@ -9,7 +9,7 @@
     python = "/opt/venv/bin/python"
     inventory = "hosts.ini"   # --provider onprem
     region = "us-west-2"      # --provider aws (also: az, instance_type, volume_gb, ami, spot,
-                              # ssh_cidr, vpc_id, subnet_id, ssh_user, private_ip)
+                              # ssh_cidr, vpc_id, subnet_id, ssh_user, private_ip, iam_instance_profile)
 
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
@@ -17,6 +17,7 @@
     [run]                # ddpctl run
     nodes = 2
     max_restarts = 1
+    snapshot_dir = "s3://my-bucket/snapshots"
 
 Flags given on the command line win. Unknown sections or keys are refused.
 """
@@ -32,8 +33,8 @@ from ddpctl.infra.errors import UsageError
 CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory",
                 # aws
                 "region", "az", "instance_type", "volume_gb", "ami", "spot", "ssh_cidr", "vpc_id", "subnet_id",
-                "ssh_user", "private_ip", "configure", "down_on_failure"}  # fmt: skip
-RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env"}
+                "ssh_user", "private_ip", "iam_instance_profile", "configure", "down_on_failure"}  # fmt: skip
+RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env", "snapshot_dir"}
 
 
 def load_default_map(path: Path) -> dict[str, dict[str, Any]]:

@@ -123,6 +123,10 @@ _AWS_UP_OPTIONS = [
     click.option("--ssh-user", default=None, metavar="USER", help="aws: the AMI's login user. [default: ubuntu]"),
     click.option("--private-ip", is_flag=True,
                  help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC)."),
+    click.option("--iam-instance-profile", default=None, metavar="NAME",
+                 help="aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
+                      "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
+                      "nodes get short-lived credentials from it; none are ever copied to them. [default: none]"),
     click.option("--configure/--no-configure", default=True, show_default=True,
                  help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
                       "(not ready for jobs; the tests against moto use it, whose instances are not real hosts)."),
@@ -342,6 +346,12 @@ def down(name, all_, region, as_json) -> int:
     "--launcher", type=click.Choice(["torchrun", "sbatch"]), default=None,
     help="torchrun on every node over SSH, or an sbatch job. [default: sbatch where the cluster runs Slurm]",
 )  # fmt: skip
+@click.option("--snapshot-dir", default="", metavar="DIR|s3://BUCKET/PREFIX",
+              help="Where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory every node "
+                   "reads, or an S3 prefix where the nodes share no filesystem (rank 0 reads and writes it "
+                   "with boto3). On AWS the nodes reach S3 through an instance profile (`up "
+                   "--iam-instance-profile`), never through copied credentials. [default: the cluster's "
+                   "shared directory]")  # fmt: skip
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
               help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
                    "crashed): what is left of it is stopped, and the job resumes from its snapshot.")  # fmt: skip
@@ -350,8 +360,8 @@ def down(name, all_, region, as_json) -> int:
 @dry_run_option
 @json_option
 @click.pass_context
-def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, resume_id, env, python,
-        dry_run, as_json) -> int:  # fmt: skip
+def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, snapshot_dir, resume_id,
+        env, python, dry_run, as_json) -> int:  # fmt: skip
     """Run JOB with torchrun on NODES nodes and stream every rank's output.
 
     JOB is a bundled job (message-passing, mnist, mingpt) or the path to your own script.
@@ -366,6 +376,7 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
       ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
       ddpctl run mingpt --nodes 2 --dry-run
       ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
+      ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
       ddpctl run --resume 20261123-101500-ab12   # after ddpctl was killed mid-run
     """
     from click.core import ParameterSource
@@ -391,7 +402,7 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
         opts = runs.RunOptions(
             job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
             name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
-            min_nodes=min_nodes,
+            min_nodes=min_nodes, snapshot_dir=snapshot_dir,
         )  # fmt: skip
         prep = runs.prepare(opts, store)
     if dry_run:

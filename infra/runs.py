@@ -51,6 +51,7 @@ class RunOptions:
     python: str | None = None
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
     min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
+    snapshot_dir: str = ""  # DDPCTL_SNAPSHOT_DIR for the jobs: a directory or s3://bucket/prefix
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,6 +121,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         run_id=opts.run_id,
         env=env,
         min_nodes=opts.min_nodes,
+        snapshot_dir=opts.snapshot_dir,
     )
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":

@@ -51,6 +51,8 @@ class ClusterSpec:
     private_ip: bool = False
     #: aws: run playbooks/site.yml on the new instances (False: launch only).
     configure: bool = True
+    #: aws: an IAM instance profile for the nodes (their S3 access, e.g. for snapshots); "" = none.
+    iam_instance_profile: str = ""
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -85,9 +87,13 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     #: elastic (``--nodes MIN:MAX``): the run goes on while at least this many nodes remain; 0: not elastic
     min_nodes: int = 0
+    #: where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory or s3://bucket/prefix;
+    #: "" = the cluster's shared directory
+    snapshot_dir: str = ""
 
     def __post_init__(self) -> None:
         check_positive("--nodes", self.nodes)
+        check_snapshot_dir(self.snapshot_dir)
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
             raise UsageError(
                 f"--nodes {self.min_nodes}:{self.nodes}: MIN must be from 1 to MAX, e.g. --nodes 2:{max(self.nodes, 2)}"
@@ -123,10 +129,26 @@ class RunSpec:
         return (self.nproc_per_node,) * self.nodes
 
 
+def check_snapshot_dir(value: str) -> None:
+    """``--snapshot-dir``: an absolute directory (as the nodes see it) or s3://BUCKET[/PREFIX]."""
+    if not value:
+        return
+    if value.startswith("s3://"):
+        bucket = value.removeprefix("s3://").partition("/")[0]
+        if not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", bucket):
+            what = f"bucket name {bucket!r} is not valid" if bucket else "has no bucket"
+            raise UsageError(f"--snapshot-dir {value}: {what}: give s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs/mnist")
+    elif "://" in value or not value.startswith("/"):
+        raise UsageError(
+            f"--snapshot-dir {value}: give an absolute directory every node can read (e.g. /fsx/snapshots) "
+            "or s3://BUCKET/PREFIX"
+        )
+
+
 AWS_FLAGS = {
     "region": "--region", "az": "--az", "instance_type": "--instance-type", "volume_gb": "--volume-gb",
     "ami": "--ami", "spot": "--spot", "ssh_cidr": "--ssh-cidr", "vpc_id": "--vpc-id", "subnet_id": "--subnet-id",
-    "ssh_user": "--ssh-user", "private_ip": "--private-ip",
+    "ssh_user": "--ssh-user", "private_ip": "--private-ip", "iam_instance_profile": "--iam-instance-profile",
 }  # fmt: skip
 
 
@@ -134,6 +156,8 @@ def check_aws_fields(spec: ClusterSpec) -> None:
     """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`)."""
     import ipaddress
 
+    if spec.iam_instance_profile and spec.provider != "aws":
+        raise UsageError(f"--iam-instance-profile is for --provider aws, not {spec.provider}")
     if spec.provider not in ("aws", "pcluster"):
         given = [flag for attr, flag in AWS_FLAGS.items() if getattr(spec, attr)]
         if given:
@@ -147,6 +171,7 @@ def check_aws_fields(spec: ClusterSpec) -> None:
         ("--vpc-id", spec.vpc_id, r"^vpc-[0-9a-f]{8,17}$", "e.g. vpc-0123456789abcdef0"),
         ("--subnet-id", spec.subnet_id, r"^subnet-[0-9a-f]{8,17}$", "e.g. subnet-0123456789abcdef0"),
         ("--ssh-user", spec.ssh_user, r"^[a-z_][a-z0-9_-]{0,31}$", "e.g. ubuntu"),
+        ("--iam-instance-profile", spec.iam_instance_profile, r"^[\w+=,.@-]{1,128}$", "a profile name, e.g. ddpctl-s3"),
     ]
     for flag, value, pattern, example in checks:
         if value and not re.match(pattern, value):

@@ -12,7 +12,8 @@ instance_terminated waiters, TerminateInstances, DryRun (moto ignores it for Cre
 deletes what such an endpoint creates), describe_images by owner and name (a realistic DLAMI list
 seeded with MOTO_AMIS_PATH), SSM ParameterNotFound -> fallback, describe_instance_types (moto lacks
 p3.2xlarge: ddpctl's table is used), Service Quotas "not available" -> quota unknown, credential
-errors (moto's auth switched on with /moto-api/reset-auth).
+errors (moto's auth switched on with /moto-api/reset-auth), an IAM instance profile (GetInstanceProfile,
+then RunInstances' IamInstanceProfile, seen in describe_instances).
 
 Not exercised, and why:
 - placement groups: moto does not implement them (HTTP 500); the tests check ddpctl goes on
@@ -24,6 +25,8 @@ Not exercised, and why:
 - configuring the nodes (site.yml over SSH): moto's instances are not hosts, so every `up` here
   passes --no-configure; the playbooks are tested by the on-prem tests.
 - DependencyViolation while ENIs linger after termination (moto frees them at once).
+- the instance profile on every node: moto associates it with the first instance of a RunInstances
+  call only, so the test checks that one.
 """
 
 from __future__ import annotations
@@ -257,6 +260,28 @@ def test_plan_and_requests_are_pure_values() -> None:
     assert not plan_from_spec(ClusterSpec(name="c1", provider="aws", nodes=2, instance_type="t3.micro"), "x", "/d").placement_group
 
 
+def test_instance_profile_is_in_the_request_only_when_given() -> None:
+    from dataclasses import replace
+
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers.aws.plan import plan_from_spec, run_instances_request
+    from ddpctl.infra.spec import ClusterSpec
+
+    spec = ClusterSpec(name="c1", provider="aws", nodes=2, region=REGION, instance_type="p3.2xlarge", volume_gb=200,
+                       iam_instance_profile="ddpctl-s3")  # fmt: skip
+    plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
+    kwargs = dict(ami="ami-1", root_device="/dev/sda1", subnet_id="subnet-1", group_id="sg-1", key_name="k",
+                  az="us-east-1a", count=2, placement_group=None, client_token="t")  # fmt: skip
+    assert run_instances_request(plan, **kwargs)["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
+    assert any("IAM instance profile: ddpctl-s3" in line for line in plan.describe())
+    assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **kwargs)
+    for provider in ("local", "pcluster"):
+        with pytest.raises(UsageError, match=f"--iam-instance-profile is for --provider aws, not {provider}"):
+            ClusterSpec(name="c1", provider=provider, iam_instance_profile="ddpctl-s3")
+    with pytest.raises(UsageError, match="invalid --iam-instance-profile"):
+        ClusterSpec(name="c1", provider="aws", iam_instance_profile="arn:aws:iam::1:instance-profile/x y")
+
+
 def test_help_shows_aws_options_and_loads_no_boto3() -> None:
     code = (
         "import sys\nfrom ddpctl.main import cli\n"
@@ -268,7 +293,7 @@ def test_help_shows_aws_options_and_loads_no_boto3() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     for flag in ("--region", "--instance-type", "--az", "--volume-gb", "--ami", "--spot", "--ssh-cidr",
-                 "--subnet-id", "--no-configure", "--down-on-failure"):  # fmt: skip
+                 "--subnet-id", "--no-configure", "--down-on-failure", "--iam-instance-profile"):  # fmt: skip
         assert flag in out
 
 
@@ -452,6 +477,33 @@ def test_rejected_credentials_are_one_line(aws: Env) -> None:
     assert result.returncode == 1
     assert "AWS rejected your credentials (AuthFailure" in only_line(result)
     aws.assert_clean()
+
+
+def test_instance_profile_reaches_the_nodes(aws: Env) -> None:
+    """--iam-instance-profile: the nodes' own AWS access (S3 snapshots), checked in IAM before anything is made."""
+    import boto3
+
+    iam = boto3.session.Session(
+        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("iam", endpoint_url=aws.moto.url)
+    arn = iam.create_instance_profile(InstanceProfileName="ddpctl-s3")["InstanceProfile"]["Arn"]
+    missing = aws.run(*UP, "--nodes", "2", "--iam-instance-profile", "no-such-profile")
+    assert missing.returncode == 2
+    assert "IAM instance profile 'no-such-profile' not found" in only_line(missing)
+    aws.assert_clean()
+    dry = aws.ok(*UP, "--nodes", "2", "--iam-instance-profile", "ddpctl-s3", "--dry-run").stdout
+    assert "IAM instance profile: ddpctl-s3" in dry and "DryRun RunInstances: ok" in dry
+    aws.assert_clean()
+    aws.ok(*UP, "--nodes", "2", "--iam-instance-profile", "ddpctl-s3")
+    instances = sorted(aws.moto.alive_instances(), key=lambda i: i["AmiLaunchIndex"])
+    assert len(instances) == 2
+    # moto 5.2 associates the profile with the first instance of a RunInstances call only (EC2: every one)
+    assert instances[0]["IamInstanceProfile"]["Arn"] == arn
+    state = json.loads((aws.home / "clusters" / "c1.json").read_text())
+    assert state["spec"]["iam_instance_profile"] == "ddpctl-s3"
+    aws.ok("down")
+    aws.assert_clean()
+    assert iam.get_instance_profile(InstanceProfileName="ddpctl-s3")  # the user's: never deleted
 
 
 def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:

@@ -37,7 +37,8 @@ class Config:
     lr: float = 1.0
     gamma: float = 0.7  # StepLR: lr *= gamma after every epoch (1.0 keeps it constant)
     save_every: int = 1  # epochs between snapshots
-    snapshot_path: str = ""  # "" -> $DDPCTL_SHARED_DIR/mnist_snapshot.pt, else ./mnist_snapshot.pt
+    log_every: int = 0  # print the loss every N steps (0: once per epoch only)
+    snapshot_path: str = ""  # a file or s3://bucket/key; "" -> trainer.default_snapshot_path("mnist")
     data_dir: str = str(HERE / "data")
     download: bool = True
     seed: int = 0
@@ -152,7 +153,7 @@ def main():
     trainer = Trainer(model, TensorDataset(normalize(train_x), train_y), optimizer, F.nll_loss, device,
                       batch_size=cfg.batch_size, epochs=cfg.epochs, save_every=cfg.save_every,
                       snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
-                      scheduler=scheduler, on_epoch_end=report, speed=speed)
+                      scheduler=scheduler, on_epoch_end=report, speed=speed, log_every=cfg.log_every)
     trainer.train()
     dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()

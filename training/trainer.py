@@ -7,7 +7,8 @@ Not run on its own: mnist.py and mingpt/main.py import it (`from trainer import 
 A snapshot holds everything needed to pick up where a run stopped (a crashed node, a torchrun
 restart, a re-launched job): {"model", "optimizer", "scheduler", "scaler", "epoch" (epochs
 completed), "step" (optimizer steps taken), "rng"}. Global rank 0 writes it atomically; on start-up
-rank 0 reads it and broadcasts it, so every rank resumes from the same point.
+rank 0 reads it and broadcasts it, so every rank resumes from the same point. The snapshot path is a
+file, or an s3://bucket/key URI (read and written with boto3) where the nodes share no filesystem.
 
 The fast path (SpeedConfig; every field is a flag of the jobs) is on by default with CUDA: bf16
 autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile, TF32, the
@@ -19,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import io
 import os
 import time
 
@@ -49,8 +51,54 @@ def ddp_setup(device_type=None) -> torch.device:
 
 
 def default_snapshot_path(job: str) -> str:
-    """$DDPCTL_SHARED_DIR/<job>_snapshot.pt when ddpctl provides a shared dir, else ./<job>_snapshot.pt."""
-    return os.path.join(os.environ.get("DDPCTL_SHARED_DIR") or ".", f"{job}_snapshot.pt")
+    """<dir>/<job>_snapshot.pt, where <dir> is $DDPCTL_SNAPSHOT_DIR (a directory or s3://bucket/prefix,
+    from `ddpctl run --snapshot-dir`), else $DDPCTL_SHARED_DIR (the cluster's shared directory), else "."."""
+    where = os.environ.get("DDPCTL_SNAPSHOT_DIR") or os.environ.get("DDPCTL_SHARED_DIR") or "."
+    if where.startswith("s3://"):
+        return f"{where.rstrip('/')}/{job}_snapshot.pt"
+    return os.path.join(where, f"{job}_snapshot.pt")
+
+
+def _s3(uri):
+    """An S3 client (boto3's usual credentials: on AWS, the instance profile) and the URI's bucket and key."""
+    try:
+        import boto3  # only for s3:// snapshots: local paths need torch alone
+    except ImportError:
+        raise RuntimeError(f"snapshot path {uri} needs boto3 on the nodes: pip install boto3") from None
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return boto3.client("s3"), bucket, key
+
+
+def load_snapshot(path):
+    """The snapshot at path (a file or s3://bucket/key), or None if there is none yet."""
+    if path.startswith("s3://"):
+        s3, bucket, key = _s3(path)
+        try:
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except s3.exceptions.NoSuchKey:  # (without s3:ListBucket, S3 answers a missing key with 403 instead)
+            return None
+        return torch.load(io.BytesIO(body), map_location="cpu")
+    return torch.load(path, map_location="cpu") if os.path.exists(path) else None
+
+
+def save_snapshot(snapshot, path):
+    """Write the snapshot so that readers see the old one or the new one, never half of one; return where."""
+    if path.startswith("s3://"):
+        buf = io.BytesIO()
+        torch.save(snapshot, buf)
+        buf.seek(0)
+        s3, bucket, key = _s3(path)
+        s3.upload_fileobj(buf, bucket, key)  # the object appears whole when the upload completes
+        return path
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"  # same directory, so os.replace is an atomic rename
+    with open(tmp, "wb") as f:
+        torch.save(snapshot, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
 
 
 @dataclasses.dataclass
@@ -180,10 +228,8 @@ class Trainer:
                          gradient_as_bucket_view=True)
 
     def _load_snapshot(self):
-        # Only rank 0 reads the file and broadcasts it, so a node-local snapshot still resumes every rank.
-        box = [None]
-        if self.rank == 0 and os.path.exists(self.snapshot_path):
-            box[0] = torch.load(self.snapshot_path, map_location="cpu")
+        # Only rank 0 reads the snapshot and broadcasts it, so a node-local snapshot still resumes every rank.
+        box = [load_snapshot(self.snapshot_path) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
         snapshot = box[0]
         if snapshot is None:
@@ -267,14 +313,7 @@ class Trainer:
             "step": self.step,
             "rng": rng,
         }
-        path = os.path.abspath(self.snapshot_path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"  # same directory, so os.replace is an atomic rename
-        with open(tmp, "wb") as f:
-            torch.save(snapshot, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # readers see the old snapshot or the new one, never half of one
+        path = save_snapshot(snapshot, self.snapshot_path)
         print(f"Epoch {self.epochs_run} | step {self.step} | snapshot saved to {path}", flush=True)
 
     def train(self):

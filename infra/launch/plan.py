@@ -134,7 +134,11 @@ def plan_torchrun(
 
 
 def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1) -> dict[str, str]:
-    """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's."""
+    """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's.
+
+    No AWS credentials are ever put here (they would land in run records and process listings): an
+    s3:// snapshot dir is read with the node's own credentials, on AWS its instance profile.
+    """
     env = {
         "OMP_NUM_THREADS": str(max(1, cpus // nproc)),
         "NCCL_DEBUG": DEFAULT_NCCL_DEBUG,
@@ -153,6 +157,8 @@ def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None,
         # it, at the price of a second port on the head node, picked free per round.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env.update(cluster.spec.env)
+    if run.snapshot_dir:  # where the jobs' default snapshot path points (trainer.default_snapshot_path)
+        env["DDPCTL_SNAPSHOT_DIR"] = run.snapshot_dir
     env.update(run.env)
     # Markers last: they are how a run's processes are found and stopped.
     env[RUN_KEY] = run.run_id

@@ -47,7 +47,8 @@ def plan_sbatch(
     base_port: int = 20000,
 ) -> SbatchPlan:
     """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
-    exports = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": DEFAULT_NCCL_DEBUG, **(env or {}), **run.env}
+    snapshots = {"DDPCTL_SNAPSHOT_DIR": run.snapshot_dir} if run.snapshot_dir else {}
+    exports = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": DEFAULT_NCCL_DEBUG, **(env or {}), **snapshots, **run.env}
     exports[RUN_KEY] = run.run_id
     exports[CLUSTER_KEY] = cluster_id
     header = [

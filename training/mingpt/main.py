@@ -35,7 +35,7 @@ class TrainerConfig:
     grad_clip: float = 1.0
     save_every: int = 1  # epochs between snapshots (one is also written at the end)
     log_every: int = 10  # steps between loss lines
-    snapshot_path: str = ""  # "" -> $DDPCTL_SHARED_DIR/mingpt_snapshot.pt, else ./mingpt_snapshot.pt
+    snapshot_path: str = ""  # a file or s3://bucket/key; "" -> trainer.default_snapshot_path("mingpt")
     data: str = str(Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt")
     data_fraction: float = 1.0  # train on the first fraction of the text
     prompt: str = "O God, O God!"

@@ -299,6 +299,19 @@ class Aws:
             return None, code_of(exc) or type(exc).__name__
         return float(quota["Value"]), ""
 
+    def instance_profile(self, name: str) -> tuple[bool | None, str]:
+        """Whether IAM has an instance profile of that name, or (None, why it is unknown)."""
+        try:
+            self.client("iam").get_instance_profile(InstanceProfileName=name)
+        except aws_exceptions() as exc:
+            code = code_of(exc)
+            if code == "NoSuchEntity":
+                return False, ""
+            if code in CREDENTIAL_CODES:
+                raise
+            return None, code or type(exc).__name__  # e.g. no iam:GetInstanceProfile: RunInstances will say
+        return True, ""
+
     def subnet(self, subnet_id: str) -> dict[str, Any]:
         import botocore.exceptions
 

@@ -77,6 +77,7 @@ class AwsPlan:
     placement_group: bool
     cluster_dir: str
     key_path: str
+    iam_instance_profile: str = ""  # the nodes' only AWS credentials (S3 snapshots); "" = none
 
     @property
     def new_network(self) -> bool:
@@ -157,6 +158,13 @@ class AwsPlan:
         ]
         if self.spot:
             lines.append("  " + SPOT_NOTE)
+        if self.iam_instance_profile:
+            lines.append(
+                f"  IAM instance profile: {self.iam_instance_profile} (the nodes' AWS access, e.g. S3 snapshots; "
+                "short-lived credentials through IMDSv2, none copied)"
+            )
+        else:
+            lines.append("  IAM instance profile: none (the nodes get no AWS credentials)")
         if not self.configure:
             lines.append("  configure: skipped (--no-configure): the nodes are not prepared for jobs")
         return lines
@@ -186,6 +194,7 @@ def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
         placement_group=spec.nodes > 1 and pricing.supports_cluster_placement(spec.instance_type),
         cluster_dir=cluster_dir,
         key_path=f"{cluster_dir}/id_ed25519",
+        iam_instance_profile=spec.iam_instance_profile,
     )
 
 
@@ -262,7 +271,9 @@ def run_instances_request(
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
         }
-    # No IamInstanceProfile and no UserData: nodes get no AWS credentials from ddpctl.
+    if plan.iam_instance_profile:  # the user's profile: the nodes' role credentials come from IMDS, not from ddpctl
+        request["IamInstanceProfile"] = {"Name": plan.iam_instance_profile}
+    # No UserData, and no IamInstanceProfile unless given: ddpctl copies no AWS credentials to the nodes.
     return request
 
 

@@ -198,6 +198,16 @@ class AwsProvider:
             else:
                 zones = region_zones  # offerings unknown here: try every zone
         warnings = []
+        if plan.iam_instance_profile:
+            found, why = aws.instance_profile(plan.iam_instance_profile)
+            if found is False:
+                raise UsageError(
+                    f"IAM instance profile {plan.iam_instance_profile!r} not found: create it (`aws iam "
+                    "create-instance-profile` + `add-role-to-instance-profile`, a role allowed the snapshot bucket) "
+                    "or leave --iam-instance-profile out"
+                )
+            if found is None:
+                warnings.append(f"IAM instance profile {plan.iam_instance_profile!r} could not be checked ({why}): going on")
         quota = pricing.vcpu_quota(plan.instance_type, plan.spot)
         need = facts.vcpus * plan.count
         value, why = aws.vcpu_quota(quota.code)
