@@ -23,14 +23,15 @@ from .state import ClusterState, NodeInfo
 REACH_SCRIPT = r"""
 import socket, sys, threading, time
 port, me, peers, expect, seconds = int(sys.argv[1]), sys.argv[2], [p for p in sys.argv[3].split(",") if p], int(sys.argv[4]), float(sys.argv[5])
+strict, failed = sys.argv[6:] == ["strict"], []
 deadline = time.time() + seconds
 accepted = []
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
-    srv.bind((me, port)); srv.listen(64); srv.settimeout(0.2)
+    srv.bind((me, port)); srv.listen(64); srv.settimeout(0.05)
 except OSError as e:
-    print("REACH %s %s error: cannot listen on port %d: %s" % (me, me, port, e), flush=True); expect = 0
+    print("REACH %s %s error: cannot listen on port %d: %s" % (me, me, port, e), flush=True); expect = 0; failed.append(me)
 def serve():
     while len(accepted) < expect and time.time() < deadline:
         try:
@@ -44,9 +45,13 @@ for peer in peers:
         try:
             socket.create_connection((peer, port), timeout=1).close(); error = None; break
         except OSError as e:
-            error = e.strerror or str(e); time.sleep(0.2)
+            error = e.strerror or str(e); time.sleep(0.02)
     print("REACH %s %s %s" % (me, peer, "ok" if error is None else "error: " + error), flush=True)
+    if error is not None:
+        failed.append(peer)
 server.join()
+srv.close()
+sys.exit(1 if strict and failed else 0)
 """
 REACH_LINE = re.compile(r"^REACH (\S+) (\S+) (ok|error: .*)$")
 BW_LINE = re.compile(r"busbw_gbps=([\d.]+)")
@@ -77,8 +82,14 @@ class CheckReport:
         }
 
 
-def plan_reach(cluster: ClusterState, nodes: list[NodeInfo], port: int, *, all_pairs: bool, seconds: float = 10.0) -> LaunchPlan:
-    """Every node to every other (``all_pairs``), or every node to the head only (before a run)."""
+def plan_reach(
+    cluster: ClusterState, nodes: list[NodeInfo], port: int, *, all_pairs: bool, seconds: float = 10.0, strict: bool = False
+) -> LaunchPlan:
+    """Every node to every other (``all_pairs``), or every node to the head only (before a run).
+
+    ``strict``: a node's check exits 1 when it could not listen or connect (so that a launch that
+    follows it on the same line does not start).
+    """
     run = RunSpec(job="check-reach", nodes=len(nodes), run_id=new_run_id())
     hosts = [n.host for n in nodes]
     launches = []
@@ -90,7 +101,7 @@ def plan_reach(cluster: ClusterState, nodes: list[NodeInfo], port: int, *, all_p
             peers = [] if i == 0 else [hosts[0]]
             expect = len(nodes) - 1 if i == 0 else 0
         argv = (node.python or cluster.spec.python, "-c", REACH_SCRIPT, str(port), node.host, ",".join(peers),
-                str(expect), str(seconds))  # fmt: skip
+                str(expect), str(seconds), *(["strict"] if strict else []))  # fmt: skip
         launches.append(
             NodeLaunch(node=node.name, host=node.host, node_rank=i, argv=argv, env=node_env(cluster, run, 1, None),
                        cwd=node.workdir, log_dir="", env_file=node.env_file)  # fmt: skip
@@ -143,7 +154,7 @@ def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> 
     """Before a run: the plan that checks every node reaches the head on ``port`` (None: nothing to check)."""
     if len(nodes) < 2 or len({n.host for n in nodes}) < len(nodes):
         return None
-    return plan_reach(cluster, nodes, port, all_pairs=False)
+    return plan_reach(cluster, nodes, port, all_pairs=False, strict=True)
 
 
 def parse_reach(plan: LaunchPlan, lines: list[OutputLine]) -> dict[tuple[str, str], str]:

@@ -39,11 +39,15 @@ class NodeLaunch:
     env_file: str = ""  # sourced before the env above, so explicit values win
     uploads: tuple[tuple[str, str], ...] = ()  # (local, remote) files to copy first
 
-    def shell(self) -> str:
-        """The same launch as one shell line (what the SSH executor runs; what --dry-run shows)."""
+    def shell(self, *, last: bool = True) -> str:
+        """The same launch as one shell line (what the SSH executor runs; what --dry-run shows).
+
+        ``last=False``: without ``exec``, so that another command can follow it (``a && b``).
+        """
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         source = f"set -a && . {shlex.quote(self.env_file)} && set +a && " if self.env_file else ""
-        return f"mkdir -p {shlex.quote(self.cwd)} && cd {shlex.quote(self.cwd)} && {source}exec env {env} {shlex.join(self.argv)}"
+        run = "exec env" if last else "env"
+        return f"mkdir -p {shlex.quote(self.cwd)} && cd {shlex.quote(self.cwd)} && {source}{run} {env} {shlex.join(self.argv)}"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import os
 import shlex
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..inventory import Host
@@ -25,13 +26,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class SshNodeProcess:
-    def __init__(self, conn: fabric.Connection, launch: NodeLaunch, run_id: str) -> None:
+    def __init__(self, conn: fabric.Connection, launch: NodeLaunch, run_id: str, command: str | None = None) -> None:
         self.node = launch.node
         self._conn = conn
         self._run_id = run_id
         self._chan = conn.client.get_transport().open_session()
         self._chan.set_combine_stderr(True)
-        self._chan.exec_command(launch.shell())
+        self._chan.exec_command(command or launch.shell())
 
     def lines(self) -> Iterator[str]:
         pending = b""
@@ -75,16 +76,26 @@ class SshExecutor:
             if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
-            if plan.precheck is not None:  # every node reaches the head's port? (same connections)
-                from ..check import raise_if_head_unreachable
-
-                lines: list[OutputLine] = []
-                checks = [SshNodeProcess(c, launch, plan.precheck.run_id) for c, launch in zip(conns, plan.precheck.nodes)]
-                supervise(plan.precheck.run_id, checks, lines.append, cleanup=lambda: None, grace_s=self.grace_s)
-                raise_if_head_unreachable(plan.precheck, lines)
             for conn, launch in zip(conns, plan.nodes):
                 upload(conn, launch)
-            procs = [SshNodeProcess(conn, launch, plan.run_id) for conn, launch in zip(conns, plan.nodes)]
+            commands = [launch.shell() for launch in plan.nodes]
+            sink, checked = self.sink, []
+            if plan.precheck is not None:
+                # Every node reaches the head's port? Checked on the launch's own line, just before
+                # torchrun starts (`check && exec torchrun`): one SSH exec per node, not two.
+                from ..check import REACH_LINE
+
+                marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
+                commands = [f"{replace(check, env={**check.env, **marked}).shell(last=False)} && {command}"
+                            for check, command in zip(plan.precheck.nodes, commands)]  # fmt: skip
+
+                def sink(line: OutputLine) -> None:
+                    if line.rank is None and REACH_LINE.match(line.text.strip()):
+                        checked.append(line)
+                    else:
+                        self.sink(line)
+
+            procs = [SshNodeProcess(c, n, plan.run_id, cmd) for c, n, cmd in zip(conns, plan.nodes, commands)]
 
             def cleanup() -> None:
                 if all(p.poll() == 0 for p in procs):
@@ -101,7 +112,13 @@ class SshExecutor:
                 return SshNodeProcess(conn, plan.nodes[i], plan.run_id)
 
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
-            return supervise(plan.run_id, procs, self.sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
+            result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
+            if plan.precheck is not None and not result.ok and not result.interrupted:
+                from ..check import parse_reach, raise_if_head_unreachable
+
+                if any(r != "ok" for r in parse_reach(plan.precheck, checked).values()):
+                    raise_if_head_unreachable(plan.precheck, checked)  # the one-line reason
+            return result
         finally:
             for conn in conns:
                 conn.close()
