@@ -14,6 +14,9 @@
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
 
+    [cluster.playbook_vars]   # variables for playbooks/site.yml (onprem, aws)
+    nvidia_cuda_version = "12.8"
+
     [run]                # ddpctl run
     nodes = 2
     max_restarts = 1
@@ -33,7 +36,8 @@ from ddpctl.infra.errors import UsageError
 CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory",
                 # aws
                 "region", "az", "instance_type", "volume_gb", "ami", "spot", "ssh_cidr", "vpc_id", "subnet_id",
-                "ssh_user", "private_ip", "iam_instance_profile", "configure", "down_on_failure"}  # fmt: skip
+                "ssh_user", "private_ip", "iam_instance_profile", "configure", "down_on_failure",
+                "playbook_vars"}  # fmt: skip
 RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env", "snapshot_dir"}
 
 
@@ -60,8 +64,9 @@ def _section(section: dict[str, Any], allowed: set[str], title: str, path: Path)
     if unknown:
         raise UsageError(f"unknown key(s) {sorted(unknown)} in [{title}] of {path}: allowed are {sorted(allowed)}")
     out = dict(section)
-    if "env" in out:  # a table -> the repeated --env KEY=VALUE option
-        out["env"] = [f"{k}={v}" for k, v in out["env"].items()]
+    for key in ("env", "playbook_vars"):  # a table -> the repeated --env / --playbook-var KEY=VALUE option
+        if key in out:
+            out[key] = [f"{k}={v}" for k, v in out[key].items()]
     return out
 
 

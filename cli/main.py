@@ -158,11 +158,16 @@ def _aws_up_options(func):
 @nproc_option
 @port_option
 @env_option
+@click.option(
+    "--playbook-var", "playbook_vars", multiple=True, metavar="KEY=VALUE",
+    help="onprem, aws: a variable for playbooks/site.yml (repeatable; wins over the inventory's), "
+    "e.g. nvidia_cuda_version=12.8 or python_env_mode=existing.",
+)  # fmt: skip
 @python_option
 @_aws_up_options
 @dry_run_option
 @json_option
-def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_run, as_json, **aws) -> int:
+def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, as_json, **aws) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
     \b
@@ -211,7 +216,8 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, python, dry_
     kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
         name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
-        port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "", **kwargs,
+        port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=parse_env(playbook_vars, flag="--playbook-var"), **kwargs,
     )  # fmt: skip
     store = _store()
     provider_impl, state = clusters.plan_up(spec, store)

@@ -17,15 +17,21 @@ from .state import NodeInfo
 Progress = Callable[[str], None]
 
 
-def run_site(inventory: str, nodes: list[NodeInfo], key_dir: Path, progress: Progress) -> PlayReport:
-    """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``."""
+def run_site(
+    inventory: str, nodes: list[NodeInfo], key_dir: Path, progress: Progress, playbook_vars: dict[str, str] | None = None
+) -> PlayReport:
+    """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``.
+
+    ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
+    """
     progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    own = {"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host}
     return run_playbook(
         "site.yml",
         inventory,
         progress,
-        extravars={"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host},
+        extravars={**(playbook_vars or {}), **own},
         limit=",".join(n.name for n in nodes),
     )
 

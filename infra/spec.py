@@ -51,6 +51,9 @@ class ClusterSpec:
     private_ip: bool = False
     #: aws: run playbooks/site.yml on the new instances (False: launch only).
     configure: bool = True
+    #: onprem, aws: variables for playbooks/site.yml (e.g. nvidia_cuda_version=12.8); they win over
+    #: the inventory's, as ansible-playbook's --extra-vars do
+    playbook_vars: dict[str, str] = field(default_factory=dict)
     #: aws: an IAM instance profile for the nodes (their S3 access, e.g. for snapshots); "" = none.
     iam_instance_profile: str = ""
 
@@ -69,6 +72,7 @@ class ClusterSpec:
         for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise UsageError(f"invalid environment variable name {key!r}: use KEY=VALUE")
+        check_playbook_vars(self)
         check_aws_fields(self)
 
 
@@ -145,6 +149,22 @@ def check_snapshot_dir(value: str) -> None:
         )
 
 
+#: Set by ddpctl itself for every site.yml run (infra/configure.py).
+RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
+
+
+def check_playbook_vars(spec: ClusterSpec) -> None:
+    if not spec.playbook_vars:
+        return
+    if spec.provider not in ("onprem", "aws"):
+        raise UsageError(f"--playbook-var is for --provider onprem or aws (they run playbooks/site.yml), not {spec.provider}")
+    for key in spec.playbook_vars:
+        if not re.match(r"^[a-z_][a-z0-9_]*$", key):
+            raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
+        if key in RESERVED_PLAYBOOK_VARS:
+            raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
+
+
 AWS_FLAGS = {
     "region": "--region", "az": "--az", "instance_type": "--instance-type", "volume_gb": "--volume-gb",
     "ami": "--ami", "spot": "--spot", "ssh_cidr": "--ssh-cidr", "vpc_id": "--vpc-id", "subnet_id": "--subnet-id",
@@ -197,12 +217,12 @@ def new_run_id() -> str:
     return "r" + secrets.token_hex(5)
 
 
-def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+def parse_env(pairs: tuple[str, ...] | list[str], flag: str = "--env") -> dict[str, str]:
     """``("A=1", "B=x")`` -> ``{"A": "1", "B": "x"}``; anything without '=' is refused."""
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--env {pair!r} is not KEY=VALUE")
+            raise UsageError(f"{flag} {pair!r} is not KEY=VALUE")
         env[key] = value
     return env

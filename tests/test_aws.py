@@ -307,6 +307,7 @@ def test_dry_run_creates_nothing_and_prices_the_cluster(aws: Env) -> None:
     assert NEWEST_DLAMI in out  # SSM has no DLAMI in moto: found by owner and name, newest first
     assert "DryRun RunInstances: ok" in out and "DryRun CreateSecurityGroup: ok" in out
     assert "reclaims" in out  # what happens to a spot instance on interruption
+    assert "warning: p3.2xlarge has V100 GPUs (Volta)" in out  # the default DLAMI's driver does not support them
     assert "Nothing was created." in out
     doc = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json").stdout)
     assert doc["dry_run"] and doc["aws"]["plan"]["hourly_usd"] == pytest.approx(6.12)

@@ -45,7 +45,8 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     home = tmp / "home"
     env = {"DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp / "ansible-home")}
     inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
-    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=_env(env), timeout=600)
+    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--playbook-var", "nccl_env_debug=INFO", "--json",
+                env=_env(env), timeout=600)  # fmt: skip
     assert up.returncode == 0, up.stderr
     yield {"env": env, "home": home, "inventory": inventory, "up": up, "tmp": tmp}
     down = ddpctl("down", env=_env(env))
@@ -96,7 +97,8 @@ def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> No
     result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem["env"]), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for i in range(3):
-        assert f"[node{i} r{i}] ENV node{i} ddp0 ddp0 WARN 10.77.0.10" in result.stdout
+        # NCCL_DEBUG from the node's env file, as `up --playbook-var nccl_env_debug=INFO` set it
+        assert f"[node{i} r{i}] ENV node{i} ddp0 ddp0 INFO 10.77.0.10" in result.stdout
 
 
 def test_mnist_two_nodes_over_ssh(onprem) -> None:

@@ -119,7 +119,8 @@ def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
         line = node.shell()
         # the env file first, then the explicit env: a user's value wins over the file's
         assert f"set -a && . /srv/n{i}/ddpctl.env && set +a && exec env " in line
-        assert line.index("ddpctl.env") < line.index("NCCL_DEBUG=")
+        assert line.index("ddpctl.env") < line.index("PYTHONUNBUFFERED=")
+        assert "NCCL_DEBUG=" not in line  # from the env file, as the playbooks wrote it
 
 
 def test_users_script_is_uploaded_to_remote_nodes() -> None:

@@ -37,3 +37,12 @@ def test_no_gpus_no_env_file() -> None:
     assert "export NCCL_DEBUG=INFO" in script  # the run's value wins over the default
     commands = [line for line in script.splitlines() if not line.startswith("#")]
     assert not any("hostname --ip-address" in line for line in commands)
+
+
+def test_explicit_env_wins_over_the_node_env_file() -> None:
+    run = RunSpec(job="m", nodes=2, run_id="r3", env={"NCCL_DEBUG": "INFO"})
+    script = plan_sbatch(run, python="python3", script="/b/m.py", output_dir="/o", cluster_id="c",
+                         env_file="/srv/ddpctl.env").script  # fmt: skip
+    task = script.split("srun --kill")[1]
+    assert task.index(". /srv/ddpctl.env") < task.index("export NCCL_DEBUG=INFO") < task.index("exec ")
+    assert "NCCL_DEBUG=WARN" not in script  # no default over the file's value

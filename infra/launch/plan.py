@@ -119,7 +119,7 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=argv,
-                env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank]),
+                env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
                 cwd=node.workdir,
                 log_dir=log_dir,
                 env_file=node.env_file,
@@ -137,17 +137,19 @@ def plan_torchrun(
     )
 
 
-def node_env(cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1) -> dict[str, str]:
+def node_env(
+    cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
+) -> dict[str, str]:
     """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's.
+
+    A node with an env file (playbooks' nccl_env) gets NCCL_DEBUG from it, as the admin set it.
 
     No AWS credentials are ever put here (they would land in run records and process listings): an
     s3:// snapshot dir is read with the node's own credentials, on AWS its instance profile.
     """
-    env = {
-        "OMP_NUM_THREADS": str(max(1, cpus // nproc)),
-        "NCCL_DEBUG": DEFAULT_NCCL_DEBUG,
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = {"OMP_NUM_THREADS": str(max(1, cpus // nproc)), "PYTHONUNBUFFERED": "1"}
+    if not env_file:
+        env["NCCL_DEBUG"] = DEFAULT_NCCL_DEBUG
     if ifname:
         env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
     if cluster.shared_dir:

@@ -48,7 +48,11 @@ def plan_sbatch(
 ) -> SbatchPlan:
     """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
     snapshots = {"DDPCTL_SNAPSHOT_DIR": run.snapshot_dir} if run.snapshot_dir else {}
-    exports = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": DEFAULT_NCCL_DEBUG, **(env or {}), **snapshots, **run.env}
+    explicit = {**(env or {}), **snapshots, **run.env}  # the cluster's and the run's: they win
+    exports = {"PYTHONUNBUFFERED": "1"}
+    if not env_file:  # else NCCL_DEBUG comes from the node's env file (playbooks' nccl_env), as set there
+        exports["NCCL_DEBUG"] = DEFAULT_NCCL_DEBUG
+        exports.update(explicit)
     exports[RUN_KEY] = run.run_id
     exports[CLUSTER_KEY] = cluster_id
     header = [
@@ -85,6 +89,8 @@ def plan_sbatch(
     # Each task's bash expands only the two variables in double quotes; everything else is quoted.
     torchrun_line = " ".join(a if a.startswith('"$') else shlex.quote(a) for a in torchrun)
     source = f"set -a; . {shlex.quote(env_file)}; set +a; " if env_file else ""
+    # after the env file, so that explicit values win over the file's
+    reexport = "".join(f"export {k}={shlex.quote(v)}; " for k, v in explicit.items()) if env_file else ""
     head_addr = (
         f'{source}if [ -n "${{NCCL_SOCKET_IFNAME:-}}" ]; then '
         'ip -o -4 addr show dev "$NCCL_SOCKET_IFNAME" | awk \'{split($4, a, "/"); print a[1]; exit}\'; '
@@ -104,7 +110,7 @@ def plan_sbatch(
         'export DDPCTL_RDZV="$head_addr:$port"',
         'echo "ddpctl: job $SLURM_JOB_ID on ${nodes[*]}; rendezvous $DDPCTL_RDZV"',
         "",
-        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + 'exec ' + torchrun_line)}",
+        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + 'exec ' + torchrun_line)}",
     ]
     text = "\n".join(header + [""] + body) + "\n"
     return SbatchPlan(run.run_id, run.nodes, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)

@@ -63,7 +63,7 @@ class OnpremProvider:
                 Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
                 res.status = "created"
         store.save(state)
-        report = run_site(state.spec.inventory, state.nodes, root / "keys", progress)
+        report = run_site(state.spec.inventory, state.nodes, root / "keys", progress, state.spec.playbook_vars)
         nodes = record_nodes(state.nodes, report, cpus)
         state.nodes = nodes
         state.launcher = "sbatch" if slurm_answers(hosts[0]) else "torchrun"

@@ -43,6 +43,21 @@ class TypeFacts:
     arch: str = "x86_64"
 
 
+#: V100 (Volta, compute capability 7.0) instance families.
+VOLTA_FAMILIES = ("p3", "p3dn")
+VOLTA_WARNING = (
+    "{type} has V100 GPUs (Volta): the default Deep Learning AMI ships NVIDIA's open kernel modules, "
+    "which do not support Volta, and CUDA 13 (the playbooks' nvidia_cuda_version) dropped it; this path "
+    "is untested on real instances: pass --ami with an image whose proprietary driver (branch 580 or "
+    "older) supports V100 and run the playbooks with nvidia_cuda_version 12.8, or pick a newer GPU "
+    "(--instance-type g5.xlarge, p4d.24xlarge)"
+)
+
+
+def is_volta(instance_type: str) -> bool:
+    return instance_type.split(".")[0] in VOLTA_FAMILIES
+
+
 #: Used when describe_instance_types does not know the type (moto has no p3.2xlarge).
 TYPES: dict[str, TypeFacts] = {
     "p3.2xlarge": TypeFacts(8, 1),

@@ -235,6 +235,8 @@ class AwsProvider:
             cidr = ssh_cidr_for(self.caller_address())
         if cidr and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
             warnings.append(f"--ssh-cidr {cidr} opens SSH on the nodes to the whole internet")
+        if not plan.ami and pricing.is_volta(plan.instance_type):
+            warnings.append(pricing.VOLTA_WARNING.format(type=plan.instance_type))
         return Preflight(
             facts=facts,
             ami=image["ImageId"],
@@ -617,7 +619,8 @@ class _Up:
 
             def configure_nodes() -> dict[str, Any]:
                 cpus = configure.wait_for_ssh(hosts, self.progress)
-                report = run_site(str(files.inventory), state.nodes, cluster_dir / "keys", self.progress)
+                report = run_site(str(files.inventory), state.nodes, cluster_dir / "keys", self.progress,
+                                  state.spec.playbook_vars)  # fmt: skip
                 state.nodes = record_nodes(state.nodes, report, cpus)
                 return {"inventory": str(files.inventory)}
 
