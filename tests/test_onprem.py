@@ -216,7 +216,7 @@ def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
     snapshot once their collectives time out; when the link is back, node2 joins at the next rendezvous."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2:3", "--run-id", "sshelastic",
-         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10"],
+         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10", "--snapshot-path", "sshelastic.pt"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
     )  # fmt: skip
     link = ["ip", "-n", "node2", "link", "set", "ddp0"]
@@ -229,13 +229,70 @@ def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
         finally:
             subprocess.run([*link, "up"], check=True)
         output.until("(3 ranks)", timeout=180)  # node2 is back
-        out = output.finish(timeout=300)
+        output.until("snapshot saved", timeout=120)  # and the three train on (finishing is tested locally)
+        proc.send_signal(signal.SIGINT)
+        out = output.finish(timeout=60)
     finally:
         subprocess.run([*link, "up"], check=False)
         proc.kill()
-    assert proc.returncode == 0, out
-    accuracies = [float(a) for a in re.findall(r"epoch 10/10 .* held-out accuracy ([\d.]+)%", out)]
-    assert accuracies and accuracies[-1] >= 90.0, out
+    assert proc.returncode == 130, out
     time.sleep(0.5)
     for node in ("node0", "node1", "node2"):
         assert run_procs(testbed, node) == [], f"survivors on {node}"
+
+
+def worker_pid(testbed: Testbed, node: str, timeout: float = 180) -> int:
+    """The pid of a training worker (not its torchrun agent) in ``node``'s namespace."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in run_procs(testbed, node):
+            if "mnist.py" in entry and "torch.distributed.run" not in entry:
+                return int(entry.split(":")[0])
+        time.sleep(0.3)
+    raise AssertionError(f"no worker on {node}")
+
+
+def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbed) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "sshrestart",
+         "--", "--epochs", "2", "--snapshot-path", "sshrestart.pt"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    try:
+        output = Output(proc)
+        output.until("snapshot saved", timeout=300)
+        time.sleep(1)  # into epoch 2
+        subprocess.run(["kill", "-9", str(worker_pid(testbed, "node1"))], check=True)
+        out = output.finish(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "Resuming from snapshot at epoch 1" in out
+    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
+    assert accuracies and accuracies[-1] >= 90.0, out
+    for node in ("node0", "node1"):
+        assert run_procs(testbed, node) == [], f"survivors on {node}"
+
+
+def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> None:
+    """ddpctl SIGKILLed mid-run: the agents on the nodes may live on; `run --resume` stops them and resumes."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "sshresume", "--", "--epochs", "3",
+         "--snapshot-path", "sshresume.pt"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    try:
+        Output(proc).until("snapshot saved", timeout=300)
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    resumed = ddpctl("run", "--resume", "sshresume", env=_env(onprem["env"]), timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # epoch 1's snapshot (or epoch 2's, if the orphaned agents got that far before they were stopped)
+    assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout
+    accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", resumed.stdout)]
+    assert accuracies and accuracies[-1] >= 90.0, resumed.stdout
+    time.sleep(0.5)
+    for node in ("node0", "node1"):
+        assert run_procs(testbed, node) == [], f"leftovers on {node}"
