@@ -104,7 +104,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         cluster = store.load(name)
         provider = get_provider(cluster.spec.provider)
         ephemeral = owned
-        nproc = opts.nproc_per_node or cluster.spec.nproc_per_node
+        nproc = opts.nproc_per_node or cluster_nprocs(cluster, opts.nodes)
     else:
         nproc = opts.nproc_per_node or 1
         spec_kwargs = {"python": opts.python} if opts.python else {}
@@ -137,6 +137,14 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if resume:
         plan = replace(plan, stop_first=True)
     return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
+
+
+def cluster_nprocs(cluster: ClusterState, nodes: int) -> int | tuple[int, ...]:
+    """Processes per node for a run that gives no --nproc-per-node: each node's own count, if it has one."""
+    if nodes > len(cluster.nodes):
+        return cluster.spec.nproc_per_node  # the planner says what is wrong with --nodes
+    counts = tuple(n.nproc or cluster.spec.nproc_per_node for n in cluster.nodes[:nodes])
+    return counts[0] if len(set(counts)) == 1 else counts
 
 
 def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:

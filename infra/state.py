@@ -45,6 +45,9 @@ class NodeInfo:
     env_file: str = ""  # KEY=VALUE file the launcher sources first (written by the nccl_env role)
     bundle_dir: str = ""  # where the training bundle is on the node ("" -> this machine's copy)
     ssh: dict[str, Any] = field(default_factory=dict)  # how to reach it (an inventory Host's fields)
+    #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count
+    #: (onprem: the inventory's ddpctl_nproc_per_node host variable, e.g. the host's GPU count)
+    nproc: int = 0
 
 
 @dataclass

@@ -78,3 +78,22 @@ def test_reach_plans() -> None:
     head = plan_reach(cluster, nodes, 29500, all_pairs=False)
     assert [n.argv[5:7] for n in head.nodes] == [("", "2"), ("10.0.0.0", "0"), ("10.0.0.0", "0")]
     assert REACH_LINE.match("REACH 10.0.0.1 10.0.0.0 error: Connection refused").group(3) == "error: Connection refused"
+
+
+def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
+    """ddpctl_nproc_per_node per host (nodes with different GPU counts) -> each node's ranks in `run`."""
+    from ddpctl.infra.providers.onprem import host_nproc
+    from ddpctl.infra.runs import cluster_nprocs
+
+    hosts = hosts_from_list(listing({"ddp_nodes": ["a", "b", "c"]},
+                                    {"a": {"ddpctl_nproc_per_node": 2}, "b": {"ddpctl_nproc_per_node": "1"}, "c": {}}))  # fmt: skip
+    assert [host_nproc(h) for h in hosts] == [2, 1, 0]
+    bad = hosts_from_list(listing({"ddp_nodes": ["a"]}, {"a": {"ddpctl_nproc_per_node": "two"}}))
+    with pytest.raises(UsageError, match="a: ddpctl_nproc_per_node='two' in the inventory is not a count"):
+        host_nproc(bad[0])
+    nodes = [NodeInfo(h.name, f"10.0.0.{i}", "/w", nproc=host_nproc(h)) for i, h in enumerate(hosts)]
+    cluster = ClusterState(spec=ClusterSpec(name="c", provider="onprem", inventory="h.ini", nodes=3, nproc_per_node=4),
+                           cluster_id="x", nodes=nodes)  # fmt: skip
+    assert cluster_nprocs(cluster, 3) == (2, 1, 4)  # c has no count of its own: the cluster's
+    assert cluster_nprocs(cluster, 1) == 2
+    assert cluster_nprocs(cluster, 5) == 4  # too many nodes: the planner says so

@@ -43,7 +43,7 @@ class OnpremProvider:
         hosts = hosts[: spec.nodes]
         root = store.cluster_dir(spec.name)
         cluster_id = uuid.uuid4().hex[:12]
-        nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=asdict(h)) for h in hosts]
+        nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=asdict(h), nproc=host_nproc(h)) for h in hosts]
         resources = [Resource("dir", str(root)), Resource("dir", str(root / "keys"))]
         resources += [Resource("host-config", h.name, detail={"address": h.address}) for h in hosts]
         resources += [Resource("processes", f"{CLUSTER_KEY}={cluster_id}")]
@@ -123,6 +123,18 @@ def slurm_answers(login: Host, tries: int = 3) -> bool:
         return False
     finally:
         conn.close()
+
+
+def host_nproc(host: Host) -> int:
+    """The inventory's ``ddpctl_nproc_per_node`` for ``host`` (0: not set)."""
+    value = host.vars.get("ddpctl_nproc_per_node", 0)
+    try:
+        nproc = int(value)
+    except (TypeError, ValueError):
+        nproc = -1
+    if nproc < 0:
+        raise UsageError(f"{host.name}: ddpctl_nproc_per_node={value!r} in the inventory is not a count: use e.g. 2")
+    return nproc
 
 
 def _host(node: NodeInfo) -> Host:
