@@ -296,3 +296,41 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
     time.sleep(0.5)
     for node in ("node0", "node1"):
         assert run_procs(testbed, node) == [], f"leftovers on {node}"
+
+
+def test_ctrl_c_while_torchrun_restarts_stops_every_node(onprem, testbed: Testbed) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--max-restarts", "3", "--run-id", "sshrestart2",
+         "--", "--epochs", "20", "--snapshot-path", "sshrestart2.pt"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
+    )  # fmt: skip
+    try:
+        output = Output(proc)
+        first = worker_pid(testbed, "node1")
+        time.sleep(3)  # into training
+        subprocess.run(["kill", "-9", str(first)], check=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not restarted(testbed, "node1"):
+            time.sleep(0.05)
+        assert restarted(testbed, "node1"), "torchrun did not restart node1's worker"
+        proc.send_signal(signal.SIGINT)  # while the new round starts up
+        out = output.finish(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    time.sleep(0.5)
+    for node in ("node0", "node1"):
+        assert run_procs(testbed, node) == [], f"survivors on {node}"
+
+
+def restarted(testbed: Testbed, node: str) -> bool:
+    """A worker of a later torchrun round (TORCHELASTIC_RESTART_COUNT > 0) runs in ``node``'s namespace."""
+    for entry in run_procs(testbed, node):
+        pid = int(entry.split(":")[0])
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(b"TORCHELASTIC_RESTART_COUNT=") and e != b"TORCHELASTIC_RESTART_COUNT=0" for e in env):
+            return True
+    return False
