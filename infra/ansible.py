@@ -78,6 +78,25 @@ class TaskLines:
         self.hosts = {}
 
 
+def settings_without_cfg(tmp: Path) -> dict[str, str]:
+    """ansible.cfg's settings as environment variables, for an install that has no ansible.cfg (a wheel).
+
+    Temp files and SSH control sockets go under ``tmp``, out of the real home, as with the file.
+    """
+    return {
+        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_FORKS": "16",
+        "ANSIBLE_LOCAL_TEMP": str(tmp / "local-tmp"),
+        "ANSIBLE_NOCOWS": "True",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"),
+    }
+
+
 def run_playbook(
     playbook: str,
     inventory: str,
@@ -99,9 +118,8 @@ def run_playbook(
         }
         if ANSIBLE_CFG.is_file():  # the repository's ansible.cfg (a source checkout)
             envvars["ANSIBLE_CONFIG"] = str(ANSIBLE_CFG)
-        else:  # installed from a wheel: the settings that matter, without the file
-            envvars.update(ANSIBLE_ROLES_PATH=str(PLAYBOOKS / "roles"), ANSIBLE_HOST_KEY_CHECKING="True",
-                           ANSIBLE_PIPELINING="True", ANSIBLE_RETRY_FILES_ENABLED="False")  # fmt: skip
+        else:  # installed from a wheel: the same settings, without the file
+            envvars.update(settings_without_cfg(Path(tmp)))
         result = ansible_runner.run(
             private_data_dir=tmp,
             playbook=str(PLAYBOOKS / playbook),

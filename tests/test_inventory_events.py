@@ -97,3 +97,23 @@ def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
     assert cluster_nprocs(cluster, 3) == (2, 1, 4)  # c has no count of its own: the cluster's
     assert cluster_nprocs(cluster, 1) == 2
     assert cluster_nprocs(cluster, 5) == 4  # too many nodes: the planner says so
+
+
+def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:
+    """Installed from a wheel there is no ansible.cfg: its settings go in by environment, all of them."""
+    import configparser
+
+    from ddpctl.infra.ansible import ANSIBLE_CFG, settings_without_cfg
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ANSIBLE_CFG)
+    env = settings_without_cfg(tmp_path)
+    names = {"roles_path": "ROLES_PATH", "local_tmp": "LOCAL_TEMP", "control_path_dir": "SSH_CONTROL_PATH_DIR",
+             "ssh_args": "SSH_ARGS", "pipelining": "PIPELINING"}  # fmt: skip
+    for section in cfg.sections():
+        for key, value in cfg.items(section):
+            var = "ANSIBLE_" + names.get(key, key.upper())
+            assert var in env, f"ansible.cfg [{section}] {key} has no environment equivalent"
+            if key not in ("roles_path", "local_tmp", "control_path_dir"):  # paths differ by design
+                assert env[var].lower() == value.lower(), (key, env[var], value)
+    assert env["ANSIBLE_LOCAL_TEMP"].startswith(str(tmp_path)) and env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(str(tmp_path))
