@@ -436,6 +436,43 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
 
 
 @cli.command(epilog=EXIT_CODES)
+@json_option
+def runs(as_json) -> int:
+    """List the runs recorded under the state home, oldest first.
+
+    A run that ddpctl did not see to its end (ddpctl was killed, the machine went down) shows as
+    unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
+    in RUNS_DIR/<run id>/output.log.
+    """
+    import time
+
+    from rich.table import Table
+
+    from ddpctl.infra.runs import list_runs
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = _store()
+    records = list_runs(store)
+    if as_json:
+        out.document({"ok": True, "runs_dir": str(store.home / "runs"), "runs": [r.to_dict() for r in records]})
+        return 0
+    if not records:
+        out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
+        return 0
+    table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
+    for col in ("run id", "job", "nodes", "cluster", "started", "result"):
+        table.add_column(col)
+    for r in records:
+        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
+        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result)
+    out.table(table)
+    return 0
+
+
+@cli.command(epilog=EXIT_CODES)
 @name_option
 @port_option
 @click.option("--size-mb", type=click.FloatRange(min=0.001), default=32, show_default=True,

@@ -64,6 +64,48 @@ class RunOptions:
         return cls(**doc)
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as recorded under the state home (``ddpctl runs``)."""
+
+    run_id: str
+    job: str
+    nodes: int | str  # "2:3" for an elastic run
+    cluster: str
+    started: float  # epoch seconds
+    result: str  # succeeded | failed (exit N) | interrupted | unfinished (ddpctl stopped before the end)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def list_runs(store: StateStore) -> list[RunRecord]:
+    """Every recorded run, oldest first; an unfinished one is what `run --resume` is for."""
+    records = []
+    for path in (store.home / "runs").glob("*/options.json"):
+        try:
+            doc = json.loads(path.read_text())
+            opts = doc["options"]
+        except (OSError, ValueError, KeyError):
+            continue  # a half-written or foreign file: not a run
+        result = "unfinished"
+        done = path.with_name("run.json")
+        if done.is_file():
+            try:
+                outcome = json.loads(done.read_text())["result"]
+            except (OSError, ValueError, KeyError):
+                outcome = {}
+            code = outcome.get("exit_code")
+            result = ("interrupted" if outcome.get("interrupted") else
+                      "succeeded" if code == 0 else f"failed (exit {code})")  # fmt: skip
+        nodes = opts.get("nodes", 1)
+        if opts.get("min_nodes"):
+            nodes = f"{opts['min_nodes']}:{nodes}"
+        records.append(RunRecord(path.parent.name, opts.get("job", "?"), nodes, doc.get("cluster", "?"),
+                                 path.stat().st_mtime, result))  # fmt: skip
+    return sorted(records, key=lambda r: r.started)
+
+
 def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, str, bool]:
     """The options a run was started with, its cluster and whether the run owned that cluster."""
     path = store.run_dir(run_id) / "options.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -74,6 +75,9 @@ def test_resume_after_the_controller_crashed(home: Path) -> None:
     finally:
         proc.kill()
     assert (home / "clusters" / "default.json").is_file()  # the run's own cluster survived the crash
+    listed = json.loads(ddpctl("runs", "--json").stdout)["runs"]
+    assert [(r["run_id"], r["result"]) for r in listed] == [("crash2", "unfinished")]
+    assert "unfinished" in ddpctl("runs").stderr  # the table
     resumed = ddpctl("run", "--resume", "crash2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout
@@ -81,6 +85,8 @@ def test_resume_after_the_controller_crashed(home: Path) -> None:
     accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", resumed.stdout)]
     assert accuracies and accuracies[-1] >= 90.0, resumed.stdout
     assert_nothing_left("crash2", home)  # and the cluster it owned is down again
+    runs = json.loads(ddpctl("runs", "--json").stdout)["runs"]
+    assert [(r["run_id"], r["job"], r["result"]) for r in runs] == [("crash2", "mnist", "succeeded")]
 
 
 def test_resume_errors_are_one_line(home: Path) -> None:
