@@ -164,3 +164,23 @@ def slurm_testbed() -> Testbed:
         yield testbed_up(3, slurm_nodes=2)
     finally:
         testbed_down()
+
+
+# ---- the moto server (tests/moto_server.py): one per session, shared by every module -----------
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory):
+    from moto_server import running_moto
+
+    if not Path(sys.executable).with_name("moto_server").exists():
+        pytest.skip("moto's server is not installed: pip install 'ddpctl[test]' (moto[server])")
+    with running_moto(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture
+def moto(moto_server):
+    """The moto server, reset: it holds only its defaults (a default VPC, subnets, security group...)."""
+    moto_server.reset()
+    return moto_server

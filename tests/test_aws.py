@@ -32,148 +32,18 @@ Not exercised, and why:
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ddpctl, tree
+from moto_server import NEWEST_DLAMI, REGION, Moto
 
-REGION = "us-east-1"
 SSH_CIDR = "203.0.113.7/32"
 UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--no-configure")
-NEWEST_DLAMI = "ami-0c5e1b2f3a4d5e6f7"
-
-# A realistic slice of what describe_images returns for Deep Learning AMIs (MOTO_AMIS_PATH format).
-AMIS = [
-    ("ami-0a1b2c3d4e5f60718", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115", "2024-11-15"),
-    ("ami-0b2c3d4e5f6071829", "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105", "2025-01-05"),
-    (NEWEST_DLAMI, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20250301", "2025-03-01"),
-    ("ami-0d6f2a3b4c5d6e7f8", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601", "2025-06-01"),
-]
-
-
-def _amis_json(path: Path) -> Path:
-    common = {
-        "owner_id": "898082745236", "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
-        "state": "available", "platform": None, "image_type": "machine", "hypervisor": "xen",
-        "root_device_name": "/dev/sda1", "root_device_type": "ebs", "sriov": "simple",
-    }  # fmt: skip
-    images = [
-        {"ami_id": ami, "name": name, "description": name, "creation_date": f"{date}T10:00:00.000Z", **common}
-        for ami, name, date in AMIS
-    ]
-    path.write_text(json.dumps(images))
-    return path
-
-
-class Moto:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        import boto3
-
-        self.ec2 = boto3.session.Session(
-            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
-        ).client("ec2", endpoint_url=url)
-
-    def post(self, path: str, body: bytes = b"") -> None:
-        req = urllib.request.Request(self.url + path, data=body, method="POST", headers={"Content-Type": "text/plain"})
-        urllib.request.urlopen(req, timeout=10).read()
-
-    def reset(self) -> None:
-        self.post("/moto-api/reset")
-
-    def env(self, home: Path, tmp: Path, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DDPCTL_FAULT"))}
-        env.update(
-            AWS_ENDPOINT_URL=self.url,
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION=REGION,
-            AWS_EC2_METADATA_DISABLED="true",
-            AWS_CONFIG_FILE=str(tmp / "no-aws-config"),
-            AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-aws-credentials"),
-            DDPCTL_HOME=str(home),
-            # Anything but the moto server would go to a closed loopback port, never outside.
-            HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1,localhost",
-        )  # fmt: skip
-        env.update(extra)
-        return env
-
-    def inventory(self) -> dict[str, set[str]]:
-        """Every resource of every kind ddpctl might make (terminated instances are not billed)."""
-        ec2 = self.ec2
-        alive = [
-            i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"] if i["State"]["Name"] != "terminated"
-        ]
-        spot = ec2.describe_spot_instance_requests()["SpotInstanceRequests"]
-        return {
-            "instances": {i["InstanceId"] for i in alive},
-            "vpcs": {v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"]},
-            "subnets": {s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]},
-            "security_groups": {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]},
-            "internet_gateways": {g["InternetGatewayId"] for g in ec2.describe_internet_gateways()["InternetGateways"]},
-            "route_tables": {t["RouteTableId"] for t in ec2.describe_route_tables()["RouteTables"]},
-            "key_pairs": {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]},
-            "volumes": {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]},
-            "network_interfaces": {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]},
-            "spot_requests": {r["SpotInstanceRequestId"] for r in spot if r["State"] in ("open", "active")},
-        }
-
-    def alive_instances(self) -> list[dict[str, Any]]:
-        return [
-            i
-            for r in self.ec2.describe_instances()["Reservations"]
-            for i in r["Instances"]
-            if i["State"]["Name"] != "terminated"
-        ]
-
-
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Moto:
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        pytest.skip("moto's server is not installed: pip install 'ddpctl[test]' (moto[server])")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    tmp = tmp_path_factory.mktemp("moto")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
-    log = open(tmp / "moto.log", "wb")  # noqa: SIM115 - closed in the finalizer
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + "/moto-api/data.json", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {(tmp / 'moto.log').read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        yield Moto(url)
-    finally:
-        proc.send_signal(signal.SIGTERM)  # by its own pid
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-@pytest.fixture
-def moto(moto_server: Moto) -> Moto:
-    moto_server.reset()
-    return moto_server
 
 
 class Env:

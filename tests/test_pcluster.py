@@ -43,7 +43,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO, ddpctl, tree
-from test_aws import NEWEST_DLAMI, REGION, SSH_CIDR, Moto, moto, moto_server  # noqa: F401 - fixtures
+from moto_server import NEWEST_DLAMI, REGION, Moto
+from test_aws import SSH_CIDR
 
 MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
 SECRET = "ddpctlSecretMarker0123456789abcdefABCDEF"

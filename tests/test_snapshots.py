@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ddpctl, tree
-from test_aws import Moto, moto, moto_server  # noqa: F401 - the moto server fixtures, reused
+from moto_server import Moto
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
