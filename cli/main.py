@@ -383,7 +383,7 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
       ddpctl run mingpt --nodes 2 --dry-run
       ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
       ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
-      ddpctl run --resume 20261123-101500-ab12   # after ddpctl was killed mid-run
+      ddpctl run --resume ra35cebc6d8   # after ddpctl was killed mid-run (`ddpctl runs` lists ids)
     """
     from click.core import ParameterSource
 

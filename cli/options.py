@@ -48,7 +48,7 @@ class NprocList(click.ParamType):
 run_nproc_option = click.option(
     "--nproc-per-node", type=NprocList(), default=None,
     help="Processes (ranks) per node, one per GPU on GPU nodes; `2,1` gives each node its own. "
-    "[default: 1, or the cluster's]",
+    "[default: each node's (on-prem: ddpctl_nproc_per_node in the inventory), else the cluster's, else 1]",
 )  # fmt: skip
 
 
