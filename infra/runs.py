@@ -106,16 +106,15 @@ def list_runs(store: StateStore) -> list[RunRecord]:
     return sorted(records, key=lambda r: r.started)
 
 
-def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, str, bool]:
-    """The options a run was started with, its cluster and whether the run owned that cluster."""
+def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, bool]:
+    """The options a run was started with (``name``: its cluster) and whether the run owned that cluster."""
     path = store.run_dir(run_id) / "options.json"
     if not path.is_file():
-        known = sorted(p.parent.name for p in (store.home / "runs").glob("*/options.json"))
+        known = [r.run_id for r in list_runs(store)]
         hint = f" (runs recorded: {', '.join(known[-5:])})" if known else ""
-        raise UsageError(f"no run {run_id!r} to resume under {store.home}{hint}: give the id `ddpctl run` printed")
+        raise UsageError(f"no run {run_id!r} to resume under {store.home}{hint}: `ddpctl runs` lists them")
     doc = json.loads(path.read_text())
-    opts = RunOptions.from_dict(doc["options"])
-    return replace(opts, name=doc["cluster"]), doc["cluster"], doc["ephemeral"]
+    return replace(RunOptions.from_dict(doc["options"]), name=doc["cluster"]), doc["ephemeral"]
 
 
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
@@ -124,11 +123,11 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     The cluster is brought up again if the run owned it and it is gone; whatever is left of the
     earlier attempt is stopped first; the job picks up from its snapshot.
     """
-    opts, cluster, owned = resume_options(run_id, store)
-    if not owned and not store.exists(cluster):
+    opts, owned = resume_options(run_id, store)
+    if not owned and not store.exists(opts.name):
         raise UsageError(
-            f"run {run_id!r} ran on cluster {cluster!r}, which is gone: bring it up again "
-            f"(`ddpctl up --name {cluster} ...`), then resume"
+            f"run {run_id!r} ran on cluster {opts.name!r}, which is gone: bring it up again "
+            f"(`ddpctl up --name {opts.name} ...`), then resume"
         )
     return prepare(opts, store, resume=True, owned=owned)
 

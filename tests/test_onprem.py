@@ -59,6 +59,12 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     assert not (home / "clusters" / "default.json").exists()
 
 
+def start_run(onprem, *args: str) -> subprocess.Popen:
+    """`ddpctl run ARGS` on the on-prem cluster, in the background, output (merged) on a pipe."""
+    return subprocess.Popen([sys.executable, "-m", "ddpctl", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]))  # fmt: skip
+
+
 def _env(extra: dict[str, str]) -> dict[str, str]:
     import os
 
@@ -109,19 +115,9 @@ def test_mnist_two_nodes_over_ssh(onprem) -> None:
 
 
 def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "3", "--run-id", "sshkill", "--", "--epochs", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "3", "--run-id", "sshkill", "--", "--epochs", "20")
     try:
-        victim = None
-        deadline = time.monotonic() + 180
-        while victim is None and time.monotonic() < deadline:
-            for entry in run_procs(testbed, "node1"):
-                if "mnist.py" in entry and "torch.distributed.run" not in entry:
-                    victim = int(entry.split(":")[0])
-            time.sleep(0.5)
-        assert victim, "no worker started on node1"
+        victim = worker_pid(testbed, "node1")
         time.sleep(4)  # let it get into training
         subprocess.run(["kill", "-9", str(victim)], check=True)
         killed = time.monotonic()
@@ -136,10 +132,7 @@ def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
 
 
 def test_ctrl_c_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--", "--epochs", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "2", "--", "--epochs", "20")
     try:
         deadline = time.monotonic() + 180
         while not any("mnist.py" in p for p in run_procs(testbed, "node1")) and time.monotonic() < deadline:
@@ -214,11 +207,8 @@ def test_check_names_the_slowest_link(onprem) -> None:
 def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
     """--nodes 2:3 over SSH: node2's link goes down inside its namespace; nodes 0-1 go on from the
     snapshot once their collectives time out; when the link is back, node2 joins at the next rendezvous."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2:3", "--run-id", "sshelastic",
-         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10", "--snapshot-path", "sshelastic.pt"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "2:3", "--run-id", "sshelastic",
+         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10", "--snapshot-path", "sshelastic.pt")
     link = ["ip", "-n", "node2", "link", "set", "ddp0"]
     try:
         output = Output(proc)
@@ -253,11 +243,8 @@ def worker_pid(testbed: Testbed, node: str, timeout: float = 180) -> int:
 
 
 def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbed) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "sshrestart",
-         "--", "--epochs", "2", "--snapshot-path", "sshrestart.pt"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "sshrestart",
+         "--", "--epochs", "2", "--snapshot-path", "sshrestart.pt")
     try:
         output = Output(proc)
         output.until("snapshot saved", timeout=300)
@@ -276,11 +263,8 @@ def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbe
 
 def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> None:
     """ddpctl SIGKILLed mid-run: the agents on the nodes may live on; `run --resume` stops them and resumes."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "sshresume", "--", "--epochs", "3",
-         "--snapshot-path", "sshresume.pt"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "2", "--run-id", "sshresume", "--", "--epochs", "3",
+         "--snapshot-path", "sshresume.pt")
     try:
         Output(proc).until("snapshot saved", timeout=300)
         proc.kill()
@@ -299,11 +283,8 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
 
 
 def test_ctrl_c_while_torchrun_restarts_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--max-restarts", "3", "--run-id", "sshrestart2",
-         "--", "--epochs", "20", "--snapshot-path", "sshrestart2.pt"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]),
-    )  # fmt: skip
+    proc = start_run(onprem, "mnist", "--nodes", "2", "--max-restarts", "3", "--run-id", "sshrestart2",
+         "--", "--epochs", "20", "--snapshot-path", "sshrestart2.pt")
     try:
         output = Output(proc)
         first = worker_pid(testbed, "node1")

@@ -114,10 +114,9 @@ class SshExecutor:
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
             result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
             if plan.precheck is not None and not result.ok and not result.interrupted:
-                from ..check import parse_reach, raise_if_head_unreachable
+                from ..check import raise_if_head_unreachable
 
-                if any(r != "ok" for r in parse_reach(plan.precheck, checked).values()):
-                    raise_if_head_unreachable(plan.precheck, checked)  # the one-line reason
+                raise_if_head_unreachable(plan.precheck, checked)  # the one-line reason, if that was it
             return result
         finally:
             for conn in conns:

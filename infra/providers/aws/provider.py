@@ -389,23 +389,7 @@ class AwsProvider:
             steps += [("subnet", s, None) for s in sorted(set(found.subnets) | ids("subnet"))]
             steps += [("internet-gateway", g, [v for v in vpcs if v]) for g, vpcs in sorted(igws.items())]
             steps += [("vpc", v, None) for v in sorted(set(found.vpcs) | ids("vpc"))]
-            for kind, ident, vpcs in steps:
-                try:
-                    aws.delete(kind, ident, vpcs)
-                except DdpctlError as exc:
-                    problems.append(f"{kind} {ident}: {exc}")
-                except Exception as exc:
-                    from .ec2 import aws_exceptions, explain, is_unsupported
-
-                    if kind == "placement-group" and is_unsupported(exc):
-                        continue  # this endpoint has no placement groups (none was made)
-                    if not isinstance(exc, aws_exceptions()):
-                        raise
-                    problems.append(f"{kind} {ident}: {explain(exc, region)}")
-                else:
-                    for res in state.resources:
-                        if res.kind == kind and ident in (res.id, res.detail.get("aws_id")):
-                            res.status = "deleted"
+            problems += delete_in_order(aws, steps, state)
         if problems:
             if persisted:
                 store.save(state)
@@ -464,15 +448,7 @@ class _Up:
         self.state, self.store, self.progress, self.aws, self.plan, self.pre = state, store, progress, aws, plan, pre
 
     def step(self, res: Resource, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        faults.point("before", res.kind)
-        detail = create()
-        faults.point("after", res.kind)  # made in AWS, not yet in the state: down finds it by tag
-        res.detail.update(detail)
-        res.status = "created"
-        self.store.save(self.state)
-        if "aws_id" in detail:
-            self.progress(f"created {res.kind} {detail['aws_id']}")
-        return res.detail
+        return record_step(self.state, self.store, self.progress, res, create)
 
     def run(self) -> None:
         plan, aws, state = self.plan, self.aws, self.state
@@ -637,6 +613,44 @@ class _Up:
             f"aws cluster {plan.cluster!r} is up: {len(launched)} x {plan.instance_type} in {where}, "
             f"{pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
         )
+
+
+def record_step(
+    state: ClusterState, store: StateStore, progress: Progress, res: Resource, create: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Create one planned resource (already in the saved state as planned) and record what was made."""
+    faults.point("before", res.kind)
+    detail = create()
+    faults.point("after", res.kind)  # made in AWS, not yet in the state: down finds it by tag
+    res.detail.update(detail)
+    res.status = "created"
+    store.save(state)
+    if "aws_id" in detail:
+        progress(f"created {res.kind} {detail['aws_id']}")
+    return res.detail
+
+
+def delete_in_order(aws: Any, steps: list[tuple[str, str, list[str] | None]], state: ClusterState) -> list[str]:
+    """Delete each (kind, id, VPCs) in order, marking the state's record deleted; return the problems."""
+    from .ec2 import aws_exceptions, explain, is_unsupported
+
+    problems = []
+    for kind, ident, vpcs in steps:
+        try:
+            aws.delete(kind, ident, vpcs)
+        except DdpctlError as exc:
+            problems.append(f"{kind} {ident}: {exc}")
+        except Exception as exc:
+            if kind == "placement-group" and is_unsupported(exc):
+                continue  # this endpoint has no placement groups (none was made)
+            if not isinstance(exc, aws_exceptions()):
+                raise
+            problems.append(f"{kind} {ident}: {explain(exc, aws.region)}")
+        else:
+            for res in state.resources:
+                if res.kind == kind and ident in (res.id, res.detail.get("aws_id")):
+                    res.status = "deleted"
+    return problems
 
 
 def _only(state: ClusterState, kind: str) -> Resource:

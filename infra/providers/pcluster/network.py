@@ -71,6 +71,7 @@ def delete_own(aws: Any, state: ClusterState, progress: Progress) -> tuple[int, 
     --subnet-id is never recorded, so it is never deleted.
     """
     from ..aws.ec2 import aws_exceptions, explain
+    from ..aws.provider import delete_in_order
 
     found = aws.find_tagged(state.name)
     igws = dict(found.internet_gateways)
@@ -101,19 +102,7 @@ def delete_own(aws: Any, state: ClusterState, progress: Progress) -> tuple[int, 
                 if not isinstance(exc, aws_exceptions()):
                     raise
                 problems.append(f"network-interface {eni}: {explain(exc, aws.region)}")
-    for kind, ident, vpcs in steps:
-        try:
-            aws.delete(kind, ident, vpcs)
-        except DdpctlError as exc:
-            problems.append(f"{kind} {ident}: {exc}")
-        except Exception as exc:
-            if not isinstance(exc, aws_exceptions()):
-                raise
-            problems.append(f"{kind} {ident}: {explain(exc, aws.region)}")
-        else:
-            for res in state.resources:
-                if res.kind == kind and ident in (res.id, res.detail.get("aws_id")):
-                    res.status = "deleted"
+    problems += delete_in_order(aws, steps, state)
     if found.instances:
         progress(f"warning: {len(found.instances)} instance(s) tagged {state.name!r} still run: {', '.join(found.instances)}")
     return len(steps) - len(problems), problems

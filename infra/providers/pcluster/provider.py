@@ -31,9 +31,9 @@ from ...errors import DdpctlError
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
 from ...state import ClusterState, NodeInfo, Resource, StateStore, atomic_write
-from ..aws import configure, faults, keys, pricing
+from ..aws import configure, keys, pricing
 from ..aws.plan import TAG_CLUSTER_ID, ssh_cidr_for
-from ..aws.provider import lookup_caller_address, with_defaults
+from ..aws.provider import lookup_caller_address, record_step, with_defaults
 from ..base import Progress
 from . import network, schema
 from .cli import ClusterInfo, Install, PclusterCli, find_pcluster
@@ -355,16 +355,7 @@ class _Up:
         self.plan, self.install, self.provider = plan, install, provider
 
     def step(self, kind: str, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        res = _only(self.state, kind)
-        faults.point("before", kind)
-        detail = create()
-        faults.point("after", kind)  # made, not yet recorded: `down` finds it by tag (or by name)
-        res.detail.update(detail)
-        res.status = "created"
-        self.store.save(self.state)
-        if "aws_id" in detail:
-            self.progress(f"created {kind} {detail['aws_id']}")
-        return res.detail
+        return record_step(self.state, self.store, self.progress, _only(self.state, kind), create)
 
     def run(self, zone: str, cidr: str) -> None:
         plan, aws, state = self.plan, self.aws, self.state
