@@ -1,9 +1,13 @@
 """On-prem benchmarks on the network-namespace test cluster (root; see tests/testbed/).
 
-    sudo .venv/bin/python bench/onprem.py [--repeat 3]
+    sudo .venv/bin/python bench/onprem.py [--repeat 3] [--wheel-dir DIR]
 
-1. playbooks/site.yml on 3 nodes: the first run against the second (no-op) run, as a ratio
-   (goal: second <= 0.5x first).
+1. playbooks/site.yml on 3 bare nodes: the first run against the second (no-op) run, as a ratio
+   (goal: second <= 0.5x first). The first run is a real one for air-gapped nodes: it makes each
+   node's venv and installs the pinned torch and torchvision from wheels the controller pushes
+   (python_env_mode=wheels; the wheels are `pip download`ed here first, about 3 GB, unless
+   --wheel-dir has them). Also reported: the same pair where the env already exists
+   (python_env_mode=existing), which is everything but the install.
 2. launch overhead over SSH: `ddpctl run message-passing --nodes 2` against the same torchrun
    commands (the plan's own shell lines) typed over plain `ssh`, in the same script (goal <= 1.1x).
 3. `ddpctl check`'s all-reduce bus bandwidth node0<->node1 as a fraction of raw TCP throughput
@@ -15,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,19 +60,45 @@ def raw_tcp_gbps(tb: Testbed, megabytes: int = 512) -> float:
     return megabytes * 2**20 / float(out.strip()) / 1e9
 
 
+def pinned() -> tuple[str, str]:
+    """The torch and torchvision versions playbooks/roles/python_env pins."""
+    text = (REPO / "playbooks" / "roles" / "python_env" / "defaults" / "main.yml").read_text()
+    found = dict(re.findall(r'^python_env_(torch|torchvision)_version: "([^"]+)"', text, re.M))
+    return found["torch"], found["torchvision"]
+
+
+def site_first_and_second(tmp: Path, env: dict[str, str], name: str, **group_vars: str) -> tuple[float, float]:
+    """site.yml twice on 3 bare nodes (a fresh test cluster)."""
+    tb = testbed_up(3)
+    inventory = tb.inventory(tmp / f"{name}.ini", **group_vars)
+    playbook = [str(Path(VENV) / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "site.yml")]
+    return timed(playbook, env), timed(playbook, env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--wheel-dir", type=Path, help="wheels of the pinned torch, torchvision and their dependencies")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ddpctl-bench-"))
     env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home"),
            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
-    tb = testbed_up(3)
+    wheels = args.wheel_dir or tmp / "wheels"
+    if not args.wheel_dir:
+        torch, vision = pinned()
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), f"torch=={torch}",
+                        f"torchvision=={vision}"], check=True)  # fmt: skip
     try:
+        first, second = site_first_and_second(tmp, env, "wheels", python_env_mode="wheels", python_env_wheel_dir=str(wheels),
+                                              python_env_path="{{ ddpctl_node_dir }}/venv")  # fmt: skip
+        print(f"site.yml on 3 bare nodes, installing torch from pushed wheels: first {first:.1f} s, "
+              f"second (no-op) {second:.1f} s: {second / first:.2f}x")  # fmt: skip
+        first, second = site_first_and_second(tmp, env, "existing", **GROUP_VARS)
+        print(f"site.yml on 3 nodes whose env exists: first {first:.1f} s, second (no-op) {second:.1f} s: "
+              f"{second / first:.2f}x")  # fmt: skip
+
+        tb = testbed_up(3)
         inventory = tb.inventory(tmp / "hosts.ini", **GROUP_VARS)
-        playbook = [str(Path(VENV) / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "site.yml")]
-        first, second = timed(playbook, env), timed(playbook, env)
-        print(f"site.yml on 3 nodes: first {first:.1f} s, second (no-op) {second:.1f} s: {second / first:.2f}x")
 
         ddpctl = [sys.executable, "-m", "ddpctl"]
         subprocess.run([*ddpctl, "up", "--provider", "onprem", "-i", str(inventory)], env=env, check=True,
@@ -97,6 +129,7 @@ def main() -> None:
         subprocess.run([*ddpctl, "down"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         testbed_down()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

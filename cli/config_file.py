@@ -14,7 +14,7 @@
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
 
-    [cluster.playbook_vars]   # variables for playbooks/site.yml (onprem, aws)
+    [cluster.playbook_vars]   # variables for playbooks/site.yml (onprem, aws, pcluster)
     nvidia_cuda_version = "12.8"
 
     [run]                # ddpctl run

@@ -160,7 +160,7 @@ def _aws_up_options(func):
 @env_option
 @click.option(
     "--playbook-var", "playbook_vars", multiple=True, metavar="KEY=VALUE",
-    help="onprem, aws: a variable for playbooks/site.yml (repeatable; wins over the inventory's), "
+    help="onprem, aws, pcluster: a variable for playbooks/site.yml (repeatable; wins over the inventory's), "
     "e.g. nvidia_cuda_version=12.8 or python_env_mode=existing.",
 )  # fmt: skip
 @python_option
@@ -294,16 +294,22 @@ def status(name, as_json) -> int:
 @click.option("--all", "all_", is_flag=True, help="Take down every cluster under the state home.")
 @click.option(
     "--region", default=None, metavar="REGION",
-    help="aws: with --name, delete the cluster's resources found by tag in REGION, even with no state file.",
+    help="With --name: delete the cluster's resources found by tag in REGION, even with no state file.",
+)  # fmt: skip
+@click.option(
+    "--provider", "lost_provider", type=click.Choice(["aws", "pcluster"]), default=None,
+    help="With --region: which provider made the cluster whose state file is lost: aws (the default), "
+    "or pcluster (its ParallelCluster first, then the network).",
 )  # fmt: skip
 @json_option
-def down(name, all_, region, as_json) -> int:
+def down(name, all_, region, lost_provider, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
 
     Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
     cleaned up. For aws, resources are also found by their tags, and `down` waits until EC2
     reports the instances terminated; `ddpctl down --name NAME --region REGION` cleans up an
-    aws cluster whose state file is lost. Running `down` twice is fine.
+    aws cluster whose state file is lost (add `--provider pcluster` for a ParallelCluster one).
+    Running `down` twice is fine.
     """
     from ddpctl.infra import clusters
     from ddpctl.infra.errors import UsageError
@@ -312,15 +318,18 @@ def down(name, all_, region, as_json) -> int:
 
     out = Output(as_json)
     store = _store()
+    if lost_provider and region is None:
+        raise UsageError("--provider is for a lost state file: give it with --name and --region")
     if region is not None:
+        lost_provider = lost_provider or "aws"
         if not name or all_:
-            raise UsageError("--region needs --name (the aws cluster to find by tag), and not --all")
+            raise UsageError("--region needs --name (the cluster to find by tag), and not --all")
         if not store.exists(name):
             from ddpctl.infra.providers import get_provider
             from ddpctl.infra.spec import ClusterSpec
 
-            ClusterSpec(name=name, provider="aws", region=region)  # checks both
-            get_provider("aws").down_lost(name, region, store, out.progress)
+            ClusterSpec(name=name, provider=lost_provider, region=region)  # checks both
+            get_provider(lost_provider).down_lost(name, region, store, out.progress)
             if as_json:
                 out.document({"ok": True, "down": [name]})
             return 0

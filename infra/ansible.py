@@ -104,6 +104,7 @@ def run_playbook(
     *,
     extravars: dict[str, Any] | None = None,
     limit: str | None = None,
+    tags: str | None = None,
 ) -> PlayReport:
     """Run ``playbook`` against ``inventory``; raise with the first failures if it fails."""
     import ansible_runner  # heavy: only when a playbook actually runs
@@ -126,6 +127,7 @@ def run_playbook(
             inventory=os.path.abspath(inventory),
             extravars=extravars or {},
             limit=limit,
+            tags=tags,
             envvars=envvars,
             suppress_env_files=True,
             quiet=True,

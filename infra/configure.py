@@ -18,11 +18,17 @@ Progress = Callable[[str], None]
 
 
 def run_site(
-    inventory: str, nodes: list[NodeInfo], key_dir: Path, progress: Progress, playbook_vars: dict[str, str] | None = None
+    inventory: str,
+    nodes: list[NodeInfo],
+    key_dir: Path,
+    progress: Progress,
+    playbook_vars: dict[str, str] | None = None,
+    tags: str | None = None,
 ) -> PlayReport:
     """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``.
 
     ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
+    ``tags``: only these roles (comma-separated), as ``ansible-playbook --tags``.
     """
     progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -33,6 +39,7 @@ def run_site(
         progress,
         extravars={**(playbook_vars or {}), **own},
         limit=",".join(n.name for n in nodes),
+        tags=tags,
     )
 
 

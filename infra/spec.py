@@ -156,8 +156,8 @@ RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
 def check_playbook_vars(spec: ClusterSpec) -> None:
     if not spec.playbook_vars:
         return
-    if spec.provider not in ("onprem", "aws"):
-        raise UsageError(f"--playbook-var is for --provider onprem or aws (they run playbooks/site.yml), not {spec.provider}")
+    if spec.provider not in ("onprem", "aws", "pcluster"):
+        raise UsageError(f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}")
     for key in spec.playbook_vars:
         if not re.match(r"^[a-z_][a-z0-9_]*$", key):
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")

@@ -92,7 +92,7 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
         except DdpctlError as exc:
             return host.name, str(exc)
         try:
-            out = conn.run("nproc", hide=True, warn=True, timeout=timeout)
+            out = conn.run("nproc", hide=True, warn=True, timeout=timeout, in_stream=False)
             return host.name, int(out.stdout.strip() or 1) if out.ok else 1
         except Exception as exc:  # noqa: BLE001 - any failure is reported per host
             return host.name, f"{host.name}: {explain(exc)}"
@@ -115,6 +115,6 @@ def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace:
 
     cmd = f"python3 -c {shlex.quote(REMOTE_STOP_SCRIPT)} {key} {shlex.quote(value)} {mode} {grace}"
     try:
-        conn.run(cmd, hide=True, warn=True, timeout=grace + 20)
+        conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
     except Exception:  # noqa: BLE001 - best effort: the caller sweeps again
         pass

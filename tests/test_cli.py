@@ -51,7 +51,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["up", "--provider", "gcp"], 2, "'gcp' is not one of 'local', 'onprem', 'aws', 'pcluster'"),
         (["run", "mnist", "--nodes", "0"], 2, "Invalid value for '--nodes' / '-n': '0': give N >= 1, or MIN:MAX"),
         (["up", "--nodes", "0"], 2, "0 is not in the range x>=1"),
-        (["up", "--playbook-var", "nvidia_cuda_version=12.8"], 2, "--playbook-var is for --provider onprem or aws"),
+        (["up", "--playbook-var", "nvidia_cuda_version=12.8"], 2, "--playbook-var is for --provider onprem, aws or pcluster"),
         (["up", "--provider", "aws", "--playbook-var", "nccl_env_master_addr=1.2.3.4", "--dry-run"], 2,
          "--playbook-var nccl_env_master_addr is set by ddpctl itself"),
         (["up", "--provider", "aws", "--playbook-var", "Bad-Name=1", "--dry-run"], 2, "invalid --playbook-var name 'Bad-Name'"),

@@ -531,6 +531,24 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv) 
     assert pc.ok("down").returncode == 0  # twice is fine
 
 
+def test_lost_state_file_down_by_name_and_region(pc: PcEnv) -> None:
+    """The state home is gone after create-cluster: `down --name --region --provider pcluster` finds
+    the ParallelCluster by its name and tag, deletes it, then the network and key pair by tag."""
+    if not shutil.which("node"):
+        pytest.skip("ParallelCluster's CDK needs Node.js (./dev test installs nodejs as root)")
+    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
+                "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
+    assert up.returncode == 1 and pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS", up.stderr
+    shutil.rmtree(pc.home)
+    assert pc.run("down", "--provider", "pcluster").returncode == 2  # only with --name and --region
+    down = pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster")
+    assert "no state file for 'c1': looking for ParallelCluster ddpctl-c1" in down.stderr
+    assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr, down.stderr
+    assert pc.stacks()["ddpctl-c1"] == "DELETE_COMPLETE"
+    pc.assert_clean()
+    assert pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster").returncode == 0  # twice is fine
+
+
 @pytest.mark.parametrize("step", ["dir", "vpc", "subnet", "key-pair", "config"])
 def test_crash_after_each_step_then_down_leaves_nothing(pc: PcEnv, step: str) -> None:
     crashed = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
@@ -556,3 +574,18 @@ def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
     assert up.returncode == 1 and "not installed" in up.stderr
     pc.assert_clean()
     assert tree(pc.home) == []
+
+
+def test_head_node_playbook_vars() -> None:
+    """What the head node's site.yml run gets: everything in the home ParallelCluster shares, CUDA
+    wheels for the compute nodes (not the head node's own choice), no per-node interface."""
+    from ddpctl.infra.providers.pcluster.plan import HEAD_TAGS, TORCH_INDEX_URL
+
+    plan = _plan()
+    assert plan.head_playbook_vars() == {
+        "ddpctl_node_dir": "/home/ubuntu/ddpctl", "ddpctl_run_user": "ubuntu",
+        "common_set_hostname": False, "common_manage_hosts": False,
+        "python_env_torch_index_url": TORCH_INDEX_URL, "nccl_env_pin_interface": False,
+    }  # fmt: skip
+    assert TORCH_INDEX_URL.endswith("/cu126")  # the last CUDA wheels with V100 (p3) kernels
+    assert set(HEAD_TAGS.split(",")) == {"common", "python_env", "nccl_env", "bundle"}

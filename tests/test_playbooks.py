@@ -301,6 +301,11 @@ def test_explicit_socket_ifname_wins_and_debug_is_checked(site, testbed: Testbed
         assert "NCCL_SOCKET_IFNAME=eth9\n" in text and "GLOO_SOCKET_IFNAME=eth9\n" in text
         assert "NCCL_DEBUG=INFO\n" in text
         assert "NCCL_SOCKET_IFNAME=ddp0\n" in (testbed.node_dir(node) / "ddpctl.env").read_text()
+    shared = playbook(site["env"], *args, "-e", "nccl_env_pin_interface=false")  # one file read by several nodes
+    assert shared.returncode == 0, show(shared)
+    for node in NODES:
+        text = (testbed.node_dir(node) / "explicit.env").read_text()
+        assert "SOCKET_IFNAME" not in text and "NCCL_DEBUG=WARN\n" in text
     bad = playbook(site["env"], *args, "-e", "nccl_env_debug=LOUD")
     assert bad.returncode != 0
     assert "nccl_env_debug must be one of: VERSION, WARN, INFO, TRACE, got: LOUD" in bad.stdout, show(bad)

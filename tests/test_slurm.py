@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +118,62 @@ def test_unschedulable_job_is_one_line(slurm_cluster, slurm_testbed: Testbed) ->
     error = result.stderr.strip().splitlines()[-1]
     assert error == "Error: --nodes 3 but Slurm on 10.77.0.10 has 2 node(s): use --nodes 2 or fewer"
     assert squeue(slurm_testbed) == ""
+
+
+class _Console:
+    """EC2's console output of the head node, as cloud-init prints it: here, the test node's host key."""
+
+    def __init__(self, testbed: Testbed, address: str) -> None:
+        rows = [line.split()[1:3] for line in testbed.known_hosts.read_text().splitlines() if address in line.split()[0]]
+        self.text = "\n".join(["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"])
+
+    def console_output(self, instance_id: str) -> str:
+        return self.text
+
+
+def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tmp_path: Path) -> None:
+    """The ParallelCluster provider's last step for real: once CREATE_COMPLETE, the head node is
+    recorded from describe-cluster, its host key from the console, and site.yml configures it into
+    the home its compute nodes share; then `ddpctl run` submits through sbatch there. No
+    CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
+    ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
+    from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
+    from ddpctl.infra.providers.pcluster.provider import PclusterProvider, _Up
+    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.state import StateStore
+
+    home = tmp_path / "home"
+    env = {**os.environ, "DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp_path / "ansible-home")}
+    store = StateStore(home)
+    shared_home = tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared with the compute nodes
+    spec = ClusterSpec(
+        name="pc", provider="pcluster", nodes=2, region="us-east-1", ssh_user="root",
+        playbook_vars={**GROUP_VARS, "ddpctl_node_dir": str(shared_home / "ddpctl"),
+                       "ansible_python_interpreter": "/usr/bin/python3"},
+    )  # fmt: skip
+    provider = PclusterProvider(caller_address=lambda: "203.0.113.9", env={})
+    state = provider.plan(spec, store)
+    state.nodes[0] = replace(state.nodes[0], gpus=0)  # the test nodes have no GPU for --gpus-per-node
+    plan = provider.pcluster_plan(state, store)
+    Path(plan.aws.cluster_dir).mkdir(parents=True, mode=0o700)
+    # `up`'s key, which ParallelCluster installs on the head node: here the one the test nodes trust
+    shutil.copy(slurm_testbed.key, plan.aws.key_path)
+    info = ClusterInfo(name=plan.pcluster_name, status="CREATE_COMPLETE", stack_status="CREATE_COMPLETE",
+                       fleet_status="RUNNING", head=HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large"))  # fmt: skip
+    lines: list[str] = []
+    _Up(state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider).finish(info)
+
+    assert state.status == "up" and state.launcher == "sbatch", lines
+    head = state.nodes[0]
+    assert head.python == f"{GROUP_VARS['python_env_path']}/bin/python"
+    assert head.bundle_dir == f"{shared_home}/ddpctl/training" and head.workdir == f"{shared_home}/ddpctl/work"
+    env_file = Path(head.env_file).read_text()
+    assert "NCCL_DEBUG=WARN" in env_file and "SOCKET_IFNAME" not in env_file  # one file for every compute node
+    assert any("configuring 1 node(s)" in line for line in lines), lines
+
+    result = ddpctl("run", "message-passing", "--nodes", "2", env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[node1 r1] rank 1 received 42.0 from rank 0" in result.stdout
+    assert "through sbatch" in result.stderr
+    assert squeue(slurm_testbed) == ""
+    store.delete("pc")  # `down` would delete the ParallelCluster: there is none

@@ -3,7 +3,8 @@
 Shaped like the PyTorch multinode tutorial's script, with its mistakes fixed: the head node's
 address is the one it routes to the other nodes on (not ``hostname --ip-address``, which can be a
 loopback address), the rendezvous port comes from the job id, ``srun --kill-on-bad-exit=1`` ends
-the job when any rank fails, and each node's output goes to its own file for streaming.
+the job when any rank fails, each node's output goes to its own file for streaming, and a node
+whose env file names no interface finds its own toward the head's address at run time.
 """
 
 from __future__ import annotations
@@ -96,6 +97,15 @@ def plan_sbatch(
         'ip -o -4 addr show dev "$NCCL_SOCKET_IFNAME" | awk \'{split($4, a, "/"); print a[1]; exit}\'; '
         "else hostname -I | awk '{print $1}'; fi"
     )
+    # Where the env file names no interface (or there is none), each node finds its own toward the
+    # head's address, as the playbooks' nccl_env role would: nodes that read one shared env file
+    # (ParallelCluster's NFS home) may name their interfaces differently.
+    ifname = (
+        'if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then a=${DDPCTL_RDZV%:*}; '
+        "d=$(ip -o addr show to \"$a\" | awk 'NR == 1 { print $2 }'); "
+        "[ -n \"$d\" ] || d=$(ip -o route get \"$a\" | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p'); "
+        'd=${d%%@*}; [ -z "$d" ] || export GLOO_SOCKET_IFNAME=$d NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$d}; fi; '
+    )
     body = [
         "set -euo pipefail",
         *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
@@ -110,7 +120,7 @@ def plan_sbatch(
         'export DDPCTL_RDZV="$head_addr:$port"',
         'echo "ddpctl: job $SLURM_JOB_ID on ${nodes[*]}; rendezvous $DDPCTL_RDZV"',
         "",
-        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + 'exec ' + torchrun_line)}",
+        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + ifname + 'exec ' + torchrun_line)}",
     ]
     text = "\n".join(header + [""] + body) + "\n"
     return SbatchPlan(run.run_id, run.nodes, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)

@@ -126,5 +126,5 @@ class SshExecutor:
 def upload(conn: fabric.Connection, launch: NodeLaunch) -> None:
     """Copy the files the plan says this node needs (a user's own script) before launching."""
     for local, remote in launch.uploads:
-        conn.run(f"mkdir -p {shlex.quote(os.path.dirname(remote))}", hide=True)
+        conn.run(f"mkdir -p {shlex.quote(os.path.dirname(remote))}", hide=True, in_stream=False)
         conn.put(local, remote)

@@ -88,7 +88,7 @@ class OnpremProvider:
             try:
                 remote_stop(conn, CLUSTER_KEY, state.cluster_id, "stop")
                 if node.workdir:
-                    conn.run(f"rm -rf {shlex.quote(node.workdir)}", hide=True, warn=True)
+                    conn.run(f"rm -rf {shlex.quote(node.workdir)}", hide=True, warn=True, in_stream=False)
             finally:
                 conn.close()
             return None

@@ -33,6 +33,14 @@ OWN_KINDS = ("dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "k
 #: Creation order, also the DDPCTL_FAULT steps (``down`` deletes in reverse).
 STEPS = (*OWN_KINDS, "config", "cluster")
 
+#: The roles of playbooks/site.yml that run on the head node. Not ssh_mesh (ParallelCluster sets up
+#: the cluster user's SSH between its nodes) and not nvidia (its images carry the driver, and the
+#: head node has no GPU). common with ParallelCluster's host names and hosts file left alone.
+HEAD_TAGS = "common,python_env,nccl_env,bundle"
+#: PyTorch's CUDA 12.6 wheels: the newest that still run on V100s (p3); they run on A100s and
+#: H100s too. The head node has no GPU, so the role's own choice (from the driver) cannot be used.
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu126"
+
 
 @dataclass(frozen=True)
 class PclusterPlan:
@@ -67,6 +75,19 @@ class PclusterPlan:
     def workdir(self) -> str:
         """On the head node's /home, which ParallelCluster NFS-exports to every compute node."""
         return f"/home/{self.ssh_user}/ddpctl"
+
+    def head_playbook_vars(self) -> dict[str, Any]:
+        """site.yml's variables for the head node. Everything lands in the head node's /home, which
+        ParallelCluster NFS-exports to every compute node, so one install serves them all."""
+        return {
+            "ddpctl_node_dir": self.workdir,
+            "ddpctl_run_user": self.ssh_user,
+            "common_set_hostname": False,
+            "common_manage_hosts": False,
+            "python_env_torch_index_url": TORCH_INDEX_URL,
+            # one env file for every compute node: each finds its own interface at run time
+            "nccl_env_pin_interface": False,
+        }
 
     @property
     def shared_dir(self) -> str:

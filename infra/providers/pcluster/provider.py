@@ -8,10 +8,14 @@ the cluster dir, the ed25519 key, the network (VPC, internet gateway, route, sub
 pair, the configuration file, and ``pcluster create-cluster``; then describe-cluster is polled
 until CREATE_COMPLETE (or a failure, reported in one line), the static compute nodes are waited
 for, and the head node is recorded as the cluster's login node with ``launcher = "sbatch"``.
+Last, playbooks/site.yml configures the head node (``configure_head``): the Python env with
+PyTorch's CUDA wheels, the env file and the training bundle go to its /home, which ParallelCluster
+NFS-exports to every compute node, so that sbatch jobs find them there.
 
 ``down``: delete-cluster, wait until describe-cluster no longer finds it (not found = gone), then
 the key pair and network ddpctl made. Only a cluster tagged with this state's cluster id is ever
-deleted. Safe to repeat, and after a crash at any step.
+deleted. Safe to repeat, and after a crash at any step. ``down_lost``: the same with no state file,
+from the cluster's name and region (the ParallelCluster's name and its tags follow from them).
 """
 
 from __future__ import annotations
@@ -23,22 +27,24 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...configure import record_nodes, run_site
 from ...errors import DdpctlError
+from ...inventory import Host
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
 from ...state import ClusterState, NodeInfo, Resource, StateStore, atomic_write
 from ..aws import configure, keys, pricing
-from ..aws.plan import TAG_CLUSTER_ID, ssh_cidr_for
+from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, ssh_cidr_for
 from ..aws.provider import lookup_caller_address, record_step, with_defaults
 from ..base import Progress
 from . import network, schema
 from .cli import ClusterInfo, Install, PclusterCli, find_pcluster
-from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
-from .plan import PclusterPlan, plan_from_spec
+from .config import PLACEHOLDER_SUBNET, Resolved, Settings, pcluster_name, settings_from_env, to_yaml
+from .plan import HEAD_TAGS, PclusterPlan, plan_from_spec
 
 #: --dry-run without --ssh-cidr: a documentation address stands in for yours (looked up at `up`).
 DRY_RUN_CIDR = "192.0.2.1/32"
@@ -271,10 +277,12 @@ class PclusterProvider:
         info = cli.describe(plan.pcluster_name)
         if info is None:
             return False  # never made, or long gone
-        if info.tags.get(TAG_CLUSTER_ID) != state.cluster_id:
+        # With a state file, the cluster id must match; without one (down_lost), the cluster name.
+        tag, mine = (TAG_CLUSTER_ID, state.cluster_id) if state.cluster_id else (TAG_CLUSTER, state.name)
+        if info.tags.get(tag) != mine:
             progress(
-                f"warning: {plan.pcluster_name} in {plan.region} is not this cluster's (its {TAG_CLUSTER_ID} tag is "
-                f"{info.tags.get(TAG_CLUSTER_ID)!r}): left alone"
+                f"warning: {plan.pcluster_name} in {plan.region} is not this cluster's (its {tag} tag is "
+                f"{info.tags.get(tag)!r}): left alone"
             )
             return False
         if info.status != "DELETE_IN_PROGRESS":
@@ -300,6 +308,16 @@ class PclusterProvider:
                     f"run `ddpctl down --name {state.name}` again"
                 )
             time.sleep(self.poll_s)
+
+    def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
+        """``ddpctl down --name X --region R --provider pcluster`` with no state file: the
+        ParallelCluster named for X, if its ``ddpctl:cluster`` tag says it is X's, then the key pair
+        and network found by their tags."""
+        spec = with_defaults(ClusterSpec(name=name, provider="pcluster", region=region))
+        cluster = pcluster_name(name)
+        progress(f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}")
+        lost = Resource("cluster", cluster, detail={"region": region, "create_called": True})
+        self.down(ClusterState(spec=spec, cluster_id="", status="deleting", resources=[lost], launcher="sbatch"), store, progress)
 
     # ---- status ----------------------------------------------------------------------------------
 
@@ -340,7 +358,6 @@ class PclusterProvider:
         return requested or state.spec.port or DEFAULT_PORT
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
-        from ...inventory import Host
         from ...launch.ssh import SshExecutor
 
         return SshExecutor({n.name: Host(**n.ssh) for n in state.nodes}, sink)
@@ -429,6 +446,15 @@ class _Up:
         host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
         state.nodes = [NodeInfo(**{**asdict(state.nodes[0]), "host": head.private_ip, "python": "python3", "ssh": asdict(host)})]
         state.launcher = "sbatch"
+        self.store.save(state)
+        if a.configure:
+            configure_head(state, str(files.inventory), cluster_dir / "keys", self.progress, plan.head_playbook_vars())
+        else:
+            self.progress(
+                "skipping configuration (--no-configure): jobs need torch and the training bundle on the "
+                f"compute nodes; configure the head node with `ansible-playbook -i {files.inventory} --tags "
+                f"{HEAD_TAGS} playbooks/site.yml`"
+            )
         state.status = "up"
         self.store.save(state)
         self.progress(
@@ -436,6 +462,20 @@ class _Up:
             f"{launched.address(a.private_ip)}), {a.count} x {a.instance_type} in Slurm queue 'gpu'; jobs go through "
             f"sbatch; {pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
         )
+
+
+def configure_head(
+    state: ClusterState, inventory: str, key_dir: Path, progress: Progress, head_vars: Mapping[str, Any]
+) -> None:
+    """site.yml's ``HEAD_TAGS`` roles on the head node (``state.nodes[0]``), into the home directory
+    the compute nodes share; the user's ``--playbook-var`` values win over ``head_vars``. The head
+    node then stands for the compute nodes: the play's Python, env file, bundle and work dir, with the
+    CPUs and GPUs of the compute instance type."""
+    head = state.nodes[0]
+    configure.wait_for_ssh([Host(**head.ssh)], progress)
+    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=HEAD_TAGS)
+    [node] = record_nodes([head], report, {})
+    state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
 
 
 def _only(state: ClusterState, kind: str) -> Resource:
