@@ -584,7 +584,7 @@ def test_head_node_playbook_vars() -> None:
     plan = _plan()
     assert plan.head_playbook_vars() == {
         "ddpctl_node_dir": "/home/ubuntu/ddpctl", "ddpctl_run_user": "ubuntu",
-        "common_set_hostname": False, "common_manage_hosts": False,
+        "common_set_hostname": False, "common_manage_hosts": False, "common_packages_update_cache": True,
         "python_env_torch_index_url": TORCH_INDEX_URL, "nccl_env_pin_interface": False,
     }  # fmt: skip
     assert TORCH_INDEX_URL.endswith("/cu126")  # the last CUDA wheels with V100 (p3) kernels

@@ -84,6 +84,7 @@ class PclusterPlan:
             "ddpctl_run_user": self.ssh_user,
             "common_set_hostname": False,
             "common_manage_hosts": False,
+            "common_packages_update_cache": True,  # a fresh image's package index may be empty
             "python_env_torch_index_url": TORCH_INDEX_URL,
             # one env file for every compute node: each finds its own interface at run time
             "nccl_env_pin_interface": False,
