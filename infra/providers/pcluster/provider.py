@@ -20,7 +20,9 @@ from the cluster's name and region (the ParallelCluster's name and its tags foll
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -453,7 +455,7 @@ class _Up:
             self.progress(
                 "skipping configuration (--no-configure): jobs need torch and the training bundle on the "
                 f"compute nodes; configure the head node with `ansible-playbook -i {files.inventory} --tags "
-                f"{HEAD_TAGS} playbooks/site.yml`"
+                f"{HEAD_TAGS} -e {shlex.quote(json.dumps(plan.head_playbook_vars()))} playbooks/site.yml`"
             )
         state.status = "up"
         self.store.save(state)
