@@ -137,6 +137,8 @@ def test_plan_reuses_the_aws_network_plan() -> None:
     assert [r.kind for r in given.resources()] == ["dir", "key-file", "key-pair", "config", "cluster"]
     text = "\n".join(plan.describe())
     assert "2 x p3.2xlarge" in text and "SSH only from 203.0.113.7/32" in text and "$6.20/h" in text
+    assert "configure: playbooks/site.yml (common, python_env, nccl_env, bundle) on the head node, into /home/ubuntu/ddpctl" in text
+    assert "configure: skipped (--no-configure)" in "\n".join(_plan(configure=False).describe())
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,13 @@ class PclusterPlan:
             "  shared storage: /home from the head node (NFS)"
             + (f"; {s.shared_gb} GB encrypted gp3 EBS at {SHARED_MOUNT}, deleted with the cluster" if s.shared_gb else ""),
             f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
+            (
+                f"  configure: playbooks/site.yml ({HEAD_TAGS.replace(',', ', ')}) on the head node, into "
+                f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch from {TORCH_INDEX_URL}, "
+                "the env file, the training bundle"
+                if a.configure
+                else "  configure: skipped (--no-configure): jobs need torch and the bundle on the compute nodes"
+            ),
             f"  cost: {pricing.format_usd(self.hourly_usd)} on-demand ({pricing.PRICE_REGION} list price, head node included)",
         ]
         if s.custom_s3_bucket:
