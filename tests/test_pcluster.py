@@ -543,6 +543,11 @@ def test_lost_state_file_down_by_name_and_region(pc: PcEnv) -> None:
     assert up.returncode == 1 and pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS", up.stderr
     shutil.rmtree(pc.home)
     assert pc.run("down", "--provider", "pcluster").returncode == 2  # only with --name and --region
+    as_aws = pc.run("down", "--name", "c1", "--region", REGION)  # the aws provider's sweep would hit a network in use
+    assert as_aws.returncode == 2 and as_aws.stderr.strip().splitlines()[-1] == (
+        f"Error: 'c1' in {REGION} is a ParallelCluster (ddpctl-c1): run `ddpctl down --name c1 --region {REGION} --provider pcluster`"
+    )
+    assert pc.stacks()["ddpctl-c1"] == "CREATE_IN_PROGRESS" and pc.added()["vpcs"]  # nothing was touched
     down = pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster")
     assert "no state file for 'c1': looking for ParallelCluster ddpctl-c1" in down.stderr
     assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr, down.stderr

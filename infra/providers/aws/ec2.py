@@ -218,6 +218,16 @@ class Aws:
 
     # ---- look-ups (read only) -------------------------------------------------------------
 
+    def stack_tags(self, name: str) -> dict[str, str] | None:
+        """The tags of CloudFormation stack ``name`` while it exists; None when there is none, or
+        when these credentials may not look (a look-up that only sharpens an error message)."""
+        try:
+            stacks = self.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+        except aws_exceptions():
+            return None
+        live = [s for s in stacks if s.get("StackStatus") != "DELETE_COMPLETE"]
+        return {t["Key"]: t["Value"] for t in live[0].get("Tags", [])} if live else None
+
     def instance_type(self, name: str) -> pricing.TypeFacts | None:
         """vCPUs, GPUs and architecture from EC2, else ddpctl's table, else None (unknown type)."""
         import botocore.exceptions

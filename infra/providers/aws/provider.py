@@ -33,6 +33,7 @@ from .plan import (
     DEFAULT_SSH_USER,
     DEFAULT_VOLUME_GB,
     SPOT_NOTE,
+    TAG_CLUSTER,
     TAG_CLUSTER_ID,
     VPC_CIDR,
     AwsPlan,
@@ -404,7 +405,17 @@ class AwsProvider:
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R`` with no state file: everything found by tag."""
+        from ..pcluster.config import pcluster_name
+        from .ec2 import Aws, aws_errors
+
         spec = ClusterSpec(name=name, provider="aws", region=region)
+        with aws_errors(region):
+            stack = Aws(region).stack_tags(pcluster_name(name))
+        if stack is not None and stack.get(TAG_CLUSTER) == name:  # its network would be in use
+            raise UsageError(
+                f"{name!r} in {region} is a ParallelCluster ({pcluster_name(name)}): run "
+                f"`ddpctl down --name {name} --region {region} --provider pcluster`"
+            )
         progress(f"no state file for {name!r}: looking for its resources by tag in {region}")
         self.down(ClusterState(spec=spec, cluster_id="", status="deleting"), store, progress)
 
