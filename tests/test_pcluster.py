@@ -586,13 +586,14 @@ def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
 def test_head_node_playbook_vars() -> None:
     """What the head node's site.yml run gets: everything in the home ParallelCluster shares, CUDA
     wheels for the compute nodes (not the head node's own choice), no per-node interface."""
-    from ddpctl.infra.providers.pcluster.plan import HEAD_TAGS, TORCH_INDEX_URL
+    from ddpctl.infra.providers.pcluster.plan import HEAD_TAGS
 
-    plan = _plan()
+    plan = _plan()  # p3.2xlarge: V100
     assert plan.head_playbook_vars() == {
         "ddpctl_node_dir": "/home/ubuntu/ddpctl", "ddpctl_run_user": "ubuntu",
         "common_set_hostname": False, "common_manage_hosts": False, "common_packages_update_cache": True,
-        "python_env_torch_index_url": TORCH_INDEX_URL, "nccl_env_pin_interface": False,
-    }  # fmt: skip
-    assert TORCH_INDEX_URL.endswith("/cu126")  # the last CUDA wheels with V100 (p3) kernels
+        "python_env_torch_index_url": "https://download.pytorch.org/whl/cu126", "nccl_env_pin_interface": False,
+    }  # fmt: skip  # cu126: the newest wheels with V100 (Volta) kernels
+    newer = _plan(instance_type="p5.48xlarge").head_playbook_vars()["python_env_torch_index_url"]
+    assert newer == "https://download.pytorch.org/whl/cu128"  # H100: Turing to Blackwell
     assert set(HEAD_TAGS.split(",")) == {"common", "python_env", "nccl_env", "bundle"}

@@ -49,7 +49,7 @@ VOLTA_WARNING = (
     "{type} has V100 GPUs (Volta): the default Deep Learning AMI ships NVIDIA's open kernel modules, "
     "which do not support Volta, and CUDA 13 (the playbooks' nvidia_cuda_version) dropped it; this path "
     "is untested on real instances: pass --ami with an image whose proprietary driver (branch 580 or "
-    "older) supports V100 and run the playbooks with nvidia_cuda_version 12.8, or pick a newer GPU "
+    "older) supports V100 and run the playbooks with nvidia_cuda_version 12.6, or pick a newer GPU "
     "(--instance-type g5.xlarge, p4d.24xlarge)"
 )
 

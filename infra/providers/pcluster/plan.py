@@ -37,9 +37,15 @@ STEPS = (*OWN_KINDS, "config", "cluster")
 #: the cluster user's SSH between its nodes) and not nvidia (its images carry the driver, and the
 #: head node has no GPU). common with ParallelCluster's host names and hosts file left alone.
 HEAD_TAGS = "common,python_env,nccl_env,bundle"
-#: PyTorch's CUDA 12.6 wheels: the newest that still run on V100s (p3); they run on A100s and
-#: H100s too. The head node has no GPU, so the role's own choice (from the driver) cannot be used.
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu126"
+#: PyTorch's wheels for the compute nodes' GPUs (the head node has none, so python_env cannot
+#: choose from its own driver): CUDA 12.8 for Turing to Blackwell; CUDA 12.6 for V100s (p3), the
+#: newest wheels with Volta kernels since torch 2.11.
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu128"
+TORCH_INDEX_URL_VOLTA = "https://download.pytorch.org/whl/cu126"
+
+
+def torch_index_url(instance_type: str) -> str:
+    return TORCH_INDEX_URL_VOLTA if pricing.is_volta(instance_type) else TORCH_INDEX_URL
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class PclusterPlan:
             "common_set_hostname": False,
             "common_manage_hosts": False,
             "common_packages_update_cache": True,  # a fresh image's package index may be empty
-            "python_env_torch_index_url": TORCH_INDEX_URL,
+            "python_env_torch_index_url": torch_index_url(self.aws.instance_type),
             # one env file for every compute node: each finds its own interface at run time
             "nccl_env_pin_interface": False,
         }
@@ -152,7 +158,7 @@ class PclusterPlan:
             f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
             (
                 f"  configure: playbooks/site.yml ({HEAD_TAGS.replace(',', ', ')}) on the head node, into "
-                f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch from {TORCH_INDEX_URL}, "
+                f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch from {torch_index_url(a.instance_type)}, "
                 "the env file, the training bundle"
                 if a.configure
                 else "  configure: skipped (--no-configure): jobs need torch and the bundle on the compute nodes"
