@@ -179,8 +179,9 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
             is tagged, so `ddpctl down` deletes it all, even after a crash
     pcluster  an AWS ParallelCluster (Slurm, p3.2xlarge compute nodes) made by the
             `pcluster` CLI (aws-parallelcluster, in its own venv: PATH or
-            DDPCTL_PCLUSTER); the config is checked by its schema first; jobs go
-            through sbatch on the head node
+            DDPCTL_PCLUSTER); the config is checked by its schema first; then
+            playbooks/site.yml puts torch and the bundle in the head node's
+            /home, which the compute nodes share; jobs go through sbatch there
 
     \b
     Examples:
