@@ -484,6 +484,44 @@ def runs(as_json) -> int:
 
 @cli.command(epilog=EXIT_CODES)
 @name_option
+@click.option(
+    "--playbook-var", "playbook_vars", multiple=True, metavar="KEY=VALUE",
+    help="A variable for playbooks/site.yml (repeatable); recorded with the cluster, so later runs keep it.",
+)  # fmt: skip
+@click.option("--tags", default=None, metavar="ROLE[,ROLE]",
+              help="Only these roles: common, ssh_mesh, nvidia, python_env, nccl_env, bundle.")  # fmt: skip
+@json_option
+def configure(name, playbook_vars, tags, as_json) -> int:
+    """Run playbooks/site.yml again on a cluster's nodes (onprem, aws, pcluster).
+
+    Ansible converges: what is already right is left alone, and the recap says what changed. Use
+    it after changing a playbook variable, after upgrading ddpctl (the training bundle on the
+    nodes), or after a configure step that failed under `up --no-down-on-failure`.
+
+    \b
+    Examples:
+      ddpctl configure                                  # converge; "node0 ok, node1 ok" when nothing changed
+      ddpctl configure --playbook-var nccl_env_debug=INFO --tags nccl_env
+      ddpctl configure --tags bundle                    # the training code only
+    """
+    from ddpctl.infra import clusters
+    from ddpctl.infra.configure import changed_summary
+    from ddpctl.infra.spec import parse_env
+
+    from .output import Output
+
+    out = Output(as_json)
+    state, report = clusters.configure(_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), tags)
+    summary = changed_summary(report)
+    out.progress(f"cluster {state.name!r} configured: {summary}")
+    if as_json:
+        changed = {host: stats.get("changed", 0) for host, stats in sorted(report.stats.items())}
+        out.document({"ok": True, "cluster": state.to_dict(), "changed": changed})
+    return 0
+
+
+@cli.command(epilog=EXIT_CODES)
+@name_option
 @port_option
 @click.option("--size-mb", type=click.FloatRange(min=0.001), default=32, show_default=True,
               help="All-reduce message size for the bandwidth test.")  # fmt: skip

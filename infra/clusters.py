@@ -1,12 +1,21 @@
-"""Cluster life cycle across providers: which cluster a command means, up and down."""
+"""Cluster life cycle across providers: which cluster a command means, up, configure and down."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import get_provider
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec
 from .state import ClusterState, StateStore
+
+if TYPE_CHECKING:
+    from .ansible import PlayReport
+
+#: The providers whose nodes playbooks/site.yml configures (``ddpctl configure``).
+CONFIGURED = ("onprem", "aws", "pcluster")
 
 
 def plan_up(spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> tuple[Provider, ClusterState]:
@@ -30,6 +39,26 @@ def up(provider: Provider, state: ClusterState, store: StateStore, progress: Pro
             progress(f"bringing {state.name!r} up failed: taking down what was created")
             provider.down(store.load(state.name), store, progress)
         raise
+
+
+def configure(
+    store: StateStore, name: str | None, progress: Progress, playbook_vars: dict[str, str], tags: str | None
+) -> tuple[ClusterState, PlayReport]:
+    """site.yml again on a cluster that is up, with its recorded variables plus ``playbook_vars``
+    (recorded too once the play succeeds); ``tags``: only these roles."""
+    from .configure import check_tags
+
+    tags = check_tags(tags)
+    state = load(store, name)
+    if state.spec.provider not in CONFIGURED:
+        raise UsageError(f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(CONFIGURED)}")
+    if state.status != "up":
+        raise UsageError(f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`")
+    spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
+    state.spec = spec
+    report = get_provider(spec.provider).configure(state, store, progress, tags)
+    store.save(state)
+    return state, report
 
 
 def down(name: str, store: StateStore, progress: Progress) -> ClusterState:

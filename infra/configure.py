@@ -11,10 +11,40 @@ from dataclasses import replace
 from pathlib import Path
 
 from .ansible import PlayReport, run_playbook
-from .errors import DdpctlError
-from .state import NodeInfo
+from .errors import DdpctlError, UsageError
+from .state import ClusterState, NodeInfo
 
 Progress = Callable[[str], None]
+
+#: The roles of playbooks/site.yml, in order: what ``ddpctl configure --tags`` may name.
+ROLES = ("common", "ssh_mesh", "nvidia", "python_env", "nccl_env", "bundle")
+
+
+def check_tags(tags: str | None) -> str | None:
+    """``--tags`` as Ansible gets it (comma-separated roles), every one a role of site.yml."""
+    if tags is None:
+        return None
+    names = [t.strip() for t in tags.split(",") if t.strip()]
+    unknown = [t for t in names if t not in ROLES]
+    if unknown or not names:
+        raise UsageError(f"--tags {tags!r}: give roles of playbooks/site.yml, comma-separated, from {', '.join(ROLES)}")
+    return ",".join(names)
+
+
+def changed_summary(report: PlayReport) -> str:
+    """``node0 2 changed, node1 ok``: the play's recap, one entry per host."""
+    return ", ".join(
+        f"{host} {stats['changed']} changed" if stats.get("changed") else f"{host} ok"
+        for host, stats in sorted(report.stats.items())
+    )
+
+
+def reconfigure(state: ClusterState, inventory: str, key_dir: Path, progress: Progress, tags: str | None) -> PlayReport:
+    """site.yml again on every node of a cluster that is up, with its recorded variables; the nodes
+    as the play now reports them."""
+    report = run_site(inventory, state.nodes, key_dir, progress, state.spec.playbook_vars, tags=tags)
+    state.nodes = record_nodes(state.nodes, report, {n.name: n.cpus for n in state.nodes})
+    return report
 
 
 def run_site(

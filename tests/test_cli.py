@@ -15,7 +15,7 @@ from conftest import ddpctl, tree
 HEAVY = ("torch", "boto3", "botocore", "ansible", "fabric", "paramiko")
 
 
-@pytest.mark.parametrize("command", [[], ["up"], ["run"], ["status"], ["down"]])
+@pytest.mark.parametrize("command", [[], ["up"], ["run"], ["status"], ["down"], ["configure"]])
 def test_help_imports_nothing_heavy(command: list[str]) -> None:
     code = (
         "import sys\n"
@@ -64,6 +64,8 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["run", "mnist", "--env", "NOEQUALS"], 2, "--env 'NOEQUALS' is not KEY=VALUE"),
         (["down", "--name", "ghost"], 1, "no cluster named 'ghost'"),
         (["status", "--name", "ghost"], 1, "no cluster named 'ghost'"),
+        (["configure", "--tags", "python_env,cuda"], 2, "--tags 'python_env,cuda': give roles of playbooks/site.yml"),
+        (["configure"], 1, "no cluster is up"),
     ],
 )
 def test_bad_input(home: Path, args: list[str], code: int, message: str) -> None:
@@ -141,6 +143,8 @@ def test_up_status_down(home: Path) -> None:
 
     again = ddpctl("up", "--nodes", "2")
     assert again.returncode == 1 and "already exists" in one_line_error(again)
+    local = ddpctl("configure")
+    assert local.returncode == 2 and "local clusters run no playbooks" in one_line_error(local)
 
     status = ddpctl("status", "--json")
     doc = json.loads(status.stdout)

@@ -315,3 +315,26 @@ def restarted(testbed: Testbed, node: str) -> bool:
         if any(e.startswith(b"TORCHELASTIC_RESTART_COUNT=") and e != b"TORCHELASTIC_RESTART_COUNT=0" for e in env):
             return True
     return False
+
+
+def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed) -> None:
+    """`ddpctl configure`: site.yml again changes nothing on configured nodes; a new variable
+    changes only what it governs, is recorded with the cluster, and a run after it sees it."""
+    env = _env(onprem["env"])
+    same = ddpctl("configure", "--json", env=env, timeout=600)
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["changed"] == {"node0": 0, "node1": 0, "node2": 0}
+    assert "cluster 'default' configured: node0 ok, node1 ok, node2 ok" in same.stderr
+    assert "TASK" not in same.stderr and "Write the environment file" in same.stderr  # progress per task, not a wall of text
+
+    trace = ddpctl("configure", "--playbook-var", "nccl_env_debug=TRACE", "--tags", "nccl_env", "--json", env=env, timeout=600)
+    assert trace.returncode == 0, trace.stderr
+    doc = json.loads(trace.stdout)
+    assert doc["changed"] == {"node0": 1, "node1": 1, "node2": 1}
+    assert doc["cluster"]["spec"]["playbook_vars"] == {"nccl_env_debug": "TRACE"}
+    for node in doc["cluster"]["nodes"]:
+        assert "NCCL_DEBUG=TRACE\n" in Path(node["env_file"]).read_text()
+    again = ddpctl("configure", "--tags", "nccl_env", "--json", env=env, timeout=600)  # the recorded value holds
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] == {"node0": 0, "node1": 0, "node2": 0}
+    back = ddpctl("configure", "--playbook-var", "nccl_env_debug=INFO", "--tags", "nccl_env", env=env, timeout=600)
+    assert back.returncode == 0, back.stderr

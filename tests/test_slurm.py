@@ -176,4 +176,6 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     assert "[node1 r1] rank 1 received 42.0 from rank 0" in result.stdout
     assert "through sbatch" in result.stderr
     assert squeue(slurm_testbed) == ""
+    again = ddpctl("configure", "--json", env=env, timeout=300)  # the head node's roles again: nothing to change
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] == {"head": 0}, again.stderr
     store.delete("pc")  # `down` would delete the ParallelCluster: there is none

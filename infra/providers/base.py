@@ -2,7 +2,9 @@
 
 ``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up``
 records that plan before creating anything, then creates resource by resource; ``down`` deletes
-whatever the state (and, for clouds, the tags) says may exist.
+whatever the state (and, for clouds, the tags) says may exist. Providers whose nodes
+playbooks/site.yml configures (onprem, aws, pcluster) also have ``configure(state, store,
+progress, tags) -> PlayReport``: the play again on a cluster that is up (``ddpctl configure``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 import shutil
 
-from ..configure import record_nodes, run_site
+from ..ansible import PlayReport
+from ..configure import reconfigure, record_nodes, run_site
 from ..errors import DdpctlError, UsageError
 from ..inventory import Host, load_inventory
 from ..launch.ssh import SshExecutor
@@ -100,6 +101,12 @@ class OnpremProvider:
         shutil.rmtree(store.cluster_dir(state.name), ignore_errors=True)
         store.delete(state.name)
         progress(f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)")
+
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+        """site.yml again (``ddpctl configure``), after the same SSH check as ``up``."""
+        progress(f"checking SSH to {len(state.nodes)} host(s)")
+        check_reachable([_host(n) for n in state.nodes])
+        return reconfigure(state, state.spec.inventory, store.cluster_dir(state.name) / "keys", progress, tags)
 
     def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
         return requested or state.spec.port or DEFAULT_PORT

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...configure import record_nodes, run_site
+from ...ansible import PlayReport
+from ...configure import reconfigure, record_nodes, run_site
 from ...errors import DdpctlError, UsageError
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
@@ -439,6 +440,17 @@ class AwsProvider:
         info["billed_instances"] = billed
         info["cost_per_hour_usd"] = None if price is None else round(price * billed, 4)
         return info
+
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+        """site.yml again (``ddpctl configure``) through the inventory ``up`` wrote."""
+        from ...inventory import Host
+
+        cluster_dir = store.cluster_dir(state.name)
+        inventory = cluster_dir / "inventory.ini"
+        if not inventory.is_file():
+            raise DdpctlError(f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)")
+        configure.wait_for_ssh([Host(**n.ssh) for n in state.nodes], progress)
+        return reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
 
     # ---- running jobs --------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...ansible import PlayReport
 from ...configure import record_nodes, run_site
 from ...errors import DdpctlError
 from ...inventory import Host
@@ -353,6 +354,13 @@ class PclusterProvider:
 
     # ---- running jobs ----------------------------------------------------------------------------
 
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+        """The head node's site.yml again (``ddpctl configure``), into the shared /home."""
+        plan = self.pcluster_plan(state, store)
+        cluster_dir = Path(plan.aws.cluster_dir)
+        return configure_head(state, str(cluster_dir / "inventory.ini"), cluster_dir / "keys", progress,
+                              plan.head_playbook_vars(), tags=tags or HEAD_TAGS)  # fmt: skip
+
     def preflight(self, state: ClusterState) -> None:
         """Nothing to check from here: Slurm on the head node schedules the job."""
 
@@ -467,17 +475,23 @@ class _Up:
 
 
 def configure_head(
-    state: ClusterState, inventory: str, key_dir: Path, progress: Progress, head_vars: Mapping[str, Any]
-) -> None:
+    state: ClusterState,
+    inventory: str,
+    key_dir: Path,
+    progress: Progress,
+    head_vars: Mapping[str, Any],
+    tags: str = HEAD_TAGS,
+) -> PlayReport:
     """site.yml's ``HEAD_TAGS`` roles on the head node (``state.nodes[0]``), into the home directory
     the compute nodes share; the user's ``--playbook-var`` values win over ``head_vars``. The head
     node then stands for the compute nodes: the play's Python, env file, bundle and work dir, with the
     CPUs and GPUs of the compute instance type."""
     head = state.nodes[0]
     configure.wait_for_ssh([Host(**head.ssh)], progress)
-    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=HEAD_TAGS)
+    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=tags)
     [node] = record_nodes([head], report, {})
     state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
+    return report
 
 
 def _only(state: ClusterState, kind: str) -> Resource:
