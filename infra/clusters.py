@@ -8,14 +8,11 @@ from typing import TYPE_CHECKING
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import get_provider
 from .providers.base import Progress, Provider
-from .spec import ClusterSpec
+from .spec import PLAYBOOK_PROVIDERS, ClusterSpec
 from .state import ClusterState, StateStore
 
 if TYPE_CHECKING:
     from .ansible import PlayReport
-
-#: The providers whose nodes playbooks/site.yml configures (``ddpctl configure``).
-CONFIGURED = ("onprem", "aws", "pcluster")
 
 
 def plan_up(spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> tuple[Provider, ClusterState]:
@@ -50,13 +47,14 @@ def configure(
 
     tags = check_tags(tags)
     state = load(store, name)
-    if state.spec.provider not in CONFIGURED:
-        raise UsageError(f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(CONFIGURED)}")
+    if state.spec.provider not in PLAYBOOK_PROVIDERS:
+        raise UsageError(
+            f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(PLAYBOOK_PROVIDERS)}"
+        )
     if state.status != "up":
         raise UsageError(f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`")
-    spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
-    state.spec = spec
-    report = get_provider(spec.provider).configure(state, store, progress, tags)
+    state.spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
+    report = get_provider(state.spec.provider).configure(state, store, progress, tags)
     store.save(state)
     return state, report
 

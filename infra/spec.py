@@ -51,8 +51,8 @@ class ClusterSpec:
     private_ip: bool = False
     #: aws: run playbooks/site.yml on the new instances (False: launch only).
     configure: bool = True
-    #: onprem, aws: variables for playbooks/site.yml (e.g. nvidia_cuda_version=12.8); they win over
-    #: the inventory's, as ansible-playbook's --extra-vars do
+    #: onprem, aws, pcluster: variables for playbooks/site.yml (e.g. nvidia_cuda_version=12.8); they
+    #: win over the inventory's, as ansible-playbook's --extra-vars do
     playbook_vars: dict[str, str] = field(default_factory=dict)
     #: aws: an IAM instance profile for the nodes (their S3 access, e.g. for snapshots); "" = none.
     iam_instance_profile: str = ""
@@ -149,6 +149,8 @@ def check_snapshot_dir(value: str) -> None:
         )
 
 
+#: The providers whose nodes playbooks/site.yml configures (--playbook-var, `ddpctl configure`).
+PLAYBOOK_PROVIDERS = ("onprem", "aws", "pcluster")
 #: Set by ddpctl itself for every site.yml run (infra/configure.py).
 RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
 
@@ -156,7 +158,7 @@ RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
 def check_playbook_vars(spec: ClusterSpec) -> None:
     if not spec.playbook_vars:
         return
-    if spec.provider not in ("onprem", "aws", "pcluster"):
+    if spec.provider not in PLAYBOOK_PROVIDERS:
         raise UsageError(f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}")
     for key in spec.playbook_vars:
         if not re.match(r"^[a-z_][a-z0-9_]*$", key):

@@ -319,7 +319,8 @@ def restarted(testbed: Testbed, node: str) -> bool:
 
 def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed) -> None:
     """`ddpctl configure`: site.yml again changes nothing on configured nodes; a new variable
-    changes only what it governs, is recorded with the cluster, and a run after it sees it."""
+    changes only what it governs, on every node, and is recorded with the cluster (a later
+    configure keeps it)."""
     env = _env(onprem["env"])
     same = ddpctl("configure", "--json", env=env, timeout=600)
     assert same.returncode == 0, same.stderr

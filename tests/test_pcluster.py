@@ -318,6 +318,13 @@ def pcluster_exe() -> str:
 
 
 @pytest.fixture(scope="session")
+def cdk() -> None:
+    """A real create-cluster: ParallelCluster's CDK synthesizes the template with Node.js."""
+    if not shutil.which("node"):
+        pytest.skip("ParallelCluster's CDK needs Node.js (./dev test installs nodejs as root)")
+
+
+@pytest.fixture(scope="session")
 def install(pcluster_exe: str):
     from ddpctl.infra.providers.pcluster.cli import find_pcluster
 
@@ -490,9 +497,7 @@ def test_dry_run_through_the_cli_creates_nothing(pc: PcEnv) -> None:
     assert tree(pc.home) == []
 
 
-def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv) -> None:
-    if not shutil.which("node"):
-        pytest.skip("ParallelCluster's CDK needs Node.js (./dev test installs nodejs as root)")
+def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, cdk: None) -> None:
     up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
                 "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
     assert up.returncode == 1, up.stderr
@@ -533,11 +538,9 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv) 
     assert pc.ok("down").returncode == 0  # twice is fine
 
 
-def test_lost_state_file_down_by_name_and_region(pc: PcEnv) -> None:
+def test_lost_state_file_down_by_name_and_region(pc: PcEnv, cdk: None) -> None:
     """The state home is gone after create-cluster: `down --name --region --provider pcluster` finds
     the ParallelCluster by its name and tag, deletes it, then the network and key pair by tag."""
-    if not shutil.which("node"):
-        pytest.skip("ParallelCluster's CDK needs Node.js (./dev test installs nodejs as root)")
     up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
                 "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
     assert up.returncode == 1 and pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS", up.stderr
@@ -592,8 +595,8 @@ def test_head_node_playbook_vars() -> None:
     assert plan.head_playbook_vars() == {
         "ddpctl_node_dir": "/home/ubuntu/ddpctl", "ddpctl_run_user": "ubuntu",
         "common_set_hostname": False, "common_manage_hosts": False, "common_packages_update_cache": True,
-        "python_env_torch_index_url": "https://download.pytorch.org/whl/cu126", "nccl_env_pin_interface": False,
-    }  # fmt: skip  # cu126: the newest wheels with V100 (Volta) kernels
-    newer = _plan(instance_type="p5.48xlarge").head_playbook_vars()["python_env_torch_index_url"]
-    assert newer == "https://download.pytorch.org/whl/cu128"  # H100: Turing to Blackwell
+        "nvidia_gpu_present": True, "python_env_cuda_version": "12.6", "nccl_env_pin_interface": False,
+    }  # fmt: skip  # 12.6: the newest CUDA whose PyTorch wheels have V100 (Volta) kernels
+    assert _plan(instance_type="p5.48xlarge").head_playbook_vars()["python_env_cuda_version"] == "12.8"  # H100
+    # what python_env makes of these on a head node without a GPU: test_playbooks' cuda-wheels test
     assert set(HEAD_TAGS.split(",")) == {"common", "python_env", "nccl_env", "bundle"}

@@ -350,7 +350,9 @@ def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
 def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) -> None:
     """--check of python_env on a new venv, GPU nodes faked: nvidia-smi says node0 has a V100
     (compute capability 7.0, p3) beside an A100, node1 an H100. PyTorch's cu128 and cu130 wheels
-    have no Volta kernels, so node0 gets cu126 wheels and node1 the driver's cu130."""
+    have no Volta kernels, so node0 gets cu126 wheels and node1 the driver's cu130. node2 has no
+    nvidia-smi and is told the CUDA version, as a ParallelCluster head node installing for its
+    compute nodes is (pcluster's head_playbook_vars): the wheels follow that version."""
     assert site["runs"][0].returncode == 0
     tmp = site["tmp"] / "cuda-wheels"
     (tmp / "host_vars").mkdir(parents=True)
@@ -359,15 +361,17 @@ def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) ->
         smi.write_text(f"#!/bin/sh\nprintf '{caps}\\n'\n")
         smi.chmod(0o755)
         (tmp / "host_vars" / f"{node}.yml").write_text(f"python_env_nvidia_smi: {smi}\n")
+    (tmp / "host_vars" / "node2.yml").write_text(f"python_env_nvidia_smi: {tmp / 'none'}\npython_env_cuda_version: '12.8'\n")
     group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "online", "python_env_path": "{{ ddpctl_node_dir }}/new-venv"}
-    inventory = testbed.inventory(tmp / "hosts.ini", n=2, **group_vars)
+    inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
     result = playbook(site["env"], "-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "python_env",
                       "-e", "nvidia_gpu_present=true")  # fmt: skip
     assert result.returncode == 0, show(result)
     assert re.search(r'ok: \[node0\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu126 '
                      r'\(a GPU of compute capability 7.0: CUDA 12.6 wheels at the most\)"', result.stdout), show(result)  # fmt: skip
     assert re.search(r'ok: \[node1\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu130"', result.stdout), show(result)
-    for node in ("node0", "node1"):
+    assert re.search(r'ok: \[node2\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu128"', result.stdout), show(result)
+    for node in NODES:
         assert not (testbed.node_dir(node) / "new-venv").exists()  # check mode made nothing
 
 

@@ -66,6 +66,11 @@ def host_keys_from_console(text: str) -> list[str]:
     return keys
 
 
+def inventory_path(cluster_dir: Path) -> Path:
+    """The Ansible inventory ``up`` writes for the cluster (``ddpctl configure`` runs site.yml with it)."""
+    return cluster_dir / "inventory.ini"
+
+
 def write_files(
     cluster_dir: Path,
     nodes: list[Launched],
@@ -78,7 +83,7 @@ def write_files(
     """The cluster's ssh_config, known_hosts and Ansible inventory (all 0600, in the cluster dir)."""
     known_hosts = cluster_dir / "known_hosts"
     ssh_config = cluster_dir / "ssh_config"
-    inventory = cluster_dir / "inventory.ini"
+    inventory = inventory_path(cluster_dir)
     lines = []
     for node in nodes:
         names = ",".join(sorted({node.address(private), node.private_ip}))

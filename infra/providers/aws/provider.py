@@ -446,7 +446,7 @@ class AwsProvider:
         from ...inventory import Host
 
         cluster_dir = store.cluster_dir(state.name)
-        inventory = cluster_dir / "inventory.ini"
+        inventory = configure.inventory_path(cluster_dir)
         if not inventory.is_file():
             raise DdpctlError(f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)")
         configure.wait_for_ssh([Host(**n.ssh) for n in state.nodes], progress)

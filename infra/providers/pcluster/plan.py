@@ -37,15 +37,15 @@ STEPS = (*OWN_KINDS, "config", "cluster")
 #: the cluster user's SSH between its nodes) and not nvidia (its images carry the driver, and the
 #: head node has no GPU). common with ParallelCluster's host names and hosts file left alone.
 HEAD_TAGS = "common,python_env,nccl_env,bundle"
-#: PyTorch's wheels for the compute nodes' GPUs (the head node has none, so python_env cannot
-#: choose from its own driver): CUDA 12.8 for Turing to Blackwell; CUDA 12.6 for V100s (p3), the
-#: newest wheels with Volta kernels since torch 2.11.
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu128"
-TORCH_INDEX_URL_VOLTA = "https://download.pytorch.org/whl/cu126"
+#: The CUDA version of the driver in ParallelCluster's images: python_env picks PyTorch's wheels for
+#: it. The head node has no GPU (nor nvidia-smi), so its play is told what the compute nodes have.
+COMPUTE_CUDA = "12.8"
+#: V100s (p3): the newest CUDA whose PyTorch wheels still have Volta kernels (since torch 2.11).
+COMPUTE_CUDA_VOLTA = "12.6"
 
 
-def torch_index_url(instance_type: str) -> str:
-    return TORCH_INDEX_URL_VOLTA if pricing.is_volta(instance_type) else TORCH_INDEX_URL
+def compute_cuda(instance_type: str) -> str:
+    return COMPUTE_CUDA_VOLTA if pricing.is_volta(instance_type) else COMPUTE_CUDA
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,10 @@ class PclusterPlan:
             "common_set_hostname": False,
             "common_manage_hosts": False,
             "common_packages_update_cache": True,  # a fresh image's package index may be empty
-            "python_env_torch_index_url": torch_index_url(self.aws.instance_type),
+            # python_env's wheel choice for the compute nodes' GPUs (nvidia_gpu_present: the nvidia
+            # role's fact, as it would be on a compute node)
+            "nvidia_gpu_present": True,
+            "python_env_cuda_version": compute_cuda(self.aws.instance_type),
             # one env file for every compute node: each finds its own interface at run time
             "nccl_env_pin_interface": False,
         }
@@ -158,7 +161,7 @@ class PclusterPlan:
             f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
             (
                 f"  configure: playbooks/site.yml ({HEAD_TAGS.replace(',', ', ')}) on the head node, into "
-                f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch from {torch_index_url(a.instance_type)}, "
+                f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch's CUDA {compute_cuda(a.instance_type)} wheels, "
                 "the env file, the training bundle"
                 if a.configure
                 else "  configure: skipped (--no-configure): jobs need torch and the bundle on the compute nodes"

@@ -358,7 +358,7 @@ class PclusterProvider:
         """The head node's site.yml again (``ddpctl configure``), into the shared /home."""
         plan = self.pcluster_plan(state, store)
         cluster_dir = Path(plan.aws.cluster_dir)
-        return configure_head(state, str(cluster_dir / "inventory.ini"), cluster_dir / "keys", progress,
+        return configure_head(state, str(configure.inventory_path(cluster_dir)), cluster_dir / "keys", progress,
                               plan.head_playbook_vars(), tags=tags or HEAD_TAGS)  # fmt: skip
 
     def preflight(self, state: ClusterState) -> None:
