@@ -77,8 +77,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
 @click.group(cls=DdpctlGroup, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddpctl")
 @click.option(
-    "--config", callback=_load_config, is_eager=True, expose_value=False, metavar="FILE",
-    help="Defaults for the options below, from a TOML file. [default: ./ddpctl.toml if present]",
+    "--config", callback=_load_config, is_eager=True, expose_value=False, metavar="FILE", envvar="DDPCTL_CONFIG",
+    help="Defaults for the options below, from a TOML file (or $DDPCTL_CONFIG). [default: ./ddpctl.toml if present]",
 )  # fmt: skip
 def cli() -> None:
     """Multi-node PyTorch DDP, from nothing to a finished run and back to nothing.

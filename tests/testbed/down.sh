@@ -23,15 +23,15 @@ for f in "$TB"/nodes/*/sshd.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
 stop_pidfile "$TB/munge/munged.pid"
 rm -f "$TB/munge/munge.socket" "$TB/munge/munge.socket.lock"
 for s in "$TB"/ansible-cp/*; do [ -S "$s" ] && ssh -o ControlPath="$s" -O exit dummy 2>/dev/null; done
-for ns in $(ip netns list 2>/dev/null | awk '/^node[0-9]+/{print $1}'); do
+for ns in $(ip netns list 2>/dev/null | awk '/^(node|ec2-)[0-9]+/{print $1}'); do
   pids=$(ip netns pids "$ns"); [ -n "$pids" ] && kill -TERM $pids 2>/dev/null
 done
 sleep 0.3
-for ns in $(ip netns list 2>/dev/null | awk '/^node[0-9]+/{print $1}'); do
+for ns in $(ip netns list 2>/dev/null | awk '/^(node|ec2-)[0-9]+/{print $1}'); do
   pids=$(ip netns pids "$ns"); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
   ip netns del "$ns"
 done
-for l in $(ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^vnode[0-9]*$'); do
+for l in $(ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^(vnode|vec2-)[0-9]+$'); do
   ip link del "$l" 2>/dev/null
 done
 ip link show ddpbr0 >/dev/null 2>&1 && ip link del ddpbr0
