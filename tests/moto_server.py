@@ -21,26 +21,36 @@ from typing import Any
 
 REGION = "us-east-1"
 NEWEST_DLAMI = "ami-0c5e1b2f3a4d5e6f7"
+NEWEST_UBUNTU = "ami-0f3a4b5c6d7e8f901"
+DLAMI_OWNER = "898082745236"  # the owner of AWS's Deep Learning AMIs (moto aliases every seeded image "amazon")
+CANONICAL = "099720109477"
 
-# A realistic slice of what describe_images returns for Deep Learning AMIs (MOTO_AMIS_PATH format).
+# A realistic slice of what describe_images returns for Deep Learning AMIs and Canonical's Ubuntu
+# images (MOTO_AMIS_PATH format): (id, name, creation date, owner).
 AMIS = [
-    ("ami-0a1b2c3d4e5f60718", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115", "2024-11-15"),
-    ("ami-0b2c3d4e5f6071829", "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105", "2025-01-05"),
-    (NEWEST_DLAMI, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20250301", "2025-03-01"),
-    ("ami-0d6f2a3b4c5d6e7f8", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601", "2025-06-01"),
+    ("ami-0a1b2c3d4e5f60718", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115", "2024-11-15", DLAMI_OWNER),
+    ("ami-0b2c3d4e5f6071829", "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105", "2025-01-05", DLAMI_OWNER),
+    (NEWEST_DLAMI, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20250301", "2025-03-01", DLAMI_OWNER),
+    # Canonical's naming, another owner, newer than Canonical's own: never picked
+    ("ami-0d6f2a3b4c5d6e7f8", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601", "2025-06-01", DLAMI_OWNER),
+    ("ami-0e2f3a4b5c6d7e8f9", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250115", "2025-01-15", CANONICAL),
+    (NEWEST_UBUNTU, "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250516", "2025-05-16", CANONICAL),
+    # a newer LTS of Canonical's: ddpctl stays on 22.04 (the Deep Learning AMI's and ParallelCluster's)
+    ("ami-0a4b5c6d7e8f90a12", "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", "2025-06-10", CANONICAL),
 ]
 
 
 def _amis_json(path: Path) -> Path:
     common = {
-        "owner_id": "898082745236", "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
+        "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
         "state": "available", "platform": None, "image_type": "machine", "hypervisor": "xen",
         "root_device_name": "/dev/sda1", "root_device_type": "ebs", "sriov": "simple",
     }  # fmt: skip
     images = [
-        {"ami_id": ami, "name": name, "description": name, "creation_date": f"{date}T10:00:00.000Z", **common}
-        for ami, name, date in AMIS
-    ]
+        {"ami_id": ami, "name": name, "description": name, "creation_date": f"{date}T10:00:00.000Z", "owner_id": owner,
+         **common}
+        for ami, name, date, owner in AMIS
+    ]  # fmt: skip
     path.write_text(json.dumps(images))
     return path
 

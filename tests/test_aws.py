@@ -9,8 +9,10 @@ Exercised for real (moto 5.2): VPC, subnet, internet gateway + route, security g
 rules, ImportKeyPair, RunInstances (one call, MinCount = MaxCount, tags on instance, volume and
 ENI, IMDSv2, encrypted gp3 root volume, spot market options), the instance_running and
 instance_terminated waiters, TerminateInstances, DryRun (moto ignores it for CreateVpc: ddpctl
-deletes what such an endpoint creates), describe_images by owner and name (a realistic DLAMI list
-seeded with MOTO_AMIS_PATH), SSM ParameterNotFound -> fallback, describe_instance_types (moto lacks
+deletes what such an endpoint creates), describe_images by owner and name (a realistic list of
+Deep Learning AMIs and Canonical Ubuntu images seeded with MOTO_AMIS_PATH), SSM ParameterNotFound
+-> fallback (moto has no /aws/service parameters; the SSM path itself is tested with botocore's
+Stubber), describe_instance_types (moto lacks
 p3.2xlarge: ddpctl's table is used), Service Quotas "not available" -> quota unknown, credential
 errors (moto's auth switched on with /moto-api/reset-auth), an IAM instance profile (GetInstanceProfile,
 then RunInstances' IamInstanceProfile, seen in describe_instances).
@@ -40,10 +42,11 @@ from typing import Any
 
 import pytest
 from conftest import ddpctl, tree
-from moto_server import NEWEST_DLAMI, REGION, Moto
+from moto_server import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, Moto
 
 SSH_CIDR = "203.0.113.7/32"
 UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--no-configure")
+CONFIGURED_UP = UP[:-1]  # with the configure step: only a dry run can have it here
 
 
 class Env:
@@ -78,6 +81,12 @@ class Env:
 @pytest.fixture
 def aws(moto: Moto, home: Path, tmp_path: Path) -> Env:
     return Env(moto, home, tmp_path)
+
+
+def line_with(text: str, prefix: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, text
+    return lines[0]
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:
@@ -152,6 +161,91 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
         ClusterSpec(name="c1", provider="aws", iam_instance_profile="arn:aws:iam::1:instance-profile/x y")
 
 
+@pytest.mark.parametrize(
+    "instance_type,source,modules",
+    [
+        ("p3.2xlarge", "Canonical's Ubuntu 22.04", "proprietary 580 driver (cuda-drivers-580) and CUDA 12.6"),
+        ("p3.16xlarge", "Canonical's Ubuntu 22.04", "proprietary 580 driver (cuda-drivers-580) and CUDA 12.6"),
+        ("p3dn.24xlarge", "Canonical's Ubuntu 22.04", "proprietary 580 driver (cuda-drivers-580) and CUDA 12.6"),
+        ("g3.4xlarge", "Canonical's Ubuntu 22.04", "proprietary 580 driver (cuda-drivers-580) and CUDA 12.6"),
+        ("g4dn.xlarge", "the AWS Deep Learning AMI", "open kernel modules (nvidia-open-580) and CUDA 13.0"),
+        ("g5.xlarge", "the AWS Deep Learning AMI", "open kernel modules (nvidia-open-580) and CUDA 13.0"),
+        ("p4d.24xlarge", "the AWS Deep Learning AMI", "open kernel modules (nvidia-open-580) and CUDA 13.0"),
+        ("p5.48xlarge", "the AWS Deep Learning AMI", "open kernel modules (nvidia-open-580) and CUDA 13.0"),
+        ("c5.xlarge", "the AWS Deep Learning AMI", "installs a driver only where it finds an NVIDIA GPU"),
+    ],
+)
+def test_image_follows_the_gpu_generation(instance_type: str, source: str, modules: str) -> None:
+    from ddpctl.infra.providers.aws.plan import choose_image
+
+    choice = choose_image(instance_type, ami="")
+    assert choice.source is not None and choice.source.label == source
+    assert modules in choice.driver
+    mine = choose_image(instance_type, ami="ami-0123456789abcdef0")
+    assert mine.source is None and mine.reason == "--ami: your image"  # the user's image wins, whatever the type
+    assert mine.driver == choice.driver  # the nvidia role still decides from the GPU
+
+
+def test_kepler_has_no_default_image() -> None:
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers.aws.plan import choose_image
+
+    with pytest.raises(UsageError, match=r"p2.xlarge has K80 GPUs \(Kepler\), which no current NVIDIA driver supports"):
+        choose_image("p2.xlarge", ami="")
+    assert choose_image("p2.xlarge", ami="ami-0123456789abcdef0").source is None  # your image, your driver
+
+
+def test_image_sources_name_the_published_parameters() -> None:
+    from ddpctl.infra.providers.aws.plan import DLAMI, UBUNTU, UBUNTU_OWNER
+
+    assert UBUNTU.parameter("x86_64") == "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+    assert UBUNTU.parameter("arm64") == "/aws/service/canonical/ubuntu/server/22.04/stable/current/arm64/hvm/ebs-gp2/ami-id"
+    assert UBUNTU.patterns("x86_64") == ["ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"]
+    assert UBUNTU.owner == UBUNTU_OWNER == CANONICAL
+    assert DLAMI.parameter("x86_64") == (
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    )
+
+
+def test_the_ssm_parameter_is_asked_first() -> None:
+    """Aws.find_image through SSM (which moto lacks): botocore's Stubber answers, no request leaves."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from ddpctl.infra.providers.aws.ec2 import Aws
+    from ddpctl.infra.providers.aws.plan import UBUNTU
+
+    session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+    aws = Aws(REGION)
+    ssm, ec2 = session.client("ssm"), session.client("ec2")
+    aws._clients.update({"ssm": ssm, "ec2": ec2})
+    name = UBUNTU.parameter("x86_64")
+    image = {"ImageId": "ami-0123456789abcdef0", "Name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-1",
+             "Architecture": "x86_64", "OwnerId": CANONICAL}  # fmt: skip
+    with Stubber(ssm) as ssm_stub, Stubber(ec2) as ec2_stub:
+        ssm_stub.add_response("get_parameter", {"Parameter": {"Name": name, "Value": image["ImageId"]}}, {"Name": name})
+        ec2_stub.add_response("describe_images", {"Images": [image]}, {"ImageIds": [image["ImageId"]]})
+        found, source = aws.find_image(UBUNTU, "x86_64")
+        ssm_stub.assert_no_pending_responses()
+    assert found == image and source == f"SSM {name}"
+
+
+def test_the_plan_predicts_the_nvidia_roles_defaults() -> None:
+    """What `up --dry-run` says the nvidia role installs is what the role's defaults say."""
+    import yaml
+
+    from ddpctl.infra.providers.aws import plan
+
+    defaults = yaml.safe_load((Path(__file__).parents[1] / "playbooks/roles/nvidia/defaults/main.yml").read_text())
+    assert defaults["nvidia_driver_branch"] == plan.NVIDIA_DRIVER_BRANCH
+    assert defaults["nvidia_cuda_version"] == plan.NVIDIA_CUDA_VERSION
+    assert defaults["nvidia_legacy_gpu_cuda_version"] == plan.NVIDIA_LEGACY_GPU_CUDA_VERSION
+    assert defaults["nvidia_kernel_modules"] == "auto"
+    assert defaults["nvidia_driver_packages"] == {
+        "open": "nvidia-open-{{ nvidia_driver_branch }}", "proprietary": "cuda-drivers-{{ nvidia_driver_branch }}"
+    }  # fmt: skip
+
+
 def test_help_shows_aws_options_and_loads_no_boto3() -> None:
     code = (
         "import sys\nfrom ddpctl.main import cli\n"
@@ -174,16 +268,64 @@ def test_dry_run_creates_nothing_and_prices_the_cluster(aws: Env) -> None:
     result = aws.ok(*UP, "--nodes", "2", "--spot", "--dry-run")
     out = result.stdout
     assert "2 x p3.2xlarge" in out and "$6.12/h" in out
-    assert NEWEST_DLAMI in out  # SSM has no DLAMI in moto: found by owner and name, newest first
+    assert NEWEST_UBUNTU in out  # p3: SSM has no Ubuntu parameter in moto: found by owner and name, newest first
     assert "DryRun RunInstances: ok" in out and "DryRun CreateSecurityGroup: ok" in out
     assert "reclaims" in out  # what happens to a spot instance on interruption
-    assert "warning: p3.2xlarge has V100 GPUs (Volta)" in out  # the default DLAMI's driver does not support them
     assert "Nothing was created." in out
     doc = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json").stdout)
     assert doc["dry_run"] and doc["aws"]["plan"]["hourly_usd"] == pytest.approx(6.12)
     assert doc["cluster"]["status"] == "planned"
     aws.assert_clean()
     assert tree(aws.home) == []
+
+
+def test_default_p3_gets_canonical_ubuntu_and_says_why(aws: Env) -> None:
+    """p3.2xlarge (the default type, V100): the Deep Learning AMI's open driver cannot drive it, so
+    the newest Canonical-owned Ubuntu 22.04 image, and the nvidia role's proprietary 580 + CUDA 12.6."""
+    out = aws.ok(*CONFIGURED_UP, "--nodes", "2", "--dry-run").stdout
+    ami = line_with(out, "  AMI: ")
+    assert ami.startswith("  AMI: Canonical's Ubuntu 22.04: the Deep Learning AMI's open NVIDIA driver cannot drive "
+                          "p3.2xlarge's V100 (Volta)"), ami  # fmt: skip
+    assert "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id" in ami
+    found = line_with(out, "  AMI found: ")
+    assert NEWEST_UBUNTU in found and "ubuntu-jammy-22.04-amd64-server-20250516" in found
+    assert f"owned by {CANONICAL}" in found  # not the newer look-alike of another owner, not 24.04
+    driver = line_with(out, "  GPU driver: ")
+    assert "proprietary 580 driver (cuda-drivers-580) and CUDA 12.6" in driver
+    assert "warning" not in out.replace("warning: vCPU quota", "")  # the old Volta warning is gone
+    doc = json.loads(aws.ok(*CONFIGURED_UP, "--nodes", "2", "--dry-run", "--json").stdout)
+    image = doc["aws"]["image"]
+    assert image["ami"] == NEWEST_UBUNTU and image["source"] == "Canonical's Ubuntu 22.04"
+    assert "cannot drive p3.2xlarge's V100" in image["reason"] and "cuda-drivers-580" in image["driver"]
+    no_configure = aws.ok(*UP, "--dry-run").stdout  # UP has --no-configure
+    assert "--no-configure: Canonical's Ubuntu 22.04 has no NVIDIA driver; run `ddpctl configure`" in no_configure
+    assert line_with(no_configure, "  GPU driver: ").startswith("  GPU driver: none")
+    aws.assert_clean()
+
+
+def test_turing_and_newer_keep_the_deep_learning_ami(aws: Env) -> None:
+    out = aws.ok(*UP, "--instance-type", "g5.xlarge", "--dry-run").stdout
+    assert line_with(out, "  AMI: ").startswith(
+        "  AMI: the AWS Deep Learning AMI: its open NVIDIA driver supports g5.xlarge's A10G (Ampere)"
+    )
+    assert NEWEST_DLAMI in line_with(out, "  AMI found: ")
+    assert "warning: --no-configure" not in out  # the DLAMI has its own driver
+    configured = json.loads(aws.ok(*CONFIGURED_UP, "--instance-type", "g5.xlarge", "--dry-run", "--json").stdout)
+    assert configured["aws"]["image"]["ami"] == NEWEST_DLAMI
+    assert "open kernel modules (nvidia-open-580) and CUDA 13.0 for the A10G" in configured["aws"]["image"]["driver"]
+    aws.assert_clean()
+
+
+def test_the_users_ami_wins(aws: Env) -> None:
+    mine = "ami-0d6f2a3b4c5d6e7f8"  # any image of the region
+    out = aws.ok(*UP, "--ami", mine, "--dry-run").stdout  # the default type, p3.2xlarge
+    assert line_with(out, "  AMI: ") == f"  AMI: {mine} (--ami: your image)"
+    assert mine in line_with(out, "  AMI found: ") and "(--ami)" in out
+    assert "warning: --no-configure" not in out and "Volta)" not in line_with(out, "  AMI: ")
+    aws.ok(*UP, "--ami", mine)
+    assert {i["ImageId"] for i in aws.moto.alive_instances()} == {mine}
+    aws.ok("down")
+    aws.assert_clean()
 
 
 def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
@@ -208,7 +350,7 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     for inst in instances:
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags["ddpctl:cluster"] == "c1" and tags["ddpctl:created-by"] == "ddpctl" and tags["Name"] == "ddpctl-c1-node"
-        assert inst["InstanceType"] == "p3.2xlarge" and inst["ImageId"] == NEWEST_DLAMI
+        assert inst["InstanceType"] == "p3.2xlarge" and inst["ImageId"] == NEWEST_UBUNTU
         assert inst["MetadataOptions"]["HttpTokens"] == "required"
         assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
         assert "IamInstanceProfile" not in inst  # no AWS credentials on the nodes

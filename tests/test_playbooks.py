@@ -336,14 +336,84 @@ def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
     assert re.search(r'ok: \[node1\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:65:00.0"', out), out
     for node in ("node0", "node2"):
         assert re.search(rf'ok: \[{node}\] => \{{\s*"msg": "no NVIDIA GPU found; installing anyway', out), out
-    for node in NODES:
+    for node in NODES:  # no PCI device id (node1's stand-in has none) or no GPU: NVIDIA's default, open modules
         would_install = (
-            rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install cuda-drivers-580, cuda-libraries-13-0'
+            rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install linux-headers-[^,]+, nvidia-open-580, '
+            r"cuda-libraries-13-0"
         )
         assert re.search(would_install, out), out
     # check mode changed nothing (the nodes share this machine's /etc)
     assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
     assert not Path("/etc/apt/keyrings/ddpctl-cuda-archive-keyring.asc").exists()
+
+
+def fake_pci_tree(root: Path, devices: list[tuple[str, str, str]]) -> Path:
+    """A stand-in /sys/bus/pci/devices: (address, class, device id) of NVIDIA functions."""
+    for addr, cls, device in devices:
+        (root / addr).mkdir(parents=True)
+        (root / addr / "vendor").write_text("0x10de\n")
+        (root / addr / "class").write_text(cls + "\n")
+        (root / addr / "device").write_text(device + "\n")
+    return root
+
+
+def plan_line(out: str, node: str) -> str:
+    found = re.search(rf'ok: \[{node}\] => \{{\s*"msg": "(NVIDIA driver [^"]*)"', out)
+    assert found, out
+    return found.group(1)
+
+
+@pytest.mark.slow
+def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
+    """--check of the nvidia role on stand-in PCI trees: node0 has two V100s (p3: 10de:1db1, 1db5;
+    Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330; Hopper) beside an
+    NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and CUDA 12.6, the
+    others the open modules and CUDA 13.0; asking for what cannot drive a V100 fails on that node
+    only, before anything is changed."""
+    assert site["runs"][0].returncode == 0
+    tmp = site["tmp"] / "driver-flavour"
+    (tmp / "host_vars").mkdir(parents=True)
+    gpus = {
+        "node0": [("0000:00:1d.0", "0x030200", "0x1db1"), ("0000:00:1e.0", "0x030200", "0x1db5")],
+        "node1": [("0000:00:1e.0", "0x030000", "0x2237")],
+        "node2": [("0000:53:00.0", "0x030200", "0x2330"), ("0000:07:00.0", "0x068000", "0x22a3")],
+    }
+    for node, devices in gpus.items():
+        pci = fake_pci_tree(tmp / f"pci-{node}", devices)
+        (tmp / "host_vars" / f"{node}.yml").write_text(f"nvidia_pci_devices_dir: {pci}\n")
+    inventory = testbed.inventory(tmp / "hosts.ini", **inventory_vars(site["tmp"]))
+    args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
+    result = playbook(site["env"], *args)
+    assert result.returncode == 0, show(result)
+    out = result.stdout
+    assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), out  # not the NVSwitch
+    assert plan_line(out, "node0").startswith(
+        "NVIDIA driver 580 with the proprietary kernel modules (GPU(s) older than Turing: "
+        "0000:00:1d.0 10de:1db1, 0000:00:1e.0 10de:1db5), CUDA 12.6 (CUDA 13.0 and later do not support"
+    ), out
+    for node in ("node1", "node2"):
+        assert plan_line(out, node).startswith(
+            "NVIDIA driver 580 with the open kernel modules (no GPU older than Turing found), CUDA 13.0:"
+        ), out
+    want = {"node0": "cuda-drivers-580, cuda-libraries-12-6", "node1": "nvidia-open-580, cuda-libraries-13-0",
+            "node2": "nvidia-open-580, cuda-libraries-13-0"}  # fmt: skip
+    for node, packages in want.items():
+        would = rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install linux-headers-[^,]+, {packages} from '
+        assert re.search(would, out), out
+    assert re.search(r"Check mode: would install linux-headers-[^,]+, cuda-drivers-580, cuda-libraries-12-8 from",
+                     playbook(site["env"], *args, "-e", "nvidia_cuda_version=12.8").stdout)  # a 12.x choice is kept  # fmt: skip
+    for extra, message in [
+        ("nvidia_kernel_modules=open", "the open kernel modules cannot drive GPUs older than Turing (0000:00:1d.0 "
+                                       "10de:1db1, 0000:00:1e.0 10de:1db5): set nvidia_kernel_modules to auto or proprietary"),
+        ("nvidia_driver_branch=590", "driver branch 590 does not support GPUs older than Turing (0000:00:1d.0 10de:1db1, "
+                                     "0000:00:1e.0 10de:1db5): 580 is the last that does"),
+    ]:  # fmt: skip
+        refused = playbook(site["env"], *args, "-e", extra)
+        stats = recap(refused)
+        assert refused.returncode != 0 and stats["node0"]["failed"] == 1, show(refused)
+        assert stats["node1"]["failed"] == 0 and stats["node2"]["failed"] == 0, show(refused)
+        assert message in refused.stdout, show(refused)
+    assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
 
 
 @pytest.mark.slow

@@ -25,12 +25,10 @@ from ...errors import DdpctlError, UsageError
 from . import faults, pricing
 from .plan import (
     CREATED_BY,
-    DLAMI_NAME_PATTERNS,
-    DLAMI_OWNER,
-    DLAMI_SSM_PARAMETER,
     TAG_CLUSTER,
     TAG_CLUSTER_ID,
     TAG_CREATED_BY,
+    ImageSource,
 )
 
 Progress = Callable[[str], None]
@@ -271,24 +269,17 @@ class Aws:
             raise
         return images[0] if images else None
 
-    def find_dlami(self, arch: str) -> tuple[dict[str, Any] | None, str]:
-        """The newest Deep Learning AMI for ``arch``: SSM's public parameter, else describe_images."""
-        import botocore.exceptions
-
-        name = DLAMI_SSM_PARAMETER.format(arch=arch)
-        try:
-            ami = self.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
-            image = self.image(ami)
-            if image:
-                return image, f"SSM {name}"
-        except aws_exceptions() as exc:
-            if code_of(exc) in CREDENTIAL_CODES or isinstance(exc, botocore.exceptions.NoCredentialsError):
-                raise
-            # ParameterNotFound (moto, some partitions), AccessDenied on ssm: fall back to EC2.
+    def find_image(self, source: ImageSource, arch: str) -> tuple[dict[str, Any] | None, str]:
+        """The newest image of ``source`` for ``arch`` (EC2's name: x86_64, arm64), and where it
+        was found: SSM's public parameter, else describe_images by owner and name."""
+        name = source.parameter(arch)
+        image = self._image_from_ssm(name)
+        if image:
+            return image, f"SSM {name}"
         images = self.ec2.describe_images(
-            Owners=[DLAMI_OWNER],
+            Owners=[source.owner],
             Filters=[
-                {"Name": "name", "Values": list(DLAMI_NAME_PATTERNS)},
+                {"Name": "name", "Values": source.patterns(arch)},
                 {"Name": "architecture", "Values": [arch]},
                 {"Name": "state", "Values": ["available"]},
             ],
@@ -296,7 +287,20 @@ class Aws:
         if not images:
             return None, "describe_images"
         newest = max(images, key=lambda i: i.get("CreationDate", ""))
-        return newest, "the newest image owned by amazon named like the Deep Learning AMI"
+        return newest, f"the newest image owned by {source.owner} named like {source.label}"
+
+    def _image_from_ssm(self, name: str) -> dict[str, Any] | None:
+        """The image an SSM public parameter names; None where SSM does not answer (moto has no
+        /aws/service parameters, some partitions lack them, the caller may not read SSM)."""
+        import botocore.exceptions
+
+        try:
+            ami = self.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+            return self.image(ami)
+        except aws_exceptions() as exc:
+            if code_of(exc) in CREDENTIAL_CODES or isinstance(exc, botocore.exceptions.NoCredentialsError):
+                raise
+            return None
 
     def vcpu_quota(self, code: str) -> tuple[float | None, str]:
         """The account's value of an EC2 vCPU quota, or (None, why it is unknown)."""

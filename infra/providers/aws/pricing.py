@@ -43,19 +43,63 @@ class TypeFacts:
     arch: str = "x86_64"
 
 
-#: V100 (Volta, compute capability 7.0) instance families.
-VOLTA_FAMILIES = ("p3", "p3dn")
-VOLTA_WARNING = (
-    "{type} has V100 GPUs (Volta): the default Deep Learning AMI ships NVIDIA's open kernel modules, "
-    "which do not support Volta, and CUDA 13 (the playbooks' nvidia_cuda_version) dropped it; this path "
-    "is untested on real instances: pass --ami with an image whose proprietary driver (branch 580 or "
-    "older) supports V100 and run the playbooks with nvidia_cuda_version 12.6, or pick a newer GPU "
-    "(--instance-type g5.xlarge, p4d.24xlarge)"
-)
+@dataclass(frozen=True)
+class Gpu:
+    """The NVIDIA GPU of an instance family, and what drives it."""
+
+    model: str
+    architecture: str
+
+    @property
+    def open_modules(self) -> bool:
+        """NVIDIA's open kernel modules drive it (Turing and newer); older GPUs need the proprietary
+        ones (Maxwell, Pascal, Volta: driver branch 580 at the newest, and CUDA 12.x)."""
+        return self.architecture not in PROPRIETARY_ONLY and self.architecture not in NO_CURRENT_DRIVER
+
+    @property
+    def current_driver(self) -> bool:
+        """A driver branch still supports it (Kepler's last was 470)."""
+        return self.architecture not in NO_CURRENT_DRIVER
+
+
+#: Architectures that only NVIDIA's proprietary kernel modules drive (the open ones start at
+#: Turing); branch 580 is the last driver branch and CUDA 12 the last CUDA major for them.
+PROPRIETARY_ONLY = ("Maxwell", "Pascal", "Volta")
+#: Architectures no current driver branch supports.
+NO_CURRENT_DRIVER = ("Kepler",)
+
+#: The GPU of each NVIDIA GPU instance family: its architecture decides the image and the driver
+#: (describe_instance_types names the model, not the architecture).
+GPUS: dict[str, Gpu] = {
+    "p2": Gpu("K80", "Kepler"),
+    "g3": Gpu("M60", "Maxwell"),
+    "g3s": Gpu("M60", "Maxwell"),
+    "p3": Gpu("V100", "Volta"),
+    "p3dn": Gpu("V100", "Volta"),
+    "g4dn": Gpu("T4", "Turing"),
+    "g5g": Gpu("T4G", "Turing"),
+    "g5": Gpu("A10G", "Ampere"),
+    "p4d": Gpu("A100", "Ampere"),
+    "p4de": Gpu("A100", "Ampere"),
+    "g6": Gpu("L4", "Ada"),
+    "gr6": Gpu("L4", "Ada"),
+    "g6e": Gpu("L40S", "Ada"),
+    "p5": Gpu("H100", "Hopper"),
+    "p5e": Gpu("H200", "Hopper"),
+    "p5en": Gpu("H200", "Hopper"),
+    "p6-b200": Gpu("B200", "Blackwell"),
+}
+
+
+def gpu(instance_type: str) -> Gpu | None:
+    """The NVIDIA GPU of ``instance_type``'s family, or None (no GPU, or a family not listed)."""
+    return GPUS.get(instance_type.split(".", 1)[0])
 
 
 def is_volta(instance_type: str) -> bool:
-    return instance_type.split(".")[0] in VOLTA_FAMILIES
+    """V100s (compute capability 7.0): p3, p3dn."""
+    found = gpu(instance_type)
+    return found is not None and found.architecture == "Volta"
 
 
 #: Used when describe_instance_types does not know the type (moto has no p3.2xlarge).

@@ -33,11 +33,14 @@ from .plan import (
     DEFAULT_REGION,
     DEFAULT_SSH_USER,
     DEFAULT_VOLUME_GB,
+    DLAMI,
     SPOT_NOTE,
     TAG_CLUSTER,
     TAG_CLUSTER_ID,
+    UBUNTU,
     VPC_CIDR,
     AwsPlan,
+    ImageChoice,
     client_token,
     ingress_rules,
     plan_from_spec,
@@ -91,13 +94,14 @@ class Preflight:
     facts: pricing.TypeFacts
     ami: str
     ami_name: str
-    ami_source: str
+    ami_source: str  # where the image was found: --ami, SSM ..., describe_images ...
     root_device: str
     zones: list[str]  # zones to try, in order
     vpc_id: str  # the given VPC ("" when ddpctl makes one)
     ssh_cidr: str
     quota: str  # what is known about the vCPU quota, for messages
     warnings: list[str] = field(default_factory=list)
+    image: ImageChoice | None = None  # why this image, and the GPU driver plan
 
 
 @dataclass
@@ -105,9 +109,10 @@ class DryRunReport:
     plan: AwsPlan
     lines: list[str]
     checks: dict[str, str]
+    image: dict[str, str] = field(default_factory=dict)  # the AMI found, why, and the GPU driver plan
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "checks": self.checks, "lines": self.lines}
+        return {"plan": self.plan.to_dict(), "checks": self.checks, "lines": self.lines, "image": self.image}
 
 
 class AwsProvider:
@@ -149,21 +154,8 @@ class AwsProvider:
             )
         if plan.instance_type in pricing.TYPES and facts is pricing.TYPES[plan.instance_type]:
             known_to_ec2 = False  # EC2 did not describe it (moto); ddpctl's table did
-        if plan.ami:
-            image = aws.image(plan.ami)
-            if image is None:
-                raise UsageError(
-                    f"AMI {plan.ami} not found in {plan.region} (AMIs are per region): pass an AMI of "
-                    f"{plan.region} with --ami, or leave --ami out for the Deep Learning AMI"
-                )
-            source = "--ami"
-        else:
-            image, source = aws.find_dlami(facts.arch)
-            if image is None:
-                raise UsageError(
-                    f"no AWS Deep Learning AMI for {facts.arch} found in {plan.region}: pass --ami AMI_ID "
-                    "(an Ubuntu image with NVIDIA drivers)"
-                )
+        choice = plan.image
+        image, source = self._find_image(aws, plan, choice, facts.arch)
         arch = image.get("Architecture", facts.arch)
         if arch != facts.arch:
             raise UsageError(
@@ -237,8 +229,10 @@ class AwsProvider:
             cidr = ssh_cidr_for(self.caller_address())
         if cidr and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
             warnings.append(f"--ssh-cidr {cidr} opens SSH on the nodes to the whole internet")
-        if not plan.ami and pricing.is_volta(plan.instance_type):
-            warnings.append(pricing.VOLTA_WARNING.format(type=plan.instance_type))
+        if choice.source is UBUNTU and not plan.configure:
+            warnings.append(
+                f"--no-configure: {UBUNTU.label} has no NVIDIA driver; run `ddpctl configure` before GPU jobs"
+            )
         return Preflight(
             facts=facts,
             ami=image["ImageId"],
@@ -250,7 +244,28 @@ class AwsProvider:
             ssh_cidr=cidr,
             quota=quota_text,
             warnings=warnings,
+            image=choice,
         )
+
+    @staticmethod
+    def _find_image(aws: Any, plan: AwsPlan, choice: ImageChoice, arch: str) -> tuple[dict[str, Any], str]:
+        """The user's --ami, or the newest image of the chosen source; one line when there is none."""
+        if choice.source is None:
+            image = aws.image(plan.ami)
+            if image is None:
+                raise UsageError(
+                    f"AMI {plan.ami} not found in {plan.region} (AMIs are per region): pass an AMI of "
+                    f"{plan.region} with --ami, or leave --ami out for ddpctl's default image"
+                )
+            return image, "--ami"
+        image, source = aws.find_image(choice.source, arch)
+        if image is None:
+            what = "AWS Deep Learning AMI" if choice.source is DLAMI else f"{choice.source.label} image"
+            raise UsageError(
+                f"no {what} for {arch} found in {plan.region}: pass --ami AMI_ID "
+                "(an Ubuntu 22.04 image; site.yml installs the NVIDIA driver)"
+            )
+        return image, source
 
     # ---- dry run -----------------------------------------------------------------------------
 
@@ -316,7 +331,8 @@ class AwsProvider:
         lines += [f"  warning: {w}" for w in pre.warnings]
         lines += [f"  DryRun {op}: {result}" for op, result in checks.items()]
         lines.append("Nothing was created.")
-        return DryRunReport(plan=plan, lines=lines, checks=checks)
+        image = {"ami": pre.ami, "name": pre.ami_name, "found_by": pre.ami_source, **plan.image.to_dict()}
+        return DryRunReport(plan=plan, lines=lines, checks=checks, image=image)
 
     # ---- up ------------------------------------------------------------------------------------
 
