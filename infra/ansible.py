@@ -133,6 +133,8 @@ def run_playbook(
             quiet=True,
             event_handler=TaskLines(progress, report),
         )
+        if result.status == "canceled":  # ansible-runner turns Ctrl-C into a canceled run (the play is stopped)
+            raise KeyboardInterrupt
         if result.status != "successful":
             detail = "; ".join(report.failures[:3]) or _last_line(result)
             raise DdpctlError(f"{playbook} failed ({result.status}, rc {result.rc}): {detail}")

@@ -6,11 +6,14 @@ extravars, the same ``ddpctl_node`` fact, the same ``NodeInfo``.
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .ansible import PlayReport, run_playbook
+from .ansible import ANSIBLE_CFG, PLAYBOOKS, PlayReport, run_playbook
 from .errors import DdpctlError, UsageError
 from .state import ClusterState, NodeInfo
 
@@ -62,15 +65,33 @@ def run_site(
     """
     progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    own = {"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host}
     return run_playbook(
         "site.yml",
         inventory,
         progress,
-        extravars={**(playbook_vars or {}), **own},
+        extravars=site_extravars(nodes, key_dir, playbook_vars),
         limit=",".join(n.name for n in nodes),
         tags=tags,
     )
+
+
+def site_extravars(nodes: list[NodeInfo], key_dir: Path, playbook_vars: dict[str, str] | None = None) -> dict[str, str]:
+    """What ddpctl adds to the inventory for site.yml: the user's variables, the cluster's key dir and
+    the rendezvous address (the head node's)."""
+    own = {"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host}
+    return {**(playbook_vars or {}), **own}
+
+
+def site_command(
+    inventory: str, nodes: list[NodeInfo], key_dir: Path, playbook_vars: dict[str, str] | None = None
+) -> str:
+    """The plain ``ansible-playbook`` command line that configures ``nodes`` as ``run_site`` does,
+    runnable as printed from any directory (absolute paths, ddpctl's ansible.cfg where there is one)."""
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    argv = [str(exe) if exe.exists() else "ansible-playbook", "-i", inventory,
+            "-e", json.dumps(site_extravars(nodes, key_dir, playbook_vars)), str(PLAYBOOKS / "site.yml")]  # fmt: skip
+    config = f"ANSIBLE_CONFIG={shlex.quote(str(ANSIBLE_CFG))} " if ANSIBLE_CFG.is_file() else ""
+    return config + shlex.join(argv)
 
 
 def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]) -> list[NodeInfo]:

@@ -533,7 +533,8 @@ def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:
 
 
 def test_api_calls_do_not_grow_with_nodes(moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """up + down for 2 and 8 nodes make the same number of calls (batched launch/describe/terminate)."""
+    """up + down for 2 and 8 nodes make the same number of calls (batched launch/describe/terminate),
+    but for one console read per node (the host keys)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     try:
         import aws_calls
@@ -547,6 +548,7 @@ def test_api_calls_do_not_grow_with_nodes(moto: Moto, tmp_path: Path, monkeypatc
     large = aws_calls.measure(8, tmp_path / "h8")
     assert small.up_calls == large.up_calls and small.down_calls == large.down_calls, (small, large)
     assert large.by_op["RunInstances"] == 1 and large.by_op["TerminateInstances"] == 1
+    assert large.by_op["GetConsoleOutput"] == 8  # the host keys: EC2 has no batched console read
 
 
 def test_spot_and_the_callers_address_by_the_injected_lookup(

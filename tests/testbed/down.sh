@@ -38,7 +38,7 @@ ip link show ddpbr0 >/dev/null 2>&1 && ip link del ddpbr0
 if [ -f "$TB/state/created-dirs" ]; then
   while read -r d; do
     case "$d" in
-      /run/netns) [ -z "$(ls -A /run/netns 2>/dev/null)" ] && { umount /run/netns 2>/dev/null; rmdir /run/netns; } ;;
+      /run/netns) [ -z "$(ls -A /run/netns 2>/dev/null)" ] && { umount /run/netns 2>/dev/null; rmdir /run/netns 2>/dev/null; } ;;
       /run/sshd|/run/mount) rmdir "$d" 2>/dev/null ;;
     esac
   done < "$TB/state/created-dirs"

@@ -127,9 +127,15 @@ def node_infos(nodes: list[Launched], hosts: list[Host], *, cpus: int, gpus: int
 
 
 def collect_host_keys(
-    nodes: list[Launched], console: Callable[[str], str], progress: Progress, timeout: float = HOST_KEYS_TIMEOUT_S
+    nodes: list[Launched],
+    console: Callable[[str], str],
+    progress: Progress,
+    timeout: float = HOST_KEYS_TIMEOUT_S,
+    *,
+    wait: bool = True,
 ) -> dict[str, list[str]]:
-    """Poll each node's console output until cloud-init has printed its host keys."""
+    """Poll each node's console output until cloud-init has printed its host keys (``wait=False``:
+    one look, and what the consoles hold now)."""
     keys: dict[str, list[str]] = {}
     deadline = time.monotonic() + timeout
     while True:
@@ -139,7 +145,7 @@ def collect_host_keys(
                 if found:
                     keys[node.name] = found
         missing = [n.name for n in nodes if n.name not in keys]
-        if not missing:
+        if not missing or not wait:
             return keys
         if time.monotonic() > deadline:
             raise DdpctlError(
@@ -148,6 +154,15 @@ def collect_host_keys(
             )
         progress(f"waiting for the host keys of {', '.join(missing)} (console output)")
         time.sleep(POLL_S)
+
+
+def without_host_keys(known_hosts: Path, nodes: list[Launched], private: bool) -> list[Launched]:
+    """The nodes that ``known_hosts`` has no key for."""
+    known = set()
+    if known_hosts.is_file():
+        for line in known_hosts.read_text().splitlines():
+            known.update(line.split(" ", 1)[0].split(","))
+    return [n for n in nodes if n.address(private) not in known]
 
 
 def wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float = SSH_TIMEOUT_S) -> dict[str, int]:

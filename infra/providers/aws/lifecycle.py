@@ -18,7 +18,12 @@ def up(
     try:
         return provider.up(state, store, progress)
     except KeyboardInterrupt:
-        if store.exists(name):
+        if store.exists(name) and state.status == "configuring":
+            progress(
+                f"interrupted while configuring {name!r}: its {len(state.nodes)} instance(s) run (and are billed); "
+                f"finish with `ddpctl configure --name {name}`, or delete everything with `ddpctl down --name {name}`"
+            )
+        elif store.exists(name):
             progress(
                 f"interrupted: stopped creating {name!r}; what was made is recorded and tagged: "
                 f"delete it with `ddpctl down --name {name}`"

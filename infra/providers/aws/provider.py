@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ansible import PlayReport
-from ...configure import reconfigure, record_nodes, run_site
+from ...configure import reconfigure, record_nodes, run_site, site_command
 from ...errors import DdpctlError, UsageError
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
@@ -465,8 +465,34 @@ class AwsProvider:
         inventory = configure.inventory_path(cluster_dir)
         if not inventory.is_file():
             raise DdpctlError(f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)")
+        self._collect_missing_host_keys(state, store, progress)
         configure.wait_for_ssh([Host(**n.ssh) for n in state.nodes], progress)
-        return reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
+        report = reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
+        for res in state.resources:
+            if res.kind == "configure":  # an `up` stopped in its configure step is finished now
+                res.status = "created"
+        state.status = "up"
+        return report
+
+    def _collect_missing_host_keys(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+        """Host keys that `up --no-configure` did not find yet, from the consoles; the SSH files rewritten."""
+        from .ec2 import Aws, aws_errors
+
+        plan = self.aws_plan(state, store)
+        ids = _only(state, "instances").detail.get("nodes", {})
+        launched = [
+            configure.Launched(name=n.name, instance_id=ids.get(n.name, ""), private_ip=n.host,
+                               public_ip="" if plan.private_ip else n.ssh.get("address", ""), zone="")
+            for n in state.nodes
+        ]  # fmt: skip
+        cluster_dir = store.cluster_dir(state.name)
+        if not configure.without_host_keys(cluster_dir / "known_hosts", launched, plan.private_ip):
+            return
+        with aws_errors(plan.region):
+            keys = configure.collect_host_keys(launched, Aws(plan.region).console_output, progress)
+        configure.write_files(
+            cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=keys
+        )
 
     # ---- running jobs --------------------------------------------------------------------------
 
@@ -622,7 +648,12 @@ class _Up:
             for k, i in enumerate(described)
         ]
         cluster_dir = Path(plan.cluster_dir)
-        host_keys = configure.collect_host_keys(launched, aws.console_output, self.progress) if plan.configure else {}
+        # whether or not site.yml runs now (ssh, ansible-playbook and `ddpctl configure` need them too);
+        # with --no-configure, what the consoles hold now: `ddpctl configure` waits for the rest
+        host_keys = configure.collect_host_keys(launched, aws.console_output, self.progress, wait=plan.configure)
+        if len(host_keys) < len(launched):
+            missing = ", ".join(n.name for n in launched if n.name not in host_keys)
+            self.progress(f"the host keys of {missing} are not in the console output yet: `ddpctl configure` collects them")
         files = configure.write_files(
             cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=host_keys
         )
@@ -631,6 +662,8 @@ class _Up:
         _only(state, "instances").detail["nodes"] = {n.name: n.instance_id for n in launched}
         self.store.save(state)
         if plan.configure:
+            state.status = "configuring"  # an interruption from here on can be finished with `ddpctl configure`
+            self.store.save(state)
 
             def configure_nodes() -> dict[str, Any]:
                 cpus = configure.wait_for_ssh(hosts, self.progress)
@@ -641,9 +674,10 @@ class _Up:
 
             self.step(_only(state, "configure"), configure_nodes)
         else:
+            command = site_command(str(files.inventory), state.nodes, cluster_dir / "keys", state.spec.playbook_vars)
             self.progress(
-                f"skipping configuration (--no-configure): the nodes are not prepared for jobs; "
-                f"configure them with `ansible-playbook -i {files.inventory} playbooks/site.yml`"
+                f"skipping configuration (--no-configure): the nodes are not prepared for jobs; configure them "
+                f"with `ddpctl configure --name {plan.cluster}`, or by hand with: {command}"
             )
         state.status = "up"
         self.store.save(state)

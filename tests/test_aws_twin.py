@@ -1,0 +1,269 @@
+"""The whole AWS path through the `ddpctl` command, on the EC2 twin (tests/testbed/twin.py).
+
+moto in server mode is the EC2 API; the twin in front of it backs every instance with a node of the
+test cluster (a network namespace with its own sshd, user ``ubuntu`` with sudo, host keys in the
+console output as cloud-init prints them). So `ddpctl up --provider aws` really launches, waits for
+SSH, runs playbooks/site.yml over the inventory it wrote, and `run`, `check`, `configure` and `down`
+really reach the instances, exactly as a user types them (the only setting: the twin's environment,
+as `./dev twin up` prints it: endpoint, fake credentials, and a ddpctl.toml with ssh_cidr, since the
+caller's public address cannot be looked up offline).
+
+Where the twin is not faithful, and what that leaves untested:
+- security groups are recorded by moto, not enforced on the test cluster's bridge: the tests check
+  the rules that exist, not that packets are dropped;
+- placement groups and capacity: moto has neither (see tests/test_aws.py);
+- the nodes boot with the pinned PyTorch at /opt/ddpctl/venv (a baked image): python_env's probe
+  finds it and installs nothing; its download from PyTorch's index and the NVIDIA driver install are
+  tested in check mode only (tests/test_playbooks.py);
+- instances are "running" as soon as RunInstances answers and the node is up by then: the waits for
+  the console's host keys and for SSH are exercised, their timeouts are not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import Output
+from moto_server import Moto
+from testbed import cluster as test_cluster
+from testbed.twin import TwinProcess, in_test_range
+
+CALLER = "10.77.0.1/32"  # the controller's address on the test cluster's bridge, as the nodes see it
+
+
+class TwinEnv:
+    """The twin in front of the session's moto server, and ddpctl invocations against it."""
+
+    def __init__(self, proc: TwinProcess, moto: Moto, tmp: Path) -> None:
+        self.proc, self.tmp = proc, tmp
+        self.home = tmp / "ddpctl-home"
+        self.moto = Moto(proc.url)  # every call through the twin: addresses as the twin reports them
+        self.access_key = "AKIATWIN" + uuid.uuid4().hex[:12].upper()
+        self.secret = "twin-secret-" + uuid.uuid4().hex
+        config = tmp / "ddpctl.toml"
+        config.write_text(f'[cluster]\nssh_cidr = "{CALLER}"\n')
+        self.env = self.moto.env(self.home, tmp, DDPCTL_CONFIG=str(config), AWS_ACCESS_KEY_ID=self.access_key,
+                                 AWS_SECRET_ACCESS_KEY=self.secret)  # fmt: skip
+        self.moto.reset()  # through the twin: no node of an earlier module is left
+        self.baseline = self.moto.inventory()
+
+    def ddpctl(self, *args: str, timeout: float = 900, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ddpctl", *args], capture_output=True, text=True, env=self.env,
+                              timeout=timeout, stdin=subprocess.DEVNULL, **kw)  # fmt: skip
+
+    def ok(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        result = self.ddpctl(*args, timeout=timeout)
+        assert result.returncode == 0, f"ddpctl {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def start(self, *args: str) -> subprocess.Popen:
+        """ddpctl in the background, with SIGINT's default whatever this process inherited."""
+        return subprocess.Popen([sys.executable, "-m", "ddpctl", *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+
+    def state(self, name: str = "default") -> dict:
+        return json.loads((self.home / "clusters" / f"{name}.json").read_text())
+
+    def assert_nothing_left(self, name: str) -> None:
+        now = self.moto.inventory()
+        assert now == self.baseline, {k: now[k] ^ self.baseline[k] for k in now if now[k] != self.baseline[k]}
+        assert TwinProcess.nodes() == []
+        assert not (self.home / "clusters" / f"{name}.json").exists()
+        assert not (self.home / "clusters" / name).exists()
+        assert leftover_ansible(self.home / "clusters" / name) == []
+
+
+def leftover_ansible(cluster_dir: Path) -> list[str]:
+    """Controller processes still working on the cluster (ansible-playbook with its inventory)."""
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if str(cluster_dir) in cmd and "ansible" in cmd:
+            out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def twin(moto_server: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinEnv]:
+    reason = test_cluster.testbed_missing()
+    if reason:
+        pytest.skip(reason)
+    test_cluster.testbed_up(0)  # the bridge; the twin adds a node per instance
+    tmp = tmp_path_factory.mktemp("twin")
+    proc = TwinProcess.start(moto_server.url, tmp / "twin.log")
+    try:
+        yield TwinEnv(proc, moto_server, tmp)
+    finally:
+        proc.stop()
+        test_cluster.testbed_down()
+
+
+def node_dirs() -> list[Path]:
+    return sorted((test_cluster.TESTBED_DIR / "nodes").glob("ec2-*"))
+
+
+# ---- one cluster of 2 nodes, as a user brings it up, uses it and takes it down ---------------------
+
+
+def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
+    result = twin.ok("up", "--provider", "aws", "--nodes", "2")
+    assert "configuring 2 node(s) with playbooks/site.yml" in result.stderr
+    assert "aws cluster 'default' is up: 2 x p3.2xlarge" in result.stderr
+    state = twin.state()
+    assert state["status"] == "up"
+    assert [n["python"] for n in state["nodes"]] == ["/opt/ddpctl/venv/bin/python"] * 2
+    assert all(n["workdir"] == "/opt/ddpctl/work" for n in state["nodes"])
+    assert len(TwinProcess.nodes()) == 2
+    for inst in twin.moto.alive_instances():  # every address an instance reports is one of the test cluster's
+        for key in ("PrivateIpAddress", "PublicIpAddress"):
+            assert in_test_range(inst[key]), inst
+    known = (twin.home / "clusters" / "default" / "known_hosts").read_text().splitlines()
+    assert len(known) == 2 * 3  # rsa, ecdsa, ed25519 of each node, from the console output
+
+
+def test_what_exists_is_locked_down(twin: TwinEnv) -> None:
+    ec2 = twin.moto.ec2
+    [group] = ec2.describe_security_groups(Filters=[{"Name": "tag:ddpctl:cluster", "Values": ["default"]}])["SecurityGroups"]
+    rules = group["IpPermissions"]
+    ssh = [r for r in rules if r["IpProtocol"] == "tcp"]
+    assert [(r["FromPort"], r["ToPort"], [x["CidrIp"] for x in r["IpRanges"]]) for r in ssh] == [(22, 22, [CALLER])]
+    inside = [r for r in rules if r["IpProtocol"] == "-1"]
+    assert [[p["GroupId"] for p in r["UserIdGroupPairs"]] for r in inside] == [[group["GroupId"]]]
+    assert all(not r.get("IpRanges") for r in inside) and len(rules) == 2
+    for inst in twin.moto.alive_instances():
+        assert inst["MetadataOptions"]["HttpTokens"] == "required"
+        assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}])
+        assert [v["Encrypted"] for v in volumes["Volumes"]] == [True]
+    cluster_dir = twin.home / "clusters" / "default"
+    for path in cluster_dir.rglob("*"):
+        if path.is_file() and not path.name.endswith(".pub"):
+            assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert_no_credentials_on_nodes(twin)
+
+
+def assert_no_credentials_on_nodes(twin: TwinEnv) -> None:
+    """Neither the controller's AWS key nor its secret is in any node's files or processes."""
+    needles = (twin.access_key.encode(), twin.secret.encode())
+    for d in node_dirs():
+        for path in d.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                assert not any(n in data for n in needles), f"an AWS credential in {path}"
+    for node in TwinProcess.nodes():
+        pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
+        assert pids  # sshd at least
+        for pid in pids:
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            assert not any(n in environ for n in needles), f"an AWS credential in the environment of pid {pid} on {node}"
+            assert b"AWS_" not in environ, f"AWS_ variables in the environment of pid {pid} on {node}"
+
+
+def test_status_shows_the_running_instances(twin: TwinEnv) -> None:
+    doc = json.loads(twin.ok("status", "--json").stdout)
+    [cluster] = doc["clusters"]
+    assert cluster["status"] == "up"
+    assert cluster["live"]["instances"] == {"running": 2} and cluster["live"]["billed_instances"] == 2
+
+
+def test_check_names_every_link(twin: TwinEnv) -> None:
+    doc = json.loads(twin.ok("check", "--json", "--size-mb", "4").stdout)
+    pairs = {(r["from"], r["to"]) for r in doc["reachability"] if r["result"] == "ok"}
+    assert pairs == {("node0", "node1"), ("node1", "node0")}
+    assert doc["slowest_link"]["busbw_gbps"] > 0
+
+
+def test_message_passing(twin: TwinEnv) -> None:
+    result = twin.ok("run", "message-passing", "--nodes", "2")
+    assert "rank 1 received 42.0 from rank 0" in result.stdout
+
+
+def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
+    proc = twin.start("run", "mnist", "--nodes", "2", "--", "--epochs", "2")
+    out = Output(proc)
+    out.until("epoch 1/2", timeout=600)
+    assert_no_credentials_on_nodes(twin)  # the ranks' environments too, while they train
+    text = out.finish(timeout=600)
+    assert proc.returncode == 0, text
+    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", text)]
+    assert accuracies and accuracies[-1] >= 90.0, text
+    head = node_dirs()[0]
+    assert list((head / "opt" / "ddpctl" / "work").rglob("*mnist*.pt")), "no snapshot on the head node"
+
+
+def test_configure_again_changes_nothing(twin: TwinEnv) -> None:
+    doc = json.loads(twin.ok("configure", "--json").stdout)
+    assert doc["changed"] == {"node0": 0, "node1": 0}
+
+
+def test_down_leaves_nothing(twin: TwinEnv) -> None:
+    result = twin.ok("down")
+    assert "nothing of it is left" in result.stderr
+    twin.assert_nothing_left("default")
+
+
+# ---- --no-configure, then the printed ansible-playbook command, then ddpctl configure -----------
+
+
+def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path) -> None:
+    up = twin.ok("up", "--provider", "aws", "--nodes", "3", "--name", "c3", "--no-configure")
+    known = (twin.home / "clusters" / "c3" / "known_hosts").read_text().splitlines()
+    assert len(known) == 3 * 3  # host keys are collected whether or not site.yml runs
+    command = re.search(r"by hand with: (.*)$", up.stderr, re.M).group(1)
+    by_hand = subprocess.run(command, shell=True, cwd=tmp_path, env=twin.env, capture_output=True, text=True,
+                             timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert by_hand.returncode == 0, by_hand.stdout[-3000:] + by_hand.stderr
+    assert re.search(r"node2\s+: ok=\d+\s+changed=[1-9]", by_hand.stdout)
+    doc = json.loads(twin.ok("configure", "--name", "c3", "--json").stdout)
+    assert doc["changed"] == {"node0": 0, "node1": 0, "node2": 0}  # what ddpctl would have done, exactly
+    result = twin.ok("run", "message-passing", "--name", "c3", "--nodes", "3")
+    assert "rank 2 received 42.0 from rank 0" in result.stdout
+    twin.ok("down", "--name", "c3")
+    twin.assert_nothing_left("c3")
+
+
+# ---- crashes and Ctrl-C in the configure step ------------------------------------------------------
+
+
+def test_crash_during_configure_then_down_leaves_nothing(twin: TwinEnv) -> None:
+    proc = twin.start("up", "--provider", "aws", "--nodes", "2", "--name", "crash")
+    out = Output(proc)
+    out.until("Read this node's SSH host key", timeout=600)  # site.yml is under way
+    proc.kill()
+    proc.wait()
+    assert twin.state("crash")["status"] == "configuring"
+    result = twin.ok("down", "--name", "crash")
+    assert "terminating 2 instance(s)" in result.stderr
+    deadline = time.monotonic() + 30  # the orphaned play notices its nodes are gone
+    while leftover_ansible(twin.home / "clusters" / "crash") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    twin.assert_nothing_left("crash")
+
+
+def test_ctrl_c_during_configure_says_how_to_go_on(twin: TwinEnv) -> None:
+    proc = twin.start("up", "--provider", "aws", "--nodes", "2", "--name", "intr")
+    out = Output(proc)
+    out.until("Read this node's SSH host key", timeout=600)
+    proc.send_signal(signal.SIGINT)
+    text = out.finish(timeout=120)
+    assert proc.returncode == 130, text
+    assert "finish with `ddpctl configure --name intr`, or delete everything with `ddpctl down --name intr`" in text
+    assert leftover_ansible(twin.home / "clusters" / "intr") == []  # the play stopped with ddpctl
+    doc = json.loads(twin.ok("configure", "--name", "intr", "--json").stdout)  # going on, as the message says
+    assert doc["cluster"]["status"] == "up" and doc["cluster"]["nodes"][1]["python"] == "/opt/ddpctl/venv/bin/python"
+    twin.ok("down", "--name", "intr")
+    twin.assert_nothing_left("intr")
