@@ -25,7 +25,8 @@ Not exercised, and why:
 - InsufficientInstanceCapacity and a low vCPU quota: moto has neither; a test-only botocore hook
   inside ddpctl (DDPCTL_FAULT, see infra/providers/aws/faults.py) answers instead of the server.
 - configuring the nodes (site.yml over SSH): moto's instances are not hosts, so every `up` here
-  passes --no-configure; the playbooks are tested by the on-prem tests.
+  passes --no-configure; the configure step, runs and checks on the instances are tested on the
+  EC2 twin, where every instance is a host (tests/test_aws_twin.py).
 - DependencyViolation while ENIs linger after termination (moto frees them at once).
 - the instance profile on every node: moto associates it with the first instance of a RunInstances
   call only, so the test checks that one.

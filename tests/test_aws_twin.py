@@ -120,6 +120,7 @@ def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
     result = twin.ok("up", "--provider", "aws", "--nodes", "2")
     assert "configuring 2 node(s) with playbooks/site.yml" in result.stderr
     assert "aws cluster 'default' is up: 2 x p3.2xlarge" in result.stderr
+    assert "image: " in result.stderr and "NVIDIA's proprietary 580 driver" in result.stderr  # p3: why Ubuntu
     state = twin.state()
     assert state["status"] == "up"
     assert [n["python"] for n in state["nodes"]] == ["/opt/ddpctl/venv/bin/python"] * 2

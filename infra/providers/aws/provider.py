@@ -356,6 +356,8 @@ class AwsProvider:
                 f"creating aws cluster {plan.cluster!r}: {plan.count} x {plan.instance_type} in {plan.region}, "
                 f"AMI {pre.ami} ({pre.ami_name or pre.ami_source}), {pricing.format_usd(plan.hourly_usd)}"
             )
+            if pre.image is not None and pre.image.source is not None:
+                progress(f"image: {pre.image.reason}; {pre.image.driver}")
             _Up(state, store, progress, aws, plan, pre).run()
         return state
 
