@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -186,6 +187,10 @@ def test_config_file_defaults(home: Path, tmp_path: Path) -> None:
     (tmp_path / "ddpctl.toml").write_text("[cluster]\nnode = 3\n")
     bad = ddpctl("up", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown key(s) ['node']" in one_line_error(bad)
+    elsewhere = tmp_path / "elsewhere.toml"  # $DDPCTL_CONFIG names a file outside the working directory
+    elsewhere.write_text('[cluster]\nname = "lab2"\n')
+    by_env = ddpctl("run", "message-passing", "--dry-run", "--json", env={**os.environ, "DDPCTL_CONFIG": str(elsewhere)})
+    assert by_env.returncode == 0 and json.loads(by_env.stdout)["plan"]["cluster"] == "lab2", by_env.stderr
 
 
 def test_run_elastic_node_range(home: Path) -> None:
