@@ -125,6 +125,7 @@ def run_check(
     size_mb: float = 32,
 ) -> CheckReport:
     report = CheckReport()
+    cluster, executor_for = check_targets(cluster, executor_for, progress)
     nodes = cluster.nodes
     distinct = len({n.host for n in nodes}) == len(nodes)
     if distinct and len(nodes) > 1:
@@ -148,6 +149,17 @@ def run_check(
                 raise DdpctlError(f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes")
             report.bandwidth_gbps[(a.name, b.name)] = found[0]
     return report
+
+
+def check_targets(
+    cluster: ClusterState, executor_for: Callable[[Callable[[OutputLine], None]], object], progress: Callable[[str], None]
+) -> tuple[ClusterState, Callable[[Callable[[OutputLine], None]], object]]:
+    """The nodes to check and the executor that reaches them: the cluster's own, unless its provider
+    has ``check_targets`` (ParallelCluster: the compute nodes behind its login node)."""
+    from .providers import get_provider
+
+    targets = getattr(get_provider(cluster.spec.provider), "check_targets", None)
+    return (cluster, executor_for) if targets is None else targets(cluster, progress)
 
 
 def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> LaunchPlan | None:

@@ -2,11 +2,14 @@
 
 Fabric trusts any host key by default; ddpctl never does. Keys come from the inventory (or the
 ssh config it names with ``-F``), host keys from the known_hosts files that config names (default
-``~/.ssh/known_hosts``), and an unknown host key is refused.
+``~/.ssh/known_hosts``), and an unknown host key is refused. A ``ProxyJump`` in that config (one
+hop, ``[user@]host[:port]``, looked up in the same config as OpenSSH does with ``-F``) is
+connected first, just as strictly, and the connection goes through it.
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import shlex
@@ -24,14 +27,15 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 
 
-def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
-    """An open, strictly checked connection to ``host``."""
+def connect(host: Host, timeout: float = 10.0, *, follow_jump: bool = True) -> fabric.Connection:
+    """An open, strictly checked connection to ``host`` (through its ProxyJump host, if any)."""
     import fabric
     import paramiko
 
     hostname, user, port = host.address, host.user, host.port
     key_files = [host.key_file] if host.key_file else []
     known_hosts: list[str] = []
+    jump = ""
     if host.ssh_config:
         cfg = paramiko.SSHConfig.from_path(os.path.expanduser(host.ssh_config)).lookup(host.address)
         hostname = cfg.get("hostname", hostname)
@@ -40,7 +44,10 @@ def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
             port = int(cfg["port"])
         key_files = key_files or list(cfg.get("identityfile", []))
         known_hosts = cfg.get("userknownhostsfile", "").split()
-    conn = fabric.Connection(
+        if follow_jump and cfg.get("proxyjump", "none").lower() != "none":
+            jump = cfg["proxyjump"]
+    gateway = _connect_jump(host, jump, timeout) if jump else None
+    conn = (fabric.Connection if gateway is None else _jumped_connection())(
         hostname,
         user=user or getpass.getuser(),
         port=port,
@@ -51,6 +58,7 @@ def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
             "look_for_keys": not key_files,
             "allow_agent": not key_files,
         },
+        gateway=gateway,
     )
     for path in known_hosts or DEFAULT_KNOWN_HOSTS:
         path = os.path.expanduser(path)
@@ -63,6 +71,37 @@ def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
         conn.close()
         raise DdpctlError(f"{host.name} ({user or getpass.getuser()}@{hostname}:{port}): {explain(exc)}") from None
     return conn
+
+
+def _connect_jump(host: Host, jump: str, timeout: float) -> fabric.Connection:
+    """The ``ProxyJump`` host of ``host``'s ssh config, connected (strictly, as any other)."""
+    if "," in jump:
+        raise DdpctlError(f"{host.name}: ProxyJump {jump} has more than one hop: ddpctl follows one")
+    user, _, rest = jump.rpartition("@")
+    address, _, port = rest.partition(":")
+    try:
+        number = int(port or 22)
+    except ValueError:
+        raise DdpctlError(f"{host.name}: ProxyJump {jump} has no valid port") from None
+    gateway = Host(name=f"{host.name}'s jump host {address}", address=address, user=user or None, port=number,
+                   ssh_config=host.ssh_config)  # fmt: skip
+    return connect(gateway, timeout, follow_jump=False)  # one hop (a `Host *` ProxyJump would match the jump host too)
+
+
+@functools.cache
+def _jumped_connection() -> type:
+    """A fabric Connection that closes its gateway with itself (fabric's leaves it open)."""
+    import fabric
+
+    class JumpedConnection(fabric.Connection):
+        def close(self) -> None:
+            try:
+                super().close()
+            finally:
+                if isinstance(self.gateway, fabric.Connection):
+                    self.gateway.close()
+
+    return JumpedConnection
 
 
 def explain(exc: BaseException) -> str:

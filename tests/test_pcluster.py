@@ -16,11 +16,19 @@ Exercised for real:
   undefined resource HeadNodeHealthAlarm...", and leaves the stack CREATE_IN_PROGRESS), so the
   test checks the one-line error, ``status`` of that stack, and that ``down`` deletes it with
   delete-cluster, waits until it is gone, and deletes the network and key pair;
-- a crash after each of ddpctl's own steps, then ``down`` leaving nothing.
+- a crash after each of ddpctl's own steps, then ``down`` leaving nothing;
+- ``describe-cluster-instances`` against moto (it finds instances by ParallelCluster's tags).
 
-Not exercised (no real AWS here): CREATE_COMPLETE, the head node's host keys and address being
-recorded, waiting for the compute nodes, DELETE_FAILED, and a job through sbatch on such a
-cluster. The polling loops are tested with recorded describe-cluster answers instead.
+With recorded answers (the polling loops; describe-cluster and describe-cluster-instances in the
+shapes the real CLI prints): CREATE_COMPLETE or a failure, compute nodes that start over a few
+polls, that never start, or that ParallelCluster stops launching (PROTECTED), DELETE_FAILED; and,
+through ``ddpctl up`` with a stand-in ``pcluster`` (STANDIN), a fleet that never starts, then
+``down``. On the test cluster (node0 as the head node, node1 and node2 as compute nodes reachable
+only through it): ``ddpctl check`` on the compute nodes, through the head node. tests/test_slurm.py
+has the head node's configure step and a job through sbatch.
+
+Not exercised (no real AWS here): a cluster reaching CREATE_COMPLETE, compute nodes starting, and
+a GPU job on such a cluster.
 
 Two moto quirks are worked around through ddpctl's settings (never needed on AWS):
 ``DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS`` skips the two launch-template validators (moto's dry-run
@@ -42,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, ddpctl, tree
+from conftest import REPO, Testbed, ddpctl, tree
 from moto_server import NEWEST_DLAMI, REGION, Moto
 from test_aws import SSH_CIDR
+from test_onprem import GROUP_VARS
 
 MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
 SECRET = "ddpctlSecretMarker0123456789abcdefABCDEF"
@@ -226,10 +235,12 @@ def test_interpreter_from_the_script(tmp_path: Path) -> None:
 
 
 class RecordedCli:
-    """describe-cluster answers replayed in order (shapes from pcluster's API model)."""
+    """describe-cluster and describe-cluster-instances answers replayed in order, the last one
+    repeating (shapes from pcluster's API model)."""
 
-    def __init__(self, answers: list[dict[str, Any] | None]) -> None:
+    def __init__(self, answers: list[dict[str, Any] | None], instances: list[list[dict[str, Any]]] | None = None) -> None:
         self.answers = answers
+        self.instances = instances or [[]]
         self.deleted = 0
 
     def describe(self, name: str):
@@ -237,6 +248,12 @@ class RecordedCli:
 
         doc = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         return None if doc is None else ClusterInfo.from_json({"clusterName": name, **doc})
+
+    def compute_instances(self, name: str):
+        from ddpctl.infra.providers.pcluster.cli import ClusterInstance
+
+        docs = self.instances.pop(0) if len(self.instances) > 1 else self.instances[0]
+        return [ClusterInstance.from_json(d) for d in docs]
 
     def delete(self, name: str) -> bool:
         self.deleted += 1
@@ -284,6 +301,116 @@ def test_polling_create_and_delete_with_recorded_answers() -> None:
     with pytest.raises(DdpctlError) as exc:
         provider._delete_cluster(stuck, plan, state, progress.append)
     assert "could not delete ddpctl-c1 (ENI in use)" in str(exc.value) and "ddpctl down --name c1" in str(exc.value)
+
+
+def _instance(ip: str, state: str = "running", queue: str = "gpu", node_type: str = "ComputeNode") -> dict[str, Any]:
+    """One instance as `pcluster describe-cluster-instances` prints it (seen against moto with 3.16.1)."""
+    doc = {"launchTime": "2025-03-01T10:00:00.000Z", "instanceId": "i-0" + ip.replace(".", "").rjust(16, "a"),
+           "queueName": queue, "instanceType": "p3.2xlarge", "state": state, "nodeType": node_type,
+           "privateIpAddress": ip}  # fmt: skip
+    if node_type == "HeadNode":
+        doc.pop("queueName")
+    return doc
+
+
+def test_describe_cluster_instances_as_typed_values() -> None:
+    from ddpctl.infra.providers.pcluster import compute
+    from ddpctl.infra.providers.pcluster.cli import ClusterInstance
+
+    node = ClusterInstance.from_json({**_instance("10.77.0.12"), "publicIpAddress": "198.51.100.7", "poolName": None})
+    assert (node.instance_id, node.state, node.node_type, node.queue, node.private_ip, node.public_ip) == (
+        _instance("10.77.0.12")["instanceId"], "running", "ComputeNode", "gpu", "10.77.0.12", "198.51.100.7")  # fmt: skip
+    fleet = [ClusterInstance.from_json(d) for d in (
+        _instance("10.77.0.12"), _instance("10.77.0.9", "pending"), _instance("10.77.0.11"),
+        _instance("10.77.0.13", queue="cpu"), _instance("10.77.0.10", node_type="HeadNode"))]  # fmt: skip
+    assert [i.private_ip for i in compute.running(fleet)] == ["10.77.0.11", "10.77.0.12"]  # ddpctl's queue, by address
+    assert compute.fleet_summary(fleet, 3) == "2 of 3 running (1 pending)"
+    assert compute.fleet_summary([], 2) == "0 of 2 running"
+    assert compute.node_name(fleet[2]) == "ip-10-77-0-11"
+    scanned = "# 10.77.0.11:22 SSH-2.0-OpenSSH_9.2p1\n10.77.0.11 ssh-ed25519 AAAAC3one\n10.77.0.11 ecdsa-sha2-nistp256 AAAAE2two\n9.9.9.9 ssh-rsa AAAAB3x\n"
+    assert compute.parse_keyscan(scanned, ["10.77.0.11", "10.77.0.12"]) == {
+        "10.77.0.11": ["ssh-ed25519 AAAAC3one", "ecdsa-sha2-nistp256 AAAAE2two"], "10.77.0.12": []}  # fmt: skip
+
+
+def test_compute_nodes_ssh_config(tmp_path: Path) -> None:
+    """Each compute node through the head node (ProxyJump), each with its own strict known_hosts; a
+    ProxyJump of more than one hop is refused in one line (ddpctl follows one)."""
+    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.providers.pcluster import compute
+    from ddpctl.infra.providers.pcluster.cli import ClusterInstance
+    from ddpctl.infra.ssh import connect
+
+    head = Host(name="head", address="198.51.100.9", user="ubuntu", key_file="/k/id_ed25519", ssh_config="/k/ssh_config")
+    nodes = [ClusterInstance.from_json(_instance("10.0.1.23"))]
+    text = compute.ssh_config_text(head, "/k/known_hosts", nodes, tmp_path / "compute_known_hosts")
+    assert text.splitlines()[1:] == [
+        "Host ip-10-0-1-23", "    HostName 10.0.1.23", "    ProxyJump head", f"    UserKnownHostsFile {tmp_path}/compute_known_hosts",
+        "Host head", "    HostName 198.51.100.9", "    Port 22", "    UserKnownHostsFile /k/known_hosts",
+        "Host *", "    User ubuntu", "    IdentityFile /k/id_ed25519", "    IdentitiesOnly yes",
+        "    StrictHostKeyChecking yes", "    GlobalKnownHostsFile /dev/null",
+    ]  # fmt: skip
+    config = tmp_path / "ssh_config"
+    config.write_text("Host far\n    HostName 10.0.9.9\n    ProxyJump a,b\n")
+    with pytest.raises(DdpctlError) as exc:
+        connect(Host(name="far", address="far", ssh_config=str(config)))
+    assert str(exc.value) == "far: ProxyJump a,b has more than one hop: ddpctl follows one"
+
+
+def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
+    """A fleet that comes up over a few polls; one that never starts (one line: what to check, and
+    `ddpctl down`); one ParallelCluster gave up on (PROTECTED); a cluster that fails meanwhile."""
+    from ddpctl.infra.errors import DdpctlError
+
+    provider, plan = _recorded_provider(), _plan()
+    complete = {"clusterStatus": "CREATE_COMPLETE", "computeFleetStatus": "RUNNING"}
+    a, b = "10.77.0.11", "10.77.0.12"
+    progress: list[str] = []
+    starting = RecordedCli([complete], [[], [_instance(a, "pending"), _instance(b, "pending")], [_instance(a), _instance(b, "pending")],
+                                        [_instance(a), _instance(b, "pending")], [_instance(b), _instance(a), _instance("10.77.0.13", queue="cpu")]])  # fmt: skip
+    up = provider.wait_compute(starting, plan, progress.append)
+    assert [i.private_ip for i in up] == [a, b]
+    assert progress == [  # once per change, then the fleet as it is
+        "ddpctl-c1: compute nodes 0 of 2 running (0 s; waiting up to 30 min)",
+        "ddpctl-c1: compute nodes 0 of 2 running (2 pending) (0 s; waiting up to 30 min)",
+        "ddpctl-c1: compute nodes 1 of 2 running (1 pending) (0 s; waiting up to 30 min)",
+        "ddpctl-c1: compute nodes 2 of 2 running",
+    ]
+
+    provider.report_s = 0  # on a long wait with no change, a line every report_s all the same
+    progress.clear()
+    provider.wait_compute(RecordedCli([complete], [[_instance(a, "pending")]] * 3 + [[_instance(a), _instance(b)]]), plan, progress.append)
+    assert progress.count("ddpctl-c1: compute nodes 0 of 2 running (1 pending) (0 s; waiting up to 30 min)") == 3
+
+    provider.compute_timeout_s = 0.2
+    never = RecordedCli([complete], [[_instance(a, "pending"), _instance(b, "pending")]])
+    with pytest.raises(DdpctlError) as exc:
+        provider.wait_compute(never, plan, progress.append)
+    line = str(exc.value)
+    assert line == (
+        "the compute nodes of ddpctl-c1 did not all start in 0 s (0 of 2 running (2 pending)): check the vCPU quota "
+        "'Running On-Demand P instances' (L-417A185B) in us-east-1, capacity for p3.2xlarge in the subnet's zone, and "
+        "/var/log/parallelcluster/clustermgtd and slurm_resume.log on the head node; the cluster is billed until "
+        "`ddpctl down --name c1` deletes it"
+    )
+    spot = _plan(spot=True)
+    with pytest.raises(DdpctlError) as exc:
+        provider.wait_compute(RecordedCli([complete], [[]]), spot, progress.append)
+    assert "'All P Spot Instance Requests' (L-7212CCBC)" in str(exc.value) and "Spot capacity for p3.2xlarge" in str(exc.value)
+
+    protected = RecordedCli([{**complete, "computeFleetStatus": "PROTECTED"}], [[_instance(a, "pending")]])
+    with pytest.raises(DdpctlError) as exc:
+        provider.wait_compute(protected, plan, progress.append)
+    assert str(exc.value).startswith("ParallelCluster stopped launching the compute nodes of ddpctl-c1 (compute fleet PROTECTED")
+    assert "`ddpctl down --name c1` deletes the cluster" in str(exc.value)
+    failed = RecordedCli([{"clusterStatus": "UPDATE_FAILED", "failures": [{"failureReason": "boom"}]}], [[]])
+    with pytest.raises(DdpctlError) as exc:
+        provider.wait_compute(failed, plan, progress.append)
+    assert "ddpctl-c1 failed while its compute nodes started (boom)" in str(exc.value)
+    for bad in ("soon", "-1", "inf"):
+        with pytest.raises(Exception) as exc:
+            type(provider)(env={"DDPCTL_PCLUSTER_POLL_S": bad}).poll()
+        assert str(exc.value).startswith(f"DDPCTL_PCLUSTER_POLL_S={bad} is not a number of seconds")
 
 
 def _spec():
@@ -570,6 +697,153 @@ def test_crash_after_each_step_then_down_leaves_nothing(pc: PcEnv, step: str) ->
     pc.assert_clean()
 
 
+#: A stand-in ``pcluster``: answers from ``answers.json`` in $DDPCTL_TEST_PCLUSTER_DIR, each
+#: command's answers in order (the last one repeating), every call logged to ``calls.jsonl``.
+#: describe-cluster is "not found" before create-cluster and after delete-cluster (one
+#: DELETE_IN_PROGRESS first), as ParallelCluster's is; tags "from-config" are the Tags of the
+#: configuration create-cluster got, as ParallelCluster puts them on its stack.
+STANDIN = r"""
+import json, os, sys
+args, here = sys.argv[1:], os.environ["DDPCTL_TEST_PCLUSTER_DIR"]
+def path(name): return os.path.join(here, name)
+with open(path("calls.jsonl"), "a") as f: f.write(json.dumps(args) + "\n")
+answers = json.load(open(path("answers.json")))
+state = json.load(open(path("state.json"))) if os.path.exists(path("state.json")) else {"counts": {}}
+command, name = args[0], args[args.index("--cluster-name") + 1] if "--cluster-name" in args else ""
+missing = {"message": f"Cluster '{name}' does not exist or belongs to an incompatible ParallelCluster major version."}
+def next_answer(key):
+    seq, n = answers.get(key) or [{"message": f"stand-in: no answer recorded for {key}"}], state["counts"].get(key, 0)
+    state["counts"][key] = n + 1
+    return seq[min(n, len(seq) - 1)]
+if command == "create-cluster":
+    import yaml
+    config = yaml.safe_load(open(args[args.index("--cluster-configuration") + 1]))
+    state["tags"], state["created"] = config.get("Tags", []), True
+    doc = {"cluster": {"clusterName": name, "clusterStatus": "CREATE_IN_PROGRESS"}}
+elif command == "delete-cluster":
+    state["deleted"] = state.get("deleted", 0) + 1 if state.get("created") else 0
+    doc = {"cluster": {"clusterName": name, "clusterStatus": "DELETE_IN_PROGRESS"}} if state.get("created") else missing
+elif command == "describe-cluster":
+    if not state.get("created"):
+        doc = missing
+    elif state.get("deleted"):
+        doc = {"clusterName": name, "clusterStatus": "DELETE_IN_PROGRESS", "tags": []} if state["deleted"] == 1 else missing
+        state["deleted"] += 1
+        state["created"] = state["deleted"] < 3
+    else:
+        doc = dict(next_answer(command), clusterName=name)
+    if doc.get("tags") == "from-config":
+        doc["tags"] = [{"key": t["Key"], "value": t["Value"]} for t in state.get("tags", [])]
+else:
+    doc = next_answer(command)
+json.dump(state, open(path("state.json"), "w"))
+print(json.dumps(doc, indent=2))
+sys.exit(1 if "message" in doc else 0)
+"""
+
+
+class StandIn:
+    """A stand-in ``pcluster`` (STANDIN) whose Python is ``python`` (the real install's, for the schema check)."""
+
+    def __init__(self, tmp: Path, python: str, answers: dict[str, list[Any]]) -> None:
+        self.dir = tmp / "standin"
+        self.dir.mkdir()
+        self.exe = self.dir / "pcluster"
+        self.exe.write_text(f"#!{python}\n{STANDIN}")
+        self.exe.chmod(0o755)
+        (self.dir / "answers.json").write_text(json.dumps(answers))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DDPCTL_PCLUSTER": str(self.exe), "DDPCTL_TEST_PCLUSTER_DIR": str(self.dir)}
+
+    def calls(self) -> list[list[str]]:
+        path = self.dir / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_describe_cluster_instances_pages(tmp_path: Path) -> None:
+    """Every page (nextToken) of describe-cluster-instances; an error answer is one line."""
+    from ddpctl.infra.providers.pcluster.cli import Install, PclusterCli, PclusterError
+
+    first = {"instances": [_instance("10.77.0.11"), _instance("10.77.0.12", "pending")], "nextToken": "page-2"}
+    standin = StandIn(tmp_path, sys.executable, {"describe-cluster-instances": [
+        first, {"instances": [_instance("10.77.0.13")]},
+        {"message": "Bad Request: Failed to retrieve cluster instances. Throttling"}]})  # fmt: skip
+    cli = PclusterCli(Install(str(standin.exe), sys.executable), REGION, tmp_path / "pc.log", {**os.environ, **standin.env})
+    nodes = cli.compute_instances("ddpctl-c1")
+    assert [(n.private_ip, n.state) for n in nodes] == [("10.77.0.11", "running"), ("10.77.0.12", "pending"), ("10.77.0.13", "running")]
+    base = ["describe-cluster-instances", "--cluster-name", "ddpctl-c1", "--node-type", "ComputeNode"]
+    assert standin.calls() == [[*base, "--region", REGION], [*base, "--next-token", "page-2", "--region", REGION]]
+    with pytest.raises(PclusterError) as exc:
+        cli.compute_instances("ddpctl-c1")
+    assert str(exc.value) == "pcluster describe-cluster-instances failed in us-east-1: Bad Request: Failed to retrieve cluster instances. Throttling"
+
+
+def test_describe_cluster_instances_against_moto(pc: PcEnv, install, tmp_path: Path) -> None:
+    """The real CLI's describe-cluster-instances: instances found by ParallelCluster's tags."""
+    from ddpctl.infra.providers.pcluster import compute
+    from ddpctl.infra.providers.pcluster.cli import PclusterCli
+
+    def launch(node_type: str, count: int, queue: str = "") -> list[str]:
+        tags = [{"Key": "parallelcluster:cluster-name", "Value": "ddpctl-c1"}, {"Key": "parallelcluster:node-type", "Value": node_type}]
+        tags += [{"Key": "parallelcluster:queue-name", "Value": queue}] if queue else []
+        made = pc.moto.ec2.run_instances(ImageId=NEWEST_DLAMI, InstanceType="g5.xlarge", MinCount=count, MaxCount=count,
+                                         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])  # fmt: skip
+        return sorted(i["InstanceId"] for i in made["Instances"])
+
+    launch("HeadNode", 1)
+    gpu, cpu = launch("Compute", 2, "gpu"), launch("Compute", 1, "cpu")
+    cli = PclusterCli(install, REGION, tmp_path / "pc.log", pc.env())
+    nodes = cli.compute_instances("ddpctl-c1")
+    assert sorted(n.instance_id for n in nodes) == sorted(gpu + cpu)
+    assert {n.node_type for n in nodes} == {"ComputeNode"} and all(n.private_ip and n.launch_time for n in nodes)
+    assert sorted(n.instance_id for n in compute.running(nodes)) == gpu
+    pc.moto.ec2.terminate_instances(InstanceIds=gpu[:1])  # gone from the list, as on AWS
+    assert sorted(n.instance_id for n in compute.running(cli.compute_instances("ddpctl-c1"))) == gpu[1:]
+    assert cli.compute_instances("ddpctl-other") == []
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_compute_fleet_that_never_starts(pc: PcEnv, install, keep: bool) -> None:
+    """`ddpctl up` through a stand-in pcluster whose cluster completes but whose compute nodes stay
+    pending: the wait ends with one line (what to check, `ddpctl down`), no traceback, and the
+    cluster is deleted, by `ddpctl down` (--no-down-on-failure) or by up itself."""
+    complete = {"clusterStatus": "CREATE_COMPLETE", "cloudFormationStackStatus": "CREATE_COMPLETE",
+                "computeFleetStatus": "RUNNING", "tags": "from-config",
+                "headNode": {"instanceId": "i-0head", "state": "running", "privateIpAddress": "10.0.0.10"}}  # fmt: skip
+    pending = {"instances": [_instance("10.0.0.21", "pending"), _instance("10.0.0.22", "pending")]}
+    standin = StandIn(pc.tmp, install.python, {
+        "describe-cluster": [{"clusterStatus": "CREATE_IN_PROGRESS", "tags": "from-config"}, complete],
+        "describe-cluster-instances": [{"instances": []}, pending]})  # fmt: skip
+    extra = {**standin.env, "DDPCTL_PCLUSTER_POLL_S": "0.05", "DDPCTL_PCLUSTER_COMPUTE_TIMEOUT_S": "1"}
+    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
+                "--ssh-cidr", SSH_CIDR, *(["--no-down-on-failure"] if keep else []), **extra)  # fmt: skip
+    assert up.returncode == 1, up.stderr
+    assert "Traceback" not in up.stderr
+    assert "ddpctl-c1: CREATE_IN_PROGRESS" in up.stderr
+    assert "ddpctl-c1: compute nodes 0 of 2 running (0 s; waiting up to 1 s)" in up.stderr
+    assert "ddpctl-c1: compute nodes 0 of 2 running (2 pending) (" in up.stderr
+    assert up.stderr.strip().splitlines()[-1] == (
+        "Error: the compute nodes of ddpctl-c1 did not all start in 1 s (0 of 2 running (2 pending)): check the vCPU "
+        "quota 'Running On-Demand G and VT instances' (L-DB2E81BA) in us-east-1, capacity for g5.xlarge in the subnet's "
+        "zone, and /var/log/parallelcluster/clustermgtd and slurm_resume.log on the head node; the cluster is billed "
+        "until `ddpctl down --name c1` deletes it"
+    )
+    assert ["create-cluster", "--cluster-name", "ddpctl-c1"] == standin.calls()[1][:3]  # after the name check
+    if keep:
+        assert "kept what was made (--no-down-on-failure)" in up.stderr
+        state = json.loads((pc.home / "clusters" / "c1.json").read_text())
+        assert {r["kind"]: r["status"] for r in state["resources"]}["cluster"] == "created"
+        assert pc.added()["vpcs"]
+        down = pc.ok("down", **extra)
+    else:
+        down = up
+    assert "deleting ddpctl-c1 (CREATE_COMPLETE)" in down.stderr and "is down" in down.stderr, down.stderr
+    assert [c[0] for c in standin.calls()].count("delete-cluster") == 1
+    pc.assert_clean()
+
+
 def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
     args = ("up", "--provider", "pcluster", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--dry-run")
     bare_path = "/usr/bin:/bin"
@@ -584,6 +858,107 @@ def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
     assert up.returncode == 1 and "not installed" in up.stderr
     pc.assert_clean()
     assert tree(pc.home) == []
+
+
+# ---- `ddpctl check` on the compute nodes, through the head node, on the test cluster -----------
+
+
+class Console:
+    """EC2's console output of the head node, as cloud-init prints it: the test node's host key."""
+
+    def __init__(self, testbed: Testbed, address: str) -> None:
+        rows = [line.split()[1:3] for line in testbed.known_hosts.read_text().splitlines() if address in line.split()[0].split(",")]
+        self.text = "\n".join(["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"])
+
+    def console_output(self, instance_id: str) -> str:
+        return self.text
+
+
+@pytest.fixture
+def bastion(testbed: Testbed):
+    """The test cluster behind its head node: from here only node0 answers; node1 and node2 are
+    reachable from node0 alone, as a ParallelCluster's compute nodes are (../shared/testbed.md)."""
+    behind = [ip for _, ip in testbed.nodes[1:]]
+    for ip in behind:
+        subprocess.run(["ip", "route", "add", "prohibit", f"{ip}/32"], check=True)
+    try:
+        yield testbed
+    finally:
+        for ip in behind:
+            subprocess.run(["ip", "route", "del", "prohibit", f"{ip}/32"], check=False)
+
+
+@pytest.mark.slow
+def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_path: Path) -> None:
+    """`ddpctl check` on a ParallelCluster: node0 stands for the head node (recorded and configured
+    as `up` does once CREATE_COMPLETE), node1 and node2 for the compute nodes that a (stand-in)
+    describe-cluster-instances lists, which this machine cannot reach but through node0. Their host
+    keys are read on node0 with ssh-keyscan; the links between them are checked over SSH through
+    node0, strictly."""
+    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
+    from ddpctl.infra.providers.pcluster.provider import PclusterProvider, _Up
+    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.ssh import connect
+    from ddpctl.infra.state import StateStore
+
+    testbed = bastion
+    direct = subprocess.run(["ssh", "-F", str(testbed.ssh_config), "node1", "true"], capture_output=True, text=True, timeout=30)
+    assert direct.returncode != 0  # the topology is honest: no way to node1 but through node0
+    home, shared_home = tmp_path / "home", tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared
+    store = StateStore(home)
+    spec = ClusterSpec(
+        name="pc", provider="pcluster", nodes=2, region=REGION, ssh_user="root",
+        playbook_vars={**GROUP_VARS, "ddpctl_node_dir": str(shared_home / "ddpctl"),
+                       "ansible_python_interpreter": "/usr/bin/python3"},
+    )  # fmt: skip
+    provider = PclusterProvider(caller_address=lambda: "203.0.113.9", env={})
+    state = provider.plan(spec, store)
+    plan = provider.pcluster_plan(state, store)
+    Path(plan.aws.cluster_dir).mkdir(parents=True, mode=0o700)
+    shutil.copy(testbed.key, plan.aws.key_path)  # the cluster's key, which the test nodes trust
+    head = HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large")
+    info = ClusterInfo(name=plan.pcluster_name, status="CREATE_COMPLETE", stack_status="CREATE_COMPLETE", fleet_status="RUNNING", head=head)
+    _Up(state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider).finish(info)
+    assert state.status == "up"
+
+    ips = [ip for _, ip in testbed.nodes[1:]]
+    listed = {"instances": [_instance(ips[1]), _instance("10.77.0.13", "pending"), _instance(ips[0])]}
+    ghost = {"instances": [_instance(ips[0]), _instance("10.77.0.13")]}  # "running", but no such node
+    standin = StandIn(tmp_path, sys.executable, {"describe-cluster-instances": [listed, listed, ghost]})
+    env = {**os.environ, "DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp_path / "ansible-home"), **standin.env}
+    result = ddpctl("check", "--json", "--size-mb", "4", env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    names = ["ip-10-77-0-11", "ip-10-77-0-12"]
+    assert doc["ok"] is True and {(r["from"], r["to"], r["result"]) for r in doc["reachability"]} == {
+        (names[0], names[1], "ok"), (names[1], names[0], "ok")}  # fmt: skip
+    assert [(b["a"], b["b"]) for b in doc["bandwidth"]] == [tuple(names)] and doc["bandwidth"][0]["busbw_gbps"] > 0
+    assert "2 compute node(s) running (10.77.0.11, 10.77.0.12): reaching them through the head node 10.77.0.10" in result.stderr
+    cluster_dir = Path(plan.aws.cluster_dir)
+    scanned = {tuple(line.split()) for line in (cluster_dir / "compute_known_hosts").read_text().splitlines()}
+    expected = {(ip, *line.split()[1:3]) for line in testbed.known_hosts.read_text().splitlines()
+                for ip in ips if ip in line.split()[0].split(",")}  # fmt: skip
+    assert expected and expected <= scanned  # the nodes' own keys, read on node0
+    ssh_config = cluster_dir / "compute_ssh_config"
+    plain = subprocess.run(["ssh", "-F", str(ssh_config), names[0], "hostname"], capture_output=True, text=True, timeout=30)
+    assert plain.returncode == 0 and plain.stdout.strip() == "node1", plain.stderr  # the file works for OpenSSH too
+    text = ddpctl("check", "--no-bandwidth", env=env, timeout=120)
+    assert text.returncode == 0 and f"{names[0]} <-> {names[1]}" in text.stderr, text.stderr
+
+    # strict through the jump: a compute node's key that is not the one read on node0 is refused
+    (cluster_dir / "compute_known_hosts").write_text("".join(f"{ip} {Console(testbed, ips[1]).text.splitlines()[1]}\n" for ip in ips))
+    with pytest.raises(DdpctlError) as exc:
+        connect(Host(name=names[0], address=names[0], ssh_config=str(ssh_config)), timeout=10)
+    assert str(exc.value).startswith(f"{names[0]} (root@10.77.0.11:22): ") and "\n" not in str(exc.value)
+    ghosted = ddpctl("check", "--no-bandwidth", env=env, timeout=120)
+    assert ghosted.returncode == 1 and "Traceback" not in ghosted.stderr
+    assert ghosted.stderr.strip().splitlines()[-1] == (
+        "Error: the head node could not read the SSH host key of 10.77.0.13 (ssh-keyscan: no answer in 5 s): "
+        "are those compute nodes up, with sshd running?"
+    ), ghosted.stderr
+    store.delete("pc")  # `down` would delete the ParallelCluster: there is none
 
 
 def test_head_node_playbook_vars() -> None:

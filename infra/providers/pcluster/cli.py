@@ -35,6 +35,7 @@ INSTALL_HINT = (
 )
 CALL_TIMEOUT_S = 300.0
 CREATE_TIMEOUT_S = 1200.0  # validation, CDK synthesis (Node.js) and the template upload
+MAX_PAGES = 100  # of describe-cluster-instances (EC2 gives up to 1000 instances a page)
 
 DRYRUN_OK = "Request would have succeeded, but DryRun flag is set."
 NOT_FOUND_RE = re.compile(r"Cluster '[^']*' does not exist")
@@ -141,6 +142,33 @@ class ClusterInfo:
     @property
     def failed(self) -> bool:
         return self.status.endswith("_FAILED") or self.stack_status.startswith("ROLLBACK")
+
+
+@dataclass(frozen=True)
+class ClusterInstance:
+    """One instance of ``pcluster describe-cluster-instances`` (its API model ``ClusterInstance``)."""
+
+    instance_id: str
+    instance_type: str
+    state: str  # pending, running, shutting-down, terminated, stopping, stopped
+    node_type: str  # HeadNode, ComputeNode, LoginNode
+    private_ip: str
+    public_ip: str = ""
+    queue: str = ""  # compute nodes: the Slurm queue
+    launch_time: str = ""
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClusterInstance:
+        return cls(
+            instance_id=str(doc.get("instanceId", "")),
+            instance_type=str(doc.get("instanceType", "")),
+            state=str(doc.get("state", "") or ""),
+            node_type=str(doc.get("nodeType", "") or ""),
+            private_ip=str(doc.get("privateIpAddress", "") or ""),
+            public_ip=str(doc.get("publicIpAddress", "") or ""),
+            queue=str(doc.get("queueName", "") or ""),
+            launch_time=str(doc.get("launchTime", "") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -288,11 +316,25 @@ class PclusterCli:
             for c in doc["clusters"]
         ]
 
-    def compute_instances(self, name: str) -> list[dict[str, Any]]:
-        doc = self._run(["describe-cluster-instances", "--cluster-name", name, "--node-type", "ComputeNode"])
-        if "instances" not in doc:
-            raise PclusterError(explain(doc, "describe-cluster-instances", self.region))
-        return list(doc["instances"])
+    def instances(self, name: str, node_type: str = "ComputeNode") -> list[ClusterInstance]:
+        """describe-cluster-instances of one node type, every page (``nextToken``) of it. Instances
+        that are not pending, running, stopping or stopped are not listed (ParallelCluster's filter)."""
+        found: list[ClusterInstance] = []
+        token, seen = "", set()
+        for _ in range(MAX_PAGES):
+            args = ["describe-cluster-instances", "--cluster-name", name, "--node-type", node_type]
+            doc = self._run([*args, "--next-token", token] if token else args)
+            if not isinstance(doc.get("instances"), list):
+                raise PclusterError(explain(doc, "describe-cluster-instances", self.region))
+            found += [ClusterInstance.from_json(i) for i in doc["instances"] if isinstance(i, dict)]
+            token = str(doc.get("nextToken") or "")
+            if not token or token in seen:
+                return found
+            seen.add(token)
+        raise PclusterError(f"pcluster describe-cluster-instances gave more than {MAX_PAGES} pages for {name}: see {self.log_file}")
+
+    def compute_instances(self, name: str) -> list[ClusterInstance]:
+        return self.instances(name, "ComputeNode")
 
 
 def _last_error(log_file: Path) -> str:

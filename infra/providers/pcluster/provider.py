@@ -7,10 +7,16 @@ network). Then, each step recorded before it is made (as the aws provider does, 
 the cluster dir, the ed25519 key, the network (VPC, internet gateway, route, subnet), the key
 pair, the configuration file, and ``pcluster create-cluster``; then describe-cluster is polled
 until CREATE_COMPLETE (or a failure, reported in one line), the static compute nodes are waited
-for, and the head node is recorded as the cluster's login node with ``launcher = "sbatch"``.
+for (describe-cluster-instances; ``compute.py``: a fleet that never starts ends the wait with one
+line on what to check), and the head node is recorded as the cluster's login node with
+``launcher = "sbatch"``. ``DDPCTL_PCLUSTER_POLL_S`` and ``DDPCTL_PCLUSTER_COMPUTE_TIMEOUT_S`` set
+the waits (30 s between polls, 30 min for the compute nodes).
 Last, playbooks/site.yml configures the head node (``configure_head``): the Python env with
 PyTorch's CUDA wheels, the env file and the training bundle go to its /home, which ParallelCluster
 NFS-exports to every compute node, so that sbatch jobs find them there.
+
+``check`` (``check_targets``): the running compute nodes, reached through the head node, their
+host keys read on the head node (``compute.py`` says why that is trusted).
 
 ``down``: delete-cluster, wait until describe-cluster no longer finds it (not found = gone), then
 the key pair and network ddpctl made. Only a cluster tagged with this state's cluster id is ever
@@ -35,7 +41,7 @@ from typing import Any
 
 from ...ansible import PlayReport
 from ...configure import record_nodes, run_site
-from ...errors import DdpctlError
+from ...errors import DdpctlError, UsageError
 from ...inventory import Host
 from ...launch.supervise import OutputLine
 from ...spec import DEFAULT_PORT, ClusterSpec
@@ -44,13 +50,16 @@ from ..aws import configure, keys, pricing
 from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, ssh_cidr_for
 from ..aws.provider import lookup_caller_address, record_step, with_defaults
 from ..base import Progress
-from . import network, schema
-from .cli import ClusterInfo, Install, PclusterCli, find_pcluster
+from . import compute, network, schema
+from .cli import ClusterInfo, ClusterInstance, Install, PclusterCli, find_pcluster
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, pcluster_name, settings_from_env, to_yaml
 from .plan import HEAD_TAGS, PclusterPlan, plan_from_spec
 
 #: --dry-run without --ssh-cidr: a documentation address stands in for yours (looked up at `up`).
 DRY_RUN_CIDR = "192.0.2.1/32"
+#: The waits' settings (seconds): between two describe calls, and for the compute nodes to start.
+ENV_POLL_S = "DDPCTL_PCLUSTER_POLL_S"
+ENV_COMPUTE_TIMEOUT_S = "DDPCTL_PCLUSTER_COMPUTE_TIMEOUT_S"
 
 
 @dataclass
@@ -70,6 +79,7 @@ class PclusterProvider:
     create_timeout_s = 3600.0
     compute_timeout_s = 1800.0
     delete_timeout_s = 3600.0
+    report_s = 300.0  # a progress line at least this often while a wait shows no change
 
     def __init__(
         self, caller_address: Callable[[], str] = lookup_caller_address, env: Mapping[str, str] | None = None
@@ -180,6 +190,7 @@ class PclusterProvider:
 
         plan = self.pcluster_plan(state, store)
         install = find_pcluster(self.env)
+        _ = self.poll(), self.compute_timeout()  # a bad wait setting is one line, before anything is made
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             zone = ""
@@ -222,24 +233,46 @@ class PclusterProvider:
                 last, last_report = info.status, now
             if now - start > self.create_timeout_s:
                 raise DdpctlError(f"{plan.pcluster_name} still {info.status} after {self.create_timeout_s / 60:.0f} min")
-            time.sleep(self.poll_s)
+            time.sleep(self.poll())
 
-    def wait_compute(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> None:
-        """Static compute nodes start after CREATE_COMPLETE; a job submitted before would only wait."""
-        start, last = time.monotonic(), -1
+    def wait_compute(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> list[ClusterInstance]:
+        """Static compute nodes start after CREATE_COMPLETE (clustermgtd launches them); a job
+        submitted before would only pend. Polls describe-cluster-instances (and describe-cluster, for
+        a fleet ParallelCluster gave up on) until ``--nodes`` of them run, with a progress line
+        whenever the fleet changes and every few minutes while it does not."""
+        want, poll, timeout = plan.aws.count, self.poll(), self.compute_timeout()
+        start = time.monotonic()
+        last, last_report = "", start
         while True:
-            running = sum(1 for i in cli.compute_instances(plan.pcluster_name) if i.get("state") == "running")
-            if running >= plan.aws.count:
-                return
-            if running != last:
-                progress(f"{plan.pcluster_name}: {running} of {plan.aws.count} compute node(s) running")
-                last = running
-            if time.monotonic() - start > self.compute_timeout_s:
-                raise DdpctlError(
-                    f"only {running} of {plan.aws.count} x {plan.aws.instance_type} started in "
-                    f"{self.compute_timeout_s / 60:.0f} min (capacity or quota?): see the EC2 console"
-                )
-            time.sleep(self.poll_s)
+            instances = cli.compute_instances(plan.pcluster_name)
+            summary = compute.fleet_summary(instances, want)
+            up = compute.running(instances)
+            if len(up) >= want:
+                progress(f"{plan.pcluster_name}: compute nodes {summary}")
+                return up
+            info = cli.describe(plan.pcluster_name)
+            if info is None or info.failed:
+                why = "it is gone" if info is None else "; ".join(info.failures) or info.status
+                raise DdpctlError(f"{plan.pcluster_name} failed while its compute nodes started ({why}): "
+                                  f"`ddpctl down --name {plan.cluster}` deletes what is left")  # fmt: skip
+            if info.fleet_status == "PROTECTED":
+                raise DdpctlError(compute.protected(plan, summary))
+            now = time.monotonic()
+            if summary != last or now - last_report >= self.report_s:
+                progress(f"{plan.pcluster_name}: compute nodes {summary} ({compute.duration(now - start)}; "
+                         f"waiting up to {compute.duration(timeout)})")  # fmt: skip
+                last, last_report = summary, now
+            if now - start >= timeout:
+                raise DdpctlError(compute.not_started(plan, summary, timeout))
+            time.sleep(poll)
+
+    def poll(self) -> float:
+        """Seconds between two describe calls: ``DDPCTL_PCLUSTER_POLL_S``, else ``poll_s``."""
+        return _seconds(self.env, ENV_POLL_S, self.poll_s)
+
+    def compute_timeout(self) -> float:
+        """How long ``up`` waits for the compute nodes: ``DDPCTL_PCLUSTER_COMPUTE_TIMEOUT_S``, else ``compute_timeout_s``."""
+        return _seconds(self.env, ENV_COMPUTE_TIMEOUT_S, self.compute_timeout_s)
 
     # ---- down ------------------------------------------------------------------------------------
 
@@ -310,7 +343,7 @@ class PclusterProvider:
                     f"{plan.pcluster_name} still {info.status} after {self.delete_timeout_s / 60:.0f} min: "
                     f"run `ddpctl down --name {state.name}` again"
                 )
-            time.sleep(self.poll_s)
+            time.sleep(self.poll())
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R --provider pcluster`` with no state file: the
@@ -360,6 +393,18 @@ class PclusterProvider:
         cluster_dir = Path(plan.aws.cluster_dir)
         return configure_head(state, str(configure.inventory_path(cluster_dir)), cluster_dir / "keys", progress,
                               plan.head_playbook_vars(), tags=tags or HEAD_TAGS)  # fmt: skip
+
+    def check_targets(
+        self, state: ClusterState, progress: Progress
+    ) -> tuple[ClusterState, Callable[[Callable[[OutputLine], None]], object]]:
+        """What ``ddpctl check`` tests: the running compute nodes (describe-cluster-instances), which
+        run the jobs, each reached through the head node (``compute.check_view``), not the login
+        node alone."""
+        plan = self.pcluster_plan(state, StateStore())
+        install = find_pcluster(self.env)
+        with self._cli(install, plan, Path(plan.log_path)) as cli:
+            instances = cli.compute_instances(plan.pcluster_name)
+        return compute.check_view(state, instances, Path(plan.aws.cluster_dir), progress)
 
     def preflight(self, state: ClusterState) -> None:
         """Nothing to check from here: Slurm on the head node schedules the job."""
@@ -492,6 +537,19 @@ def configure_head(
     [node] = record_nodes([head], report, {})
     state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
     return report
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"{name}={raw} is not a number of seconds: give one >= 0, or unset it for {default:g}")
+    return value
 
 
 def _only(state: ClusterState, kind: str) -> Resource:
