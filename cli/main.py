@@ -192,7 +192,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
       ddpctl up --provider aws --nodes 2 --region us-west-2 --spot
       ddpctl up --provider pcluster --nodes 2 --dry-run   # config, schema, create-cluster --dryrun
     """
-    from ddpctl.infra import clusters
+    from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
     from ddpctl.infra.spec import ClusterSpec, parse_env
 
@@ -221,6 +221,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"), **kwargs,
     )  # fmt: skip
     store = _store()
+    click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))  # one command at a time
     provider_impl, state = clusters.plan_up(spec, store)
     if dry_run:
         cloud = provider in ("aws", "pcluster")
@@ -312,7 +313,7 @@ def down(name, all_, region, lost_provider, as_json) -> int:
     aws cluster whose state file is lost (add `--provider pcluster` for a ParallelCluster one).
     Running `down` twice is fine.
     """
-    from ddpctl.infra import clusters
+    from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
 
     from .output import Output
@@ -330,6 +331,7 @@ def down(name, all_, region, lost_provider, as_json) -> int:
             from ddpctl.infra.spec import ClusterSpec
 
             ClusterSpec(name=name, provider=lost_provider, region=region)  # checks both
+            click.get_current_context().with_resource(locks.cluster(store, name, "down"))
             get_provider(lost_provider).down_lost(name, region, store, out.progress)
             if as_json:
                 out.document({"ok": True, "down": [name]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from . import locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import get_provider
 from .providers.base import Progress, Provider
@@ -46,7 +47,17 @@ def configure(
     from .configure import check_tags
 
     tags = check_tags(tags)
-    state = load(store, name)
+    resolved = resolve_name(store, name)
+    if resolved is None:
+        raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up`")
+    with locks.cluster(store, resolved, "configure"):
+        return _configure(store, resolved, progress, playbook_vars, tags)
+
+
+def _configure(
+    store: StateStore, name: str, progress: Progress, playbook_vars: dict[str, str], tags: str | None
+) -> tuple[ClusterState, PlayReport]:
+    state = store.load(name)
     if state.spec.provider not in PLAYBOOK_PROVIDERS:
         raise UsageError(
             f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(PLAYBOOK_PROVIDERS)}"
@@ -60,8 +71,9 @@ def configure(
 
 
 def down(name: str, store: StateStore, progress: Progress) -> ClusterState:
-    state = store.load(name)
-    get_provider(state.spec.provider).down(state, store, progress)
+    with locks.cluster(store, name, "down"):
+        state = store.load(name)
+        get_provider(state.spec.provider).down(state, store, progress)
     return state
 
 

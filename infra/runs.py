@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import clusters
+from . import clusters, locks
 from .check import head_reach_plan
 from .jobs import BUNDLE_DIR, resolve_job
 from .errors import UsageError
@@ -123,6 +123,7 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     The cluster is brought up again if the run owned it and it is gone; whatever is left of the
     earlier attempt is stopped first; the job picks up from its snapshot.
     """
+    locks.check_run_free(store, run_id)
     opts, owned = resume_options(run_id, store)
     if not owned and not store.exists(opts.name):
         raise UsageError(
@@ -212,9 +213,25 @@ def execute(
 ) -> RunResult:
     """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
     prep.provider.preflight(prep.cluster)
+    name, run_id = prep.cluster.name, prep.run.run_id
+    with locks.run(store, run_id, f"run {run_id} ({prep.run.job})"):
+        bring_up = prep.ephemeral and not store.exists(name)
+        hold = locks.ClusterLock(store, name, f"run {run_id} ({prep.run.job})").take(shared=not bring_up)
+        try:
+            if bring_up:
+                clusters.up(prep.provider, prep.cluster, store, progress)
+                hold.share()  # up: other runs may use it, nothing may change it
+            elif prep.ephemeral and store.load(name).cluster_id != prep.cluster.cluster_id:
+                raise locks.Busy(f"cluster {name!r} was just brought up by another command: run again to use it")
+            return _execute(prep, store, sink, progress, hold)
+        finally:
+            hold.release()
+
+
+def _execute(
+    prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress, hold: locks.ClusterLock
+) -> RunResult:
     run_dir = store.run_dir(prep.run.run_id)
-    if prep.ephemeral and not store.exists(prep.cluster.name):
-        clusters.up(prep.provider, prep.cluster, store, progress)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         job = prep.options.job
@@ -240,7 +257,12 @@ def execute(
                 result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         if prep.ephemeral:
-            prep.provider.down(store.load(prep.cluster.name), store, progress)
+            if hold.try_exclusive():
+                prep.provider.down(store.load(prep.cluster.name), store, progress)
+            else:
+                users = ", ".join(h.describe() for h in hold.others()) or "another run"
+                progress(f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
+                         f"{prep.cluster.name}` after that")  # fmt: skip
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result

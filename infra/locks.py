@@ -1,0 +1,183 @@
+"""Who may change a cluster now: one command at a time, by ``flock`` on files in the state home.
+
+``up``, ``down`` and ``configure`` hold a cluster exclusively; a ``run`` holds it shared, so
+several runs may use one cluster while none of those commands can change it under them (``down``
+during a run is refused, naming the run). Every run also holds a lock of its own while it is
+alive, so ``run --resume ID`` refuses a run that still runs. A second command is refused at once,
+in one line that says who holds the cluster (command, pid, since when). The kernel releases a
+lock when its process dies, so a crashed or killed command leaves no stale lock: the next one
+takes it over.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import DdpctlError
+from .state import StateStore
+
+
+class Busy(DdpctlError):
+    """Another ddpctl command holds the cluster (or the run)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    command: str  # e.g. "up", "run r1234 (mnist)"
+    pid: int
+    since: float
+
+    def describe(self) -> str:
+        return f"`ddpctl {self.command}` (pid {self.pid}) since {time.strftime('%H:%M:%S', time.localtime(self.since))}"
+
+
+class _Lock:
+    """One lock file; holders write who they are beside it (``<lock>.d/<pid>.json``), for messages."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.holders_dir = path.with_name(path.name + ".d")
+        self.fd: int | None = None
+
+    def acquire(self, command: str, shared: bool) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.holders_dir.mkdir(exist_ok=True, mode=0o700)
+        me = Holder(command, os.getpid(), time.time())
+        (self.holders_dir / f"{me.pid}.json").write_text(json.dumps(asdict(me)))
+        return True
+
+    def release(self) -> None:
+        (self.holders_dir / f"{os.getpid()}.json").unlink(missing_ok=True)
+        if self.fd is not None:
+            os.close(self.fd)  # releases the flock
+            self.fd = None
+
+    def holders(self) -> list[Holder]:
+        """Who holds it now (processes that are gone are not listed)."""
+        out = []
+        for file in sorted(self.holders_dir.glob("*.json")) if self.holders_dir.is_dir() else []:
+            try:
+                holder = Holder(**json.loads(file.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            if holder.pid != os.getpid() and _alive(holder.pid):
+                out.append(holder)
+        return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cluster_lock(store: StateStore, name: str) -> _Lock:
+    return _Lock(store.clusters_dir / f".{name}.lock")
+
+
+def _run_lock(store: StateStore, run_id: str) -> _Lock:
+    return _Lock(store.home / "runs" / f".{run_id}.lock")
+
+
+class ClusterLock:
+    """A command's hold on one cluster: exclusive (up, down, configure) or shared (a run)."""
+
+    def __init__(self, store: StateStore, name: str, command: str) -> None:
+        self.lock, self.name, self.command = _Lock(store.clusters_dir / f".{name}.lock"), name, command
+
+    def take(self, *, shared: bool = False) -> ClusterLock:
+        if not self.lock.acquire(self.command, shared):
+            self.lock.release()
+            raise self._busy(shared)
+        return self
+
+    def share(self) -> None:
+        """Keep holding it, shared: other runs may use the cluster now (an owned cluster that is up)."""
+        if self.lock.fd is not None:
+            fcntl.flock(self.lock.fd, fcntl.LOCK_SH)
+
+    def try_exclusive(self) -> bool:
+        """Hold it exclusively again if no other command uses it now (to take an owned cluster down)."""
+        if self.lock.fd is None:
+            return False
+        try:
+            fcntl.flock(self.lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def others(self) -> list[Holder]:
+        return self.lock.holders()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def _busy(self, shared: bool) -> Busy:
+        holders = self.lock.holders()
+        runs = [h for h in holders if h.command.startswith("run ")]
+        if runs and not shared:
+            return Busy(
+                f"cluster {self.name!r} is in use by {', '.join(h.describe() for h in runs)}: wait for the run to end, "
+                f"or stop it (Ctrl-C where it runs, or `kill {runs[0].pid}`), then `ddpctl {self.command.split()[0]}` again"
+            )
+        who = ", ".join(h.describe() for h in holders) or "another ddpctl command"
+        return Busy(f"cluster {self.name!r} is busy: {who} is changing it; wait for it to finish, then try again")
+
+
+@contextmanager
+def cluster(store: StateStore, name: str, command: str, *, shared: bool = False) -> Iterator[ClusterLock]:
+    """Hold cluster ``name`` for ``command`` (``shared``: a run), or raise Busy naming the holder."""
+    lock = ClusterLock(store, name, command).take(shared=shared)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+@contextmanager
+def run(store: StateStore, run_id: str, command: str) -> Iterator[None]:
+    """Hold run ``run_id`` while it is alive (``run --resume`` checks it with ``check_run_free``)."""
+    lock = _run_lock(store, run_id)
+    if not lock.acquire(command, shared=False):
+        lock.release()
+        raise _run_busy(run_id, lock)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def check_run_free(store: StateStore, run_id: str) -> None:
+    """Raise Busy if run ``run_id`` is still alive (its ddpctl still runs)."""
+    lock = _run_lock(store, run_id)
+    if not lock.path.exists():
+        return
+    try:
+        if not lock.acquire("check", shared=False):
+            raise _run_busy(run_id, lock)
+    finally:
+        lock.release()
+
+
+def _run_busy(run_id: str, lock: _Lock) -> Busy:
+    holders = lock.holders()
+    who = holders[0].describe() if holders else "another ddpctl"
+    pid = f"`kill {holders[0].pid}`" if holders else "Ctrl-C where it runs"
+    return Busy(f"run {run_id} is still running ({who}): let it finish, or stop it ({pid}) before resuming it")

@@ -1,0 +1,66 @@
+"""Commands that change one cluster do not interleave (infra/locks.py), with real concurrent processes.
+
+`up`, `down` and `configure` hold a cluster exclusively, a run holds it shared and holds its own
+run id; a second command is refused at once in one line naming the holder. The lock is the
+kernel's (flock), so a killed command leaves nothing stale behind.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import Output, ddpctl
+from moto_server import Moto
+
+
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """ddpctl in the background, with SIGINT's default whatever this process inherited."""
+    return subprocess.Popen([sys.executable, "-m", "ddpctl", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_running_run_holds_its_cluster_and_its_id(home: Path) -> None:
+    assert ddpctl("up", "--nodes", "2").returncode == 0
+    run = start("run", "mnist", "--nodes", "2", "--run-id", "busy1")
+    out = Output(run)
+    out.until("epoch", timeout=180)  # training
+    down = ddpctl("down")
+    assert down.returncode == 1
+    assert "cluster 'default' is in use by `ddpctl run busy1 (mnist)` (pid " in one_line(down)
+    again = ddpctl("up", "--nodes", "2")
+    assert again.returncode == 1 and "in use by `ddpctl run busy1 (mnist)`" in one_line(again)
+    resume = ddpctl("run", "--resume", "busy1")
+    assert resume.returncode == 1 and "run busy1 is still running (`ddpctl run busy1 (mnist)` (pid" in one_line(resume)
+    other = ddpctl("run", "message-passing", "--nodes", "2")  # a second run may share the cluster
+    assert other.returncode == 0, other.stderr
+    run.send_signal(signal.SIGINT)
+    out.finish(timeout=120)
+    assert run.returncode == 130
+    assert ddpctl("down").returncode == 0  # the lock went with the run
+
+
+def test_two_ups_of_one_name_make_one_cluster(moto: Moto, home: Path, tmp_path: Path) -> None:
+    env = moto.env(home, tmp_path)
+    baseline = moto.inventory()
+    args = ("up", "--provider", "aws", "--name", "twice", "--ssh-cidr", "203.0.113.7/32", "--no-configure")
+    first, second = start(*args, env=env), start(*args, env=env)
+    outputs = [p.communicate(timeout=300)[0] for p in (first, second)]
+    codes = sorted(p.returncode for p in (first, second))
+    assert codes == [0, 1], outputs
+    loser = outputs[[first.returncode, second.returncode].index(1)]
+    assert "cluster 'twice' is busy: `ddpctl up` (pid" in loser or "cluster 'twice' already exists" in loser, loser
+    made = moto.inventory()
+    assert len(made["instances"]) == 1 and len(made["vpcs"] - baseline["vpcs"]) == 1, made
+    down = ddpctl("down", "--name", "twice", env=env, timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert moto.inventory() == baseline
