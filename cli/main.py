@@ -19,6 +19,8 @@ from ddpctl import __version__
 from ddpctl.infra.errors import DdpctlError
 
 from .options import (
+    FiniteFloatRange,
+    RunId,
     dry_run_option,
     env_option,
     json_option,
@@ -194,7 +196,7 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
     """
     from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.spec import ClusterSpec, parse_env
+    from ddpctl.infra.spec import ClusterSpec, check_local_python, check_local_ranks, parse_env
 
     from .output import Output
 
@@ -220,8 +222,13 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
         port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"), **kwargs,
     )  # fmt: skip
+    if provider == "local":  # every rank on this machine, with this machine's Python
+        check_local_ranks(spec.nodes, spec.nproc_per_node)
+        if python:
+            check_local_python(python)
     store = _store()
-    click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))  # one command at a time
+    if not dry_run:  # one command at a time changes a cluster
+        click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
     provider_impl, state = clusters.plan_up(spec, store)
     if dry_run:
         cloud = provider in ("aws", "pcluster")
@@ -328,9 +335,10 @@ def down(name, all_, region, lost_provider, as_json) -> int:
             raise UsageError("--region needs --name (the cluster to find by tag), and not --all")
         if not store.exists(name):
             from ddpctl.infra.providers import get_provider
+            from ddpctl.infra.providers.aws.provider import with_defaults
             from ddpctl.infra.spec import ClusterSpec
 
-            ClusterSpec(name=name, provider=lost_provider, region=region)  # checks both
+            with_defaults(ClusterSpec(name=name, provider=lost_provider, region=region))  # the region as `up` checks it
             click.get_current_context().with_resource(locks.cluster(store, name, "down"))
             get_provider(lost_provider).down_lost(name, region, store, out.progress)
             if as_json:
@@ -359,7 +367,8 @@ def down(name, all_, region, lost_provider, as_json) -> int:
                    "snapshot. [default: 0, elastic runs 3]")  # fmt: skip
 @name_option
 @port_option
-@click.option("--run-id", default="", metavar="ID", help="Run id (torchrun's --rdzv-id). [default: a new one]")
+@click.option("--run-id", type=RunId("--run-id", allow_empty=True), default="", metavar="ID",
+              help="Run id (torchrun's --rdzv-id). [default: a new one]")  # fmt: skip
 @click.option(
     "--launcher", type=click.Choice(["torchrun", "sbatch"]), default=None,
     help="torchrun on every node over SSH, or an sbatch job. [default: sbatch where the cluster runs Slurm]",
@@ -370,7 +379,7 @@ def down(name, all_, region, lost_provider, as_json) -> int:
                    "with boto3). On AWS the nodes reach S3 through an instance profile (`up "
                    "--iam-instance-profile`), never through copied credentials. [default: the cluster's "
                    "shared directory]")  # fmt: skip
-@click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
+@click.option("--resume", "resume_id", type=RunId("--resume"), default=None, metavar="RUN_ID",
               help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
                    "crashed): what is left of it is stopped, and the job resumes from its snapshot.")  # fmt: skip
 @env_option
@@ -525,8 +534,9 @@ def configure(name, playbook_vars, tags, as_json) -> int:
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @port_option
-@click.option("--size-mb", type=click.FloatRange(min=0.001), default=32, show_default=True,
-              help="All-reduce message size for the bandwidth test.")  # fmt: skip
+@click.option("--size-mb", type=FiniteFloatRange(0.001, 8192), default=32, show_default=True,
+              help="All-reduce message size for the bandwidth test, in MB; at most 8192 (each rank of the pair "
+                   "holds it, in GPU memory on GPU nodes).")  # fmt: skip
 @click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
 @json_option
 def check(name, port, size_mb, no_bandwidth, as_json) -> int:

@@ -39,36 +39,67 @@ class Holder:
 
 
 class _Lock:
-    """One lock file; holders write who they are beside it (``<lock>.d/<pid>.json``), for messages."""
+    """One lock file; its holders write who they are beside it (``<lock>.<pid>.json``), for messages.
+
+    The last holder removes the file (and the folder, if it is empty), so a state home where no
+    command runs holds no lock files; a holder checks after locking that the file it locked is
+    still the one at the path (the usual guard against a lock file removed meanwhile).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.holders_dir = path.with_name(path.name + ".d")
         self.fd: int | None = None
 
+    def _holder_file(self, pid: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{pid}.json")
+
     def acquire(self, command: str, shared: bool) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self.fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self.holders_dir.mkdir(exist_ok=True, mode=0o700)
-        me = Holder(command, os.getpid(), time.time())
-        (self.holders_dir / f"{me.pid}.json").write_text(json.dumps(asdict(me)))
-        return True
+        for _ in range(20):
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # the folder went with another holder's release: again
+                continue
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                me = Holder(command, os.getpid(), time.time())
+                self._holder_file(me.pid).write_text(json.dumps(asdict(me)))
+                return True
+            os.close(fd)  # removed by its last holder after we opened it: lock the new one
+        raise DdpctlError(f"could not lock {self.path}: it keeps being replaced")
 
     def release(self) -> None:
-        (self.holders_dir / f"{os.getpid()}.json").unlink(missing_ok=True)
-        if self.fd is not None:
-            os.close(self.fd)  # releases the flock
-            self.fd = None
+        if self.fd is None:
+            return
+        self._holder_file(os.getpid()).unlink(missing_ok=True)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the last holder: nothing to leave behind
+        except BlockingIOError:
+            pass
+        else:
+            for stale in self.path.parent.glob(f"{self.path.name}.*.json"):  # of killed holders: none holds it now
+                stale.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)
+            try:
+                self.path.parent.rmdir()
+            except OSError:
+                pass  # not empty: the state lives there
+        os.close(self.fd)  # releases the flock
+        self.fd = None
 
     def holders(self) -> list[Holder]:
         """Who holds it now (processes that are gone are not listed)."""
         out = []
-        for file in sorted(self.holders_dir.glob("*.json")) if self.holders_dir.is_dir() else []:
+        for file in sorted(self.path.parent.glob(f"{self.path.name}.*.json")):
             try:
                 holder = Holder(**json.loads(file.read_text()))
             except (OSError, ValueError, TypeError):
@@ -101,10 +132,11 @@ class ClusterLock:
 
     def __init__(self, store: StateStore, name: str, command: str) -> None:
         self.lock, self.name, self.command = _Lock(store.clusters_dir / f".{name}.lock"), name, command
+        self.store = store
 
     def take(self, *, shared: bool = False) -> ClusterLock:
+        self.store.check_writable()  # one line for an unwritable state home, before making anything
         if not self.lock.acquire(self.command, shared):
-            self.lock.release()
             raise self._busy(shared)
         return self
 
@@ -155,8 +187,8 @@ def cluster(store: StateStore, name: str, command: str, *, shared: bool = False)
 def run(store: StateStore, run_id: str, command: str) -> Iterator[None]:
     """Hold run ``run_id`` while it is alive (``run --resume`` checks it with ``check_run_free``)."""
     lock = _run_lock(store, run_id)
+    store.check_writable()
     if not lock.acquire(command, shared=False):
-        lock.release()
         raise _run_busy(run_id, lock)
     try:
         yield

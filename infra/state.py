@@ -127,7 +127,7 @@ class StateStore:
     def names(self) -> list[str]:
         if not self.clusters_dir.is_dir():
             return []
-        return sorted(p.stem for p in self.clusters_dir.glob("*.json"))
+        return sorted(p.stem for p in self.clusters_dir.glob("*.json") if not p.name.startswith("."))  # not locks
 
     def exists(self, name: str) -> bool:
         return self.path(name).is_file()
