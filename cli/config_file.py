@@ -33,41 +33,86 @@ from typing import Any
 
 from ddpctl.infra.errors import UsageError
 
-CLUSTER_KEYS = {"name", "provider", "nodes", "nproc_per_node", "port", "python", "env", "inventory",
-                # aws
-                "region", "az", "instance_type", "volume_gb", "ami", "spot", "ssh_cidr", "vpc_id", "subnet_id",
-                "ssh_user", "private_ip", "iam_instance_profile", "configure", "down_on_failure",
-                "playbook_vars"}  # fmt: skip
-RUN_KEYS = {"name", "nodes", "nproc_per_node", "max_restarts", "port", "python", "env", "snapshot_dir"}
+#: The TOML type each key takes (a value of another type is refused, never coerced: `nodes = 2.7`
+#: is not 2). What the value may be (a range, a known provider...) is the option's own check.
+STR, INT, BOOL, TABLE = (str,), (int,), (bool,), (dict,)
+CLUSTER_TYPES: dict[str, tuple[type, ...]] = {
+    "name": STR, "provider": STR, "nodes": INT, "nproc_per_node": INT, "port": INT, "python": STR, "env": TABLE,
+    "inventory": STR,
+    # aws
+    "region": STR, "az": STR, "instance_type": STR, "volume_gb": INT, "ami": STR, "spot": BOOL, "ssh_cidr": STR,
+    "vpc_id": STR, "subnet_id": STR, "ssh_user": STR, "private_ip": BOOL, "iam_instance_profile": STR,
+    "configure": BOOL, "down_on_failure": BOOL, "playbook_vars": TABLE,
+}  # fmt: skip
+RUN_TYPES: dict[str, tuple[type, ...]] = {
+    "name": STR, "nodes": (int, str), "nproc_per_node": (int, str), "max_restarts": INT, "port": INT, "python": STR,
+    "env": TABLE, "snapshot_dir": STR,
+}  # fmt: skip
+CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)
+EXAMPLES = {str: '"text"', int: "2", bool: "true"}
 
 
 def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
     unknown = set(data) - {"cluster", "run"}
     if unknown:
         raise UsageError(f"unknown section(s) {sorted(unknown)} in {path}: use [cluster] and [run]")
-    cluster = _section(data.get("cluster", {}), CLUSTER_KEYS, "cluster", path)
-    run = _section(data.get("run", {}), RUN_KEYS, "run", path)
+    cluster = _section(data.get("cluster", {}), CLUSTER_TYPES, "cluster", path)
+    run = _section(data.get("run", {}), RUN_TYPES, "run", path)
     # A run that brings its own cluster up takes the cluster's defaults too.
     run_defaults = {k: v for k, v in cluster.items() if k in RUN_KEYS} | run
     down = _only(cluster, {"name", "region"})
     return {"up": cluster, "run": run_defaults, "down": down, "status": _only(cluster, {"name"}), "check": _only(cluster, {"name"})}
 
 
-def _section(section: dict[str, Any], allowed: set[str], title: str, path: Path) -> dict[str, Any]:
-    unknown = set(section) - allowed
+def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path: Path) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        raise UsageError(
+            f"[{title}] in {path} is {_kind(section)}, not a table: write [{title}] on a line of its own, "
+            "then key = value lines"
+        )
+    unknown = set(section) - set(types)
     if unknown:
-        raise UsageError(f"unknown key(s) {sorted(unknown)} in [{title}] of {path}: allowed are {sorted(allowed)}")
+        raise UsageError(f"unknown key(s) {sorted(unknown)} in [{title}] of {path}: allowed are {sorted(types)}")
     out = dict(section)
+    for key, value in section.items():
+        allowed = types[key]
+        if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
+            example = f'[{title}.{key}] and NAME = "value" below it' if allowed[0] is dict else f"{key} = {EXAMPLES[allowed[0]]}"
+            raise UsageError(f"[{title}] {key} in {path} is {_kind(value)} ({_show(value)}): give {_kind(allowed[0]())}, "
+                             f"e.g. {example}")  # fmt: skip
     for key in ("env", "playbook_vars"):  # a table -> the repeated --env / --playbook-var KEY=VALUE option
         if key in out:
-            out[key] = [f"{k}={v}" for k, v in out[key].items()]
+            out[key] = [f"{k}={_scalar(v, f'{title}.{key}', k, path)}" for k, v in out[key].items()]
     return out
+
+
+def _scalar(value: Any, table: str, key: str, path: Path) -> str:
+    """A value of [cluster.env] or [cluster.playbook_vars]: a string, or a number written as one."""
+    if isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return str(value)
+    raise UsageError(f"[{table}] {key} in {path} is {_kind(value)} ({_show(value)}): give a string, e.g. {key} = \"1\"")
+
+
+def _kind(value: Any) -> str:
+    for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a decimal number"), (str, "a string"),
+                       (list, "an array"), (dict, "a table")):  # fmt: skip
+        if isinstance(value, kind):
+            return name
+    return "a date or time"
+
+
+def _show(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else repr(value)[:60]
 
 
 def _only(section: dict[str, Any], keys: set[str]) -> dict[str, Any]:

@@ -35,8 +35,14 @@ class Host:
 
 def load_inventory(path: str) -> list[Host]:
     """Parse ``path`` with ``ansible-inventory`` and return the cluster's hosts, head node first."""
-    if not Path(path).is_file():
+    try:
+        is_file = Path(path).is_file()
+    except OSError as exc:  # a name too long, a loop of links...
+        raise UsageError(f"inventory {path!r}: {exc.strerror or exc}: give an Ansible INI or YAML inventory file") from None
+    if not is_file:
         raise UsageError(f"inventory {path!r} does not exist: give an Ansible INI or YAML inventory file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"inventory {path!r} cannot be read: `chmod u+r {path}`, or give an inventory you can read")
     exe = Path(sys.executable).with_name("ansible-inventory")
     cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", path, "--list"]
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
@@ -66,7 +72,7 @@ def hosts_from_list(data: dict[str, Any], source: str = "inventory") -> list[Hos
                     names.append(name)
     if not names:
         raise UsageError(f"{source} lists no hosts: add your nodes under [{NODES_GROUP}]")
-    hosts = [_host(name, hostvars.get(name, {})) for name in names]
+    hosts = [_host(name, hostvars.get(name, {}), source) for name in names]
     seen: dict[tuple[str, int], str] = {}
     for host in hosts:
         key = (host.address, host.port)
@@ -85,7 +91,21 @@ def _groups_in_order(data: dict[str, Any], group: str) -> list[str]:
     return order
 
 
-def _host(name: str, hv: dict[str, Any]) -> Host:
+def parse_port(value: Any, what: str) -> int:
+    """An SSH port as an inventory or ssh config gives it (a number, or its text): 1 to 65535.
+
+    Never passed on out of range: paramiko would take 99999 modulo 65536 and report "port 34463".
+    """
+    try:
+        port = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        port = None
+    if port is None or not 1 <= port <= 65535:
+        raise UsageError(f"{what} is {value!r}: give a port number from 1 to 65535")
+    return port
+
+
+def _host(name: str, hv: dict[str, Any], source: str = "inventory") -> Host:
     ssh_config = None
     args = shlex.split(str(hv.get("ansible_ssh_common_args", "")) + " " + str(hv.get("ansible_ssh_extra_args", "")))
     for i, arg in enumerate(args):
@@ -97,7 +117,7 @@ def _host(name: str, hv: dict[str, Any]) -> Host:
         name=name,
         address=str(hv.get("ansible_host", name)),
         user=hv.get("ansible_user"),
-        port=int(hv.get("ansible_port", 22)),
+        port=parse_port(hv.get("ansible_port", 22), f"ansible_port of host {name!r} in {source}"),
         key_file=hv.get("ansible_ssh_private_key_file"),
         ssh_config=ssh_config,
         vars=dict(hv),

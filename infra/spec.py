@@ -6,8 +6,10 @@ input is refused before anything is created.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -15,7 +17,16 @@ from .errors import UsageError
 
 PROVIDERS = ("local", "onprem", "aws", "pcluster")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_PORT = 29500
+#: Upper bounds, each with the reason the message gives.
+MAX_NODES = 1024
+MAX_NODES_WHY = "ddpctl starts and watches one agent per node from this machine, one SSH session each"
+MAX_NPROC = 1024
+MAX_NPROC_WHY = "one process per GPU or CPU core of a node"
+#: The local provider runs every rank on this machine: at most this many per CPU it may use.
+LOCAL_RANKS_PER_CPU = 4
 
 
 @dataclass(frozen=True)
@@ -58,20 +69,14 @@ class ClusterSpec:
     iam_instance_profile: str = ""
 
     def __post_init__(self) -> None:
-        if not NAME_RE.match(self.name):
-            raise UsageError(
-                f"invalid cluster name {self.name!r}: use lowercase letters, digits and '-', "
-                "starting with a letter (at most 39 characters)"
-            )
+        check_cluster_name(self.name)
         if self.provider not in PROVIDERS:
             raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(PROVIDERS)}")
-        check_positive("--nodes", self.nodes)
-        check_positive("--nproc-per-node", self.nproc_per_node)
-        if self.port is not None and not 1024 <= self.port <= 65535:
+        check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
+        check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
+        if self.port is not None and (isinstance(self.port, bool) or not 1024 <= self.port <= 65535):
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
-        for key in self.env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise UsageError(f"invalid environment variable name {key!r}: use KEY=VALUE")
+        check_env_names(self.env)
         check_playbook_vars(self)
         check_aws_fields(self)
 
@@ -96,8 +101,9 @@ class RunSpec:
     snapshot_dir: str = ""
 
     def __post_init__(self) -> None:
-        check_positive("--nodes", self.nodes)
+        check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         check_snapshot_dir(self.snapshot_dir)
+        check_env_names(self.env)
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
             raise UsageError(
                 f"--nodes {self.min_nodes}:{self.nodes}: MIN must be from 1 to MAX, e.g. --nodes 2:{max(self.nodes, 2)}"
@@ -112,15 +118,15 @@ class RunSpec:
                     "give one value, or one per node"
                 )
             for n in self.nproc_per_node:
-                check_positive("--nproc-per-node", n)
+                check_count("--nproc-per-node", n, MAX_NPROC, MAX_NPROC_WHY)
         else:
-            check_positive("--nproc-per-node", self.nproc_per_node)
+            check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
         if self.max_restarts < 0:
             raise UsageError(f"--max-restarts {self.max_restarts} is negative: use 0 or more")
         if not self.run_id:
             object.__setattr__(self, "run_id", new_run_id())
-        elif not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.run_id):
-            raise UsageError(f"invalid --run-id {self.run_id!r}: use letters, digits, '.', '_' and '-'")
+        else:
+            check_run_id(self.run_id)
 
     @property
     def elastic(self) -> bool:
@@ -139,7 +145,7 @@ def check_snapshot_dir(value: str) -> None:
         return
     if value.startswith("s3://"):
         bucket = value.removeprefix("s3://").partition("/")[0]
-        if not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", bucket):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
             what = f"bucket name {bucket!r} is not valid" if bucket else "has no bucket"
             raise UsageError(f"--snapshot-dir {value}: {what}: give s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs/mnist")
     elif "://" in value or not value.startswith("/"):
@@ -161,7 +167,7 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
     if spec.provider not in PLAYBOOK_PROVIDERS:
         raise UsageError(f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}")
     for key in spec.playbook_vars:
-        if not re.match(r"^[a-z_][a-z0-9_]*$", key):
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
         if key in RESERVED_PLAYBOOK_VARS:
             raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
@@ -196,7 +202,7 @@ def check_aws_fields(spec: ClusterSpec) -> None:
         ("--iam-instance-profile", spec.iam_instance_profile, r"^[\w+=,.@-]{1,128}$", "a profile name, e.g. ddpctl-s3"),
     ]
     for flag, value, pattern, example in checks:
-        if value and not re.match(pattern, value):
+        if value and not re.fullmatch(pattern, value):
             raise UsageError(f"invalid {flag} {value!r}: {example}")
     if spec.volume_gb and not 8 <= spec.volume_gb <= 16384:
         raise UsageError(f"--volume-gb {spec.volume_gb} is out of range: choose 8 to 16384 (GB)")
@@ -209,9 +215,97 @@ def check_aws_fields(spec: ClusterSpec) -> None:
         raise UsageError("--vpc-id needs --subnet-id (a subnet of that VPC for the nodes)")
 
 
+def check_cluster_name(name: str) -> None:
+    """A cluster name: also a file name under the state home and part of AWS resource names."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise UsageError(
+            f"invalid cluster name {name!r}: use lowercase letters, digits and '-', "
+            "starting with a letter (at most 39 characters)"
+        )
+
+
+def check_run_id(run_id: str, flag: str = "--run-id") -> None:
+    """A run id: torchrun's --rdzv-id and a directory name under the state home's runs/."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        raise UsageError(
+            f"invalid {flag} {run_id!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit "
+            "(at most 64 characters)"
+        )
+
+
+def check_env_name(key: str, flag: str = "--env") -> None:
+    """An environment variable name, as a POSIX shell takes it (the remote launch line exports it)."""
+    if not ENV_NAME_RE.fullmatch(key):
+        raise UsageError(
+            f"invalid environment variable name {key!r} in {flag}: use letters, digits and '_', "
+            "not starting with a digit (e.g. NCCL_DEBUG=INFO)"
+        )
+
+
+def check_env_names(env: dict[str, str], flag: str = "--env") -> None:
+    for key in env:
+        check_env_name(key, flag)
+
+
 def check_positive(flag: str, value: int) -> None:
     if value < 1:
         raise UsageError(f"{flag} {value} is not allowed: use 1 or more")
+
+
+def check_count(flag: str, value: int, maximum: int, why: str) -> None:
+    """A whole count from 1 to ``maximum`` (``why``: the reason for the bound, said in the message)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{flag} {value!r} is not a whole number: use 1 or more")
+    check_positive(flag, value)
+    if value > maximum:
+        raise UsageError(f"{flag} {value} is too many: at most {maximum} ({why})")
+
+
+def local_cpus() -> int:
+    """The CPUs this process may use (its affinity mask, as in a container), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_local_ranks(nodes: int, nprocs: tuple[int, ...] | int) -> None:
+    """The local provider runs every rank as a process on this machine: a bound tied to its CPUs."""
+    total = sum(nprocs) if isinstance(nprocs, tuple) else nodes * nprocs
+    cpus = local_cpus()
+    limit = LOCAL_RANKS_PER_CPU * cpus
+    if total > limit:
+        raise UsageError(
+            f"{nodes} local node(s) would run {total} ranks on this machine, which has {cpus} CPU(s): at most "
+            f"{limit} ({LOCAL_RANKS_PER_CPU} per CPU, each rank a Python process with torch); use fewer --nodes "
+            "or --nproc-per-node, or a provider with more machines"
+        )
+
+
+def check_local_python(python: str, flag: str = "--python") -> str:
+    """The interpreter the local provider runs torchrun with: it must import torch and say its version.
+
+    Judged by what it prints, not by its exit status (``/bin/true`` exits 0 and runs nothing).
+    Returns the torch version.
+    """
+    probe = "import sys, torch; sys.stdout.write('ddpctl-torch ' + torch.__version__ + chr(10))"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {python}: no such file: give the Python that has torch") from None
+    except (PermissionError, IsADirectoryError, OSError) as exc:
+        raise UsageError(f"{flag} {python} cannot be run ({exc.strerror or exc}): give the Python that has torch") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{flag} {python} did not import torch within 300 s: give the Python that has torch") from None
+    match = re.search(r"^ddpctl-torch (\S+)$", out.stdout, re.MULTILINE)
+    if out.returncode == 0 and match:
+        return match.group(1)
+    if "No module named 'torch'" in out.stderr:
+        raise UsageError(f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment")
+    last = (out.stderr.strip().splitlines() or [""])[-1][:200]
+    said = f" ({last})" if last else f" (exit status {out.returncode}, no torch version printed)"
+    raise UsageError(f"{flag} {python} is not a Python that imports torch{said}: give the Python that has torch")
+
 
 
 def new_run_id() -> str:
@@ -220,11 +314,18 @@ def new_run_id() -> str:
 
 
 def parse_env(pairs: tuple[str, ...] | list[str], flag: str = "--env") -> dict[str, str]:
-    """``("A=1", "B=x")`` -> ``{"A": "1", "B": "x"}``; anything without '=' is refused."""
+    """``("A=1", "B=x")`` -> ``{"A": "1", "B": "x"}``; anything without '=' is refused.
+
+    ``--env`` names are checked here too (``check_env_name``, the rule ClusterSpec and RunSpec
+    apply), so ``run`` and ``up`` refuse the same names; ``--playbook-var`` names are Ansible's
+    (``check_playbook_vars``).
+    """
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"{flag} {pair!r} is not KEY=VALUE")
+        if flag == "--env":
+            check_env_name(key, flag)
         env[key] = value
     return env

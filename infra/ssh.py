@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DdpctlError
-from .inventory import Host
+from .inventory import Host, parse_port
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -41,23 +41,24 @@ def connect(host: Host, timeout: float = 10.0, *, follow_jump: bool = True) -> f
         hostname = cfg.get("hostname", hostname)
         user = user or cfg.get("user")
         if "port" in cfg and host.port == 22:
-            port = int(cfg["port"])
+            port = parse_port(cfg["port"], f"Port for {host.address} in {host.ssh_config}")
         key_files = key_files or list(cfg.get("identityfile", []))
         known_hosts = cfg.get("userknownhostsfile", "").split()
         if follow_jump and cfg.get("proxyjump", "none").lower() != "none":
             jump = cfg["proxyjump"]
     gateway = _connect_jump(host, jump, timeout) if jump else None
+    # No key file named: the agent's keys and ~/.ssh/id_* (as ssh does). key_filename is left out
+    # then, not None: fabric iterates it (a TypeError for every host without ansible_ssh_private_key_file).
+    connect_kwargs = {"look_for_keys": not key_files, "allow_agent": not key_files}
+    if key_files:
+        connect_kwargs["key_filename"] = [os.path.expanduser(k) for k in key_files]
     conn = (fabric.Connection if gateway is None else _jumped_connection())(
         hostname,
         user=user or getpass.getuser(),
         port=port,
         connect_timeout=timeout,
         config=fabric.Config(overrides={"load_ssh_configs": False}),
-        connect_kwargs={
-            "key_filename": [os.path.expanduser(k) for k in key_files] or None,
-            "look_for_keys": not key_files,
-            "allow_agent": not key_files,
-        },
+        connect_kwargs=connect_kwargs,
         gateway=gateway,
     )
     for path in known_hosts or DEFAULT_KNOWN_HOSTS:
@@ -79,10 +80,7 @@ def _connect_jump(host: Host, jump: str, timeout: float) -> fabric.Connection:
         raise DdpctlError(f"{host.name}: ProxyJump {jump} has more than one hop: ddpctl follows one")
     user, _, rest = jump.rpartition("@")
     address, _, port = rest.partition(":")
-    try:
-        number = int(port or 22)
-    except ValueError:
-        raise DdpctlError(f"{host.name}: ProxyJump {jump} has no valid port") from None
+    number = parse_port(port or 22, f"{host.name}: the port of ProxyJump {jump}")
     gateway = Host(name=f"{host.name}'s jump host {address}", address=address, user=user or None, port=number,
                    ssh_config=host.ssh_config)  # fmt: skip
     return connect(gateway, timeout, follow_jump=False)  # one hop (a `Host *` ProxyJump would match the jump host too)

@@ -23,6 +23,9 @@ from ddpctl.infra.state import ClusterState, NodeInfo, Resource, StateStore
         ({"name": "Bad_Name"}, "invalid cluster name"),
         ({"port": 80}, "--port 80 is out of range"),
         ({"env": {"1X": "y"}}, "invalid environment variable name"),
+        ({"name": "lab\n"}, "invalid cluster name"),
+        ({"nodes": 1025}, "--nodes 1025 is too many: at most 1024"),
+        ({"nproc_per_node": True}, "is not a whole number"),
     ],
 )
 def test_cluster_spec_refuses(kwargs: dict, message: str) -> None:
@@ -125,3 +128,9 @@ def test_config_file(tmp_path: Path) -> None:
     cfg.write_text("[cluster\n")
     with pytest.raises(UsageError, match="not valid TOML"):
         load_default_map(cfg)
+    cfg.write_text("[cluster]\nnodes = 2.7\n")  # refused, not coerced to 2
+    with pytest.raises(UsageError, match=r"\[cluster\] nodes in .* is a decimal number \(2.7\): give an integer"):
+        load_default_map(cfg)
+    cfg.write_text('[run]\nnodes = "2:3"\nnproc_per_node = "2,1"\n[cluster.env]\nOMP_NUM_THREADS = 4\n')
+    dm = load_default_map(cfg)  # elastic and per-node counts are text; numbers in env tables become text
+    assert dm["run"] == {"nodes": "2:3", "nproc_per_node": "2,1", "env": ["OMP_NUM_THREADS=4"]}
