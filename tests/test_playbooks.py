@@ -357,19 +357,39 @@ def fake_pci_tree(root: Path, devices: list[tuple[str, str, str]]) -> Path:
     return root
 
 
+def fake_proc_tree(root: Path, module: str, gpus: list[str]) -> Path:
+    """A stand-in /proc/driver/nvidia: the loaded driver's version line and the GPUs it drives."""
+    (root / "gpus").mkdir(parents=True)
+    (root / "version").write_text(f"NVRM version: NVIDIA UNIX {module}  570.133.20  Release Build  (dvs-builder@U16-I3-B03-4-3)"
+                                  "  Tue Mar  4 03:57:02 UTC 2025\nGCC version:  gcc version 12.3.0\n")  # fmt: skip
+    for addr in gpus:
+        (root / "gpus" / addr).mkdir()
+        (root / "gpus" / addr / "information").write_text("Model: \t\t NVIDIA A10G\n")
+    return root
+
+
 def plan_line(out: str, node: str) -> str:
-    found = re.search(rf'ok: \[{node}\] => \{{\s*"msg": "(NVIDIA driver [^"]*)"', out)
+    found = re.search(rf'ok: \[{node}\] => \{{\s*"msg": "(NVIDIA driver 580 [^"]*)"', out)
     assert found, out
     return found.group(1)
 
 
+def message(out: str, node: str, text: str) -> bool:
+    return re.search(rf'ok: \[{node}\] => \{{\s*"msg": "{re.escape(text)}"', out) is not None
+
+
 @pytest.mark.slow
 def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
-    """--check of the nvidia role on stand-in PCI trees: node0 has two V100s (p3: 10de:1db1, 1db5;
-    Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330; Hopper) beside an
-    NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and CUDA 12.6, the
-    others the open modules and CUDA 13.0; asking for what cannot drive a V100 fails on that node
-    only, before anything is changed."""
+    """--check of the nvidia and python_env roles on stand-in PCI trees: node0 has two V100s (p3:
+    10de:1db1, 1db5; Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330;
+    Hopper) beside an NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and
+    CUDA 12.6, the H100 node the open modules and CUDA 13.0; asking for what cannot drive a V100
+    fails on that node only, before anything is changed.
+
+    node1 runs a loaded driver that drives its A10G (as the Deep Learning AMI does): kept, nothing
+    installed, unless nvidia_keep_loaded_driver=false. node0's loaded driver (open modules) lists
+    neither V100: installed as if none were loaded. No node's nvidia-smi answers (a first install):
+    the V100 node still gets the cu126 wheels, the kept 570 driver caps node1 at CUDA 12."""
     assert site["runs"][0].returncode == 0
     tmp = site["tmp"] / "driver-flavour"
     (tmp / "host_vars").mkdir(parents=True)
@@ -378,31 +398,47 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
         "node1": [("0000:00:1e.0", "0x030000", "0x2237")],
         "node2": [("0000:53:00.0", "0x030200", "0x2330"), ("0000:07:00.0", "0x068000", "0x22a3")],
     }
+    procs = {"node0": fake_proc_tree(tmp / "proc-node0", "Open Kernel Module for x86_64", []),
+             "node1": fake_proc_tree(tmp / "proc-node1", "x86_64 Kernel Module", ["0000:00:1e.0"]),
+             "node2": tmp / "no-proc"}  # fmt: skip
     for node, devices in gpus.items():
         pci = fake_pci_tree(tmp / f"pci-{node}", devices)
-        (tmp / "host_vars" / f"{node}.yml").write_text(f"nvidia_pci_devices_dir: {pci}\n")
-    inventory = testbed.inventory(tmp / "hosts.ini", **inventory_vars(site["tmp"]))
+        (tmp / "host_vars" / f"{node}.yml").write_text(f"nvidia_pci_devices_dir: {pci}\nnvidia_proc_dir: {procs[node]}\n")
+    group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "online", "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
+                  "python_env_nvidia_smi": str(tmp / "no-nvidia-smi")}  # fmt: skip
+    inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
     args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
-    result = playbook(site["env"], *args)
+    result = playbook(site["env"], *args[:-1], "nvidia,python_env")
     assert result.returncode == 0, show(result)
     out = result.stdout
     assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), out  # not the NVSwitch
+    assert message(out, "node1", "NVIDIA driver 570.133.20 already loaded for 0000:00:1e.0: kept (nvidia_keep_loaded_driver)")
+    assert not re.search(r'\[node1\] => \{\s*"msg": "(NVIDIA driver 580|Check mode: would)', out), out  # installs nothing
+    assert message(out, "node0", "NVIDIA driver 570.133.20 already loaded, but it does not drive 0000:00:1d.0, 0000:00:1e.0: "
+                   "installing"), out  # fmt: skip
     assert plan_line(out, "node0").startswith(
         "NVIDIA driver 580 with the proprietary kernel modules (GPU(s) older than Turing: "
         "0000:00:1d.0 10de:1db1, 0000:00:1e.0 10de:1db5), CUDA 12.6 (CUDA 13.0 and later do not support"
     ), out
-    for node in ("node1", "node2"):
-        assert plan_line(out, node).startswith(
-            "NVIDIA driver 580 with the open kernel modules (no GPU older than Turing found), CUDA 13.0:"
-        ), out
-    want = {"node0": "cuda-drivers-580, cuda-libraries-12-6", "node1": "nvidia-open-580, cuda-libraries-13-0",
-            "node2": "nvidia-open-580, cuda-libraries-13-0"}  # fmt: skip
+    assert plan_line(out, "node2").startswith(
+        "NVIDIA driver 580 with the open kernel modules (no GPU older than Turing found), CUDA 13.0:"
+    ), out
+    want = {"node0": "cuda-drivers-580, cuda-libraries-12-6", "node2": "nvidia-open-580, cuda-libraries-13-0"}
     for node, packages in want.items():
         would = rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install linux-headers-[^,]+, {packages} from '
         assert re.search(would, out), out
-    assert re.search(r"Check mode: would install linux-headers-[^,]+, cuda-drivers-580, cuda-libraries-12-8 from",
-                     playbook(site["env"], *args, "-e", "nvidia_cuda_version=12.8").stdout)  # a 12.x choice is kept  # fmt: skip
-    for extra, message in [
+    wheels = {"node0": "cu126 (a GPU older than Turing (nvidia_gpu_legacy): CUDA 12.6 wheels at the most)",
+              "node1": "cu128 (NVIDIA driver 570.133.20 kept: CUDA 12 wheels at the most)", "node2": "cu130"}  # fmt: skip
+    for node, index in wheels.items():
+        assert message(out, node, f"torch 2.14.1 from https://download.pytorch.org/whl/{index}"), out
+    # a 12.x choice is kept; nvidia_keep_loaded_driver=false installs over node1's loaded driver
+    again = playbook(site["env"], *args, "-e", "nvidia_cuda_version=12.8", "-e", "nvidia_keep_loaded_driver=false")
+    for node, packages in (("node0", "cuda-drivers-580"), ("node1", "nvidia-open-580")):
+        assert re.search(rf"\[{node}\] => \{{\s*\"msg\": \"Check mode: would install linux-headers-[^,]+, {packages}, "
+                         r"cuda-libraries-12-8 from", again.stdout), show(again)  # fmt: skip
+    assert message(again.stdout, "node1", "NVIDIA driver 570.133.20 already loaded: installing over it (nvidia_keep_loaded_driver "
+                   "is false)"), show(again)  # fmt: skip
+    for extra, text in [
         ("nvidia_kernel_modules=open", "the open kernel modules cannot drive GPUs older than Turing (0000:00:1d.0 "
                                        "10de:1db1, 0000:00:1e.0 10de:1db5): set nvidia_kernel_modules to auto or proprietary"),
         ("nvidia_driver_branch=590", "driver branch 590 does not support GPUs older than Turing (0000:00:1d.0 10de:1db1, "
@@ -412,8 +448,10 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
         stats = recap(refused)
         assert refused.returncode != 0 and stats["node0"]["failed"] == 1, show(refused)
         assert stats["node1"]["failed"] == 0 and stats["node2"]["failed"] == 0, show(refused)
-        assert message in refused.stdout, show(refused)
+        assert text in refused.stdout, show(refused)
     assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
+    for node in NODES:
+        assert not (testbed.node_dir(node) / "new-venv").exists()  # check mode made nothing
 
 
 @pytest.mark.slow
