@@ -119,10 +119,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _cluster_lock(store: StateStore, name: str) -> _Lock:
-    return _Lock(store.clusters_dir / f".{name}.lock")
-
-
 def _run_lock(store: StateStore, run_id: str) -> _Lock:
     return _Lock(store.home / "runs" / f".{run_id}.lock")
 

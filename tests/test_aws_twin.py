@@ -44,7 +44,7 @@ CALLER = "10.77.0.1/32"  # the controller's address on the test cluster's bridge
 class TwinEnv:
     """The twin in front of the session's moto server, and ddpctl invocations against it."""
 
-    def __init__(self, proc: TwinProcess, moto: Moto, tmp: Path) -> None:
+    def __init__(self, proc: TwinProcess, tmp: Path) -> None:
         self.proc, self.tmp = proc, tmp
         self.home = tmp / "ddpctl-home"
         self.moto = Moto(proc.url)  # every call through the twin: addresses as the twin reports them
@@ -103,7 +103,7 @@ def twin(moto_server: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     tmp = tmp_path_factory.mktemp("twin")
     proc = TwinProcess.start(moto_server.url, tmp / "twin.log")
     try:
-        yield TwinEnv(proc, moto_server, tmp)
+        yield TwinEnv(proc, tmp)
     finally:
         proc.stop()
         test_cluster.testbed_down()
