@@ -63,8 +63,14 @@ def measure(nodes: int, home: Path) -> Measurement:
     ec2.CLIENT_HOOKS.append(hook)
     try:
         store = StateStore(home)
-        spec = ClusterSpec(name=f"bench{nodes}", provider="aws", nodes=nodes, region="us-east-1",
-                           ssh_cidr="203.0.113.7/32", configure=False)  # fmt: skip
+        spec = ClusterSpec(
+            name=f"bench{nodes}",
+            provider="aws",
+            nodes=nodes,
+            region="us-east-1",
+            ssh_cidr="203.0.113.7/32",
+            configure=False,
+        )
         start = time.perf_counter()
         provider, state = clusters.plan_up(spec, store)
         lifecycle.up(provider, state, store, quiet)
@@ -101,8 +107,9 @@ def start_moto(tmp: Path) -> tuple[subprocess.Popen, str]:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -130,10 +137,14 @@ def main() -> None:
         if not url:
             proc, url = start_moto(tmp)
         os.environ.update(
-            AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-            AWS_CONFIG_FILE=str(tmp / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "none"),
-        )  # fmt: skip
+            AWS_ENDPOINT_URL=url,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=str(tmp / "none"),
+            AWS_SHARED_CREDENTIALS_FILE=str(tmp / "none"),
+        )
         os.environ.pop("DDPCTL_FAULT", None)
         try:
             rows = []

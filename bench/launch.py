@@ -34,13 +34,31 @@ def free_port() -> int:
 def by_hand(workdir: Path) -> float:
     """Two torchrun agents on 127.0.0.1, as a user would start them in two shells."""
     port, run_id = free_port(), f"hand{time.monotonic_ns()}"
-    common = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id]  # fmt: skip
+    common = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        run_id,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     start = time.perf_counter()
     procs = [
-        subprocess.Popen([*common, "--rdzv-conf", f"is_host={int(i == 0)}", str(SCRIPT)], env=env, cwd=workdir,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.Popen(
+            [*common, "--rdzv-conf", f"is_host={int(i == 0)}", str(SCRIPT)],
+            env=env,
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for i in range(2)
     ]
     assert all(p.wait() == 0 for p in procs)
@@ -50,8 +68,13 @@ def by_hand(workdir: Path) -> float:
 def with_ddpctl(home: Path) -> float:
     env = {**os.environ, "DDPCTL_HOME": str(home)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ddpctl", "run", "message-passing", "--nodes", "2"], env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ddpctl", "run", "message-passing", "--nodes", "2"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - start
 
 
@@ -68,8 +91,11 @@ def main() -> None:
             tool.append(with_ddpctl(Path(tmp) / "home"))
     h, t = statistics.median(hand), statistics.median(tool)
     result = {"by_hand_s": round(h, 2), "ddpctl_s": round(t, 2), "ratio": round(t / h, 3), "repeat": args.repeat}
-    print(json.dumps(result) if args.json else
-          f"by hand {h:.2f}s  ddpctl {t:.2f}s  ratio {t / h:.2f}x  (median of {args.repeat})")  # fmt: skip
+    print(
+        json.dumps(result)
+        if args.json
+        else f"by hand {h:.2f}s  ddpctl {t:.2f}s  ratio {t / h:.2f}x  (median of {args.repeat})"
+    )
 
 
 if __name__ == "__main__":

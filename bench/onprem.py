@@ -31,17 +31,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from testbed.cluster import Testbed, testbed_down, testbed_up  # noqa: E402
-
 from ddpctl.infra.launch.plan import NodeLaunch  # noqa: E402
+from testbed.cluster import Testbed, testbed_down, testbed_up  # noqa: E402
 
 VENV = str(Path(sys.executable).parent.parent)
 GROUP_VARS = {"python_env_mode": "existing", "python_env_path": VENV}
 
-TCP_SERVER = "import socket,sys;s=socket.socket();s.bind((sys.argv[1],5299));s.listen(1);c,_=s.accept();n=0\n" \
-             "while True:\n d=c.recv(1<<20)\n if not d: break\n n+=len(d)\nprint(n)"  # fmt: skip
-TCP_CLIENT = "import socket,sys,time;c=socket.create_connection((sys.argv[1],5299));b=b'x'*(1<<20);t=time.perf_counter()\n" \
-             "for _ in range(int(sys.argv[2])): c.sendall(b)\nc.close();print(time.perf_counter()-t)"  # fmt: skip
+TCP_SERVER = (
+    "import socket,sys;s=socket.socket();s.bind((sys.argv[1],5299));s.listen(1);c,_=s.accept();n=0\n"
+    "while True:\n d=c.recv(1<<20)\n if not d: break\n n+=len(d)\nprint(n)"
+)
+TCP_CLIENT = (
+    "import socket,sys,time;c=socket.create_connection((sys.argv[1],5299));b=b'x'*(1<<20);t=time.perf_counter()\n"
+    "for _ in range(int(sys.argv[2])): c.sendall(b)\nc.close();print(time.perf_counter()-t)"
+)
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -51,11 +54,18 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def raw_tcp_gbps(tb: Testbed, megabytes: int = 512) -> float:
-    server = subprocess.Popen(["ssh", "-F", str(tb.ssh_config), "node1", f"python3 -c \"{TCP_SERVER}\" 10.77.0.11"],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        ["ssh", "-F", str(tb.ssh_config), "node1", f'python3 -c "{TCP_SERVER}" 10.77.0.11'],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
-    out = subprocess.run(["ssh", "-F", str(tb.ssh_config), "node0", f"python3 -c \"{TCP_CLIENT}\" 10.77.0.11 {megabytes}"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["ssh", "-F", str(tb.ssh_config), "node0", f'python3 -c "{TCP_CLIENT}" 10.77.0.11 {megabytes}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     server.wait(timeout=30)
     return megabytes * 2**20 / float(out.strip()) / 1e9
 
@@ -71,7 +81,12 @@ def site_first_and_second(tmp: Path, env: dict[str, str], name: str, **group_var
     """site.yml twice on 3 bare nodes (a fresh test cluster)."""
     tb = testbed_up(3)
     inventory = tb.inventory(tmp / f"{name}.ini", **group_vars)
-    playbook = [str(Path(VENV) / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "site.yml")]
+    playbook = [
+        str(Path(VENV) / "bin" / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(REPO / "playbooks" / "site.yml"),
+    ]
     return timed(playbook, env), timed(playbook, env)
 
 
@@ -81,51 +96,96 @@ def main() -> None:
     parser.add_argument("--wheel-dir", type=Path, help="wheels of the pinned torch, torchvision and their dependencies")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ddpctl-bench-"))
-    env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home"),
-           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+    env = {
+        **os.environ,
+        "DDPCTL_HOME": str(tmp / "home"),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    }
     wheels = args.wheel_dir or tmp / "wheels"
     if not args.wheel_dir:
         torch, vision = pinned()
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), f"torch=={torch}",
-                        f"torchvision=={vision}"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "-d",
+                str(wheels),
+                f"torch=={torch}",
+                f"torchvision=={vision}",
+            ],
+            check=True,
+        )
     try:
-        first, second = site_first_and_second(tmp, env, "wheels", python_env_mode="wheels", python_env_wheel_dir=str(wheels),
-                                              python_env_path="{{ ddpctl_node_dir }}/venv")  # fmt: skip
-        print(f"site.yml on 3 bare nodes, installing torch from pushed wheels: first {first:.1f} s, "
-              f"second (no-op) {second:.1f} s: {second / first:.2f}x")  # fmt: skip
+        first, second = site_first_and_second(
+            tmp,
+            env,
+            "wheels",
+            python_env_mode="wheels",
+            python_env_wheel_dir=str(wheels),
+            python_env_path="{{ ddpctl_node_dir }}/venv",
+        )
+        print(
+            f"site.yml on 3 bare nodes, installing torch from pushed wheels: first {first:.1f} s, "
+            f"second (no-op) {second:.1f} s: {second / first:.2f}x"
+        )
         first, second = site_first_and_second(tmp, env, "existing", **GROUP_VARS)
-        print(f"site.yml on 3 nodes whose env exists: first {first:.1f} s, second (no-op) {second:.1f} s: "
-              f"{second / first:.2f}x")  # fmt: skip
+        print(
+            f"site.yml on 3 nodes whose env exists: first {first:.1f} s, second (no-op) {second:.1f} s: "
+            f"{second / first:.2f}x"
+        )
 
         tb = testbed_up(3)
         inventory = tb.inventory(tmp / "hosts.ini", **GROUP_VARS)
 
         ddpctl = [sys.executable, "-m", "ddpctl"]
-        subprocess.run([*ddpctl, "up", "--provider", "onprem", "-i", str(inventory)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [*ddpctl, "up", "--provider", "onprem", "-i", str(inventory)],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         tool, hand = [], []
         for i in range(args.repeat):
             tool.append(timed([*ddpctl, "run", "message-passing", "--nodes", "2"], env))
-            dry = subprocess.run([*ddpctl, "run", "message-passing", "--nodes", "2", "--dry-run", "--json",
-                                  "--run-id", f"hand{i}"], env=env, capture_output=True, text=True, check=True)  # fmt: skip
+            dry = subprocess.run(
+                [*ddpctl, "run", "message-passing", "--nodes", "2", "--dry-run", "--json", "--run-id", f"hand{i}"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             plan = json.loads(dry.stdout)["plan"]
             start = time.perf_counter()
             procs = []
             for node in plan["nodes"]:
                 line = NodeLaunch(**{**node, "argv": tuple(node["argv"]), "uploads": ()}).shell()  # the same line
-                procs.append(subprocess.Popen(["ssh", "-F", str(tb.ssh_config), node["host"], line],
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        ["ssh", "-F", str(tb.ssh_config), node["host"], line],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
             assert all(p.wait() == 0 for p in procs)
             hand.append(time.perf_counter() - start)
         t, h = statistics.median(tool), statistics.median(hand)
-        print(f"launch over SSH, message-passing on 2 nodes: by hand {h:.2f} s, ddpctl {t:.2f} s: {t / h:.2f}x "
-              f"(median of {args.repeat})")  # fmt: skip
+        print(
+            f"launch over SSH, message-passing on 2 nodes: by hand {h:.2f} s, ddpctl {t:.2f} s: {t / h:.2f}x "
+            f"(median of {args.repeat})"
+        )
 
         check = subprocess.run([*ddpctl, "check", "--json", "--size-mb", "64"], env=env, capture_output=True, text=True)
         links = {(b["a"], b["b"]): b["busbw_gbps"] for b in json.loads(check.stdout)["bandwidth"]}
         tcp = raw_tcp_gbps(tb)
         bw = links[("node0", "node1")]
-        print(f"node0<->node1: raw TCP {tcp:.2f} GB/s, ddpctl check all-reduce busbw {bw:.2f} GB/s: {bw / tcp:.2f} of raw TCP")
+        print(
+            f"node0<->node1: raw TCP {tcp:.2f} GB/s, ddpctl check all-reduce busbw {bw:.2f} GB/s: {bw / tcp:.2f} of raw TCP"
+        )
         subprocess.run([*ddpctl, "down"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         testbed_down()

@@ -57,8 +57,21 @@ def victims(run_id: str, fault: str) -> list[psutil.Process]:
 def one(fault: str, home: Path, n: int) -> dict[str, float]:
     run_id = f"rec-{fault}-{n}"
     flags = ["--max-restarts", "1", "--nodes", "2"] if fault == "restart" else ["--nodes", "2:3"]
-    argv = [sys.executable, "-m", "ddpctl", "run", "mnist", *flags, "--run-id", run_id,
-            "--", "--epochs", "3", "--log-every", "5"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "ddpctl",
+        "run",
+        "mnist",
+        *flags,
+        "--run-id",
+        run_id,
+        "--",
+        "--epochs",
+        "3",
+        "--log-every",
+        "5",
+    ]
     env = {**os.environ, "DDPCTL_HOME": str(home)}
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -89,8 +102,11 @@ def one(fault: str, home: Path, n: int) -> dict[str, float]:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return {"startup_s": first_step - start, "recovery_s": resumed_at - killed_at,
-            "steps_redone": last_step - resumed_from}  # fmt: skip
+    return {
+        "startup_s": first_step - start,
+        "recovery_s": resumed_at - killed_at,
+        "steps_redone": last_step - resumed_from,
+    }
 
 
 def main() -> None:
@@ -101,9 +117,12 @@ def main() -> None:
         for fault in ("restart", "elastic"):
             rows = [one(fault, Path(tmp) / f"{fault}{i}", i) for i in range(args.repeat)]
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-            print(f"{fault:8s} recovery {med['recovery_s']:5.1f} s = {med['recovery_s'] / med['startup_s']:.2f}x "
-                  f"the run's start ({med['startup_s']:.1f} s); steps redone {med['steps_redone']:.0f} "
-                  f"(median of {args.repeat})", flush=True)  # fmt: skip
+            print(
+                f"{fault:8s} recovery {med['recovery_s']:5.1f} s = {med['recovery_s'] / med['startup_s']:.2f}x "
+                f"the run's start ({med['startup_s']:.1f} s); steps redone {med['steps_redone']:.0f} "
+                f"(median of {args.repeat})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

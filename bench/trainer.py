@@ -26,6 +26,7 @@ MFU (minGPT): 6 * parameters * tokens/s over the GPU's dense bf16/fp16 peak (PEA
 Goals: minGPT fast/baseline >= 2.0x tokens/s; MNIST batch 64 >= 3x samples/s; loss after N steps
 no worse than baseline's.
 """
+
 import argparse
 import gc
 import json
@@ -42,9 +43,23 @@ TRAINING = REPO / "training"
 sys.path[:0] = [str(TRAINING), str(TRAINING / "mingpt")]
 
 # Dense bf16/fp16 tensor-core peak per GPU, TFLOP/s (datasheets, without sparsity); first match wins.
-PEAK_TFLOPS = [("H200", 989), ("GH200", 989), ("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H800", 989),
-               ("A100", 312), ("A800", 312), ("L40S", 362), ("L40", 181), ("A10G", 70), ("A10", 125),
-               ("L4", 121), ("V100", 125), ("T4", 65)]
+PEAK_TFLOPS = [
+    ("H200", 989),
+    ("GH200", 989),
+    ("H100 PCIe", 756),
+    ("H100 NVL", 835),
+    ("H100", 989),
+    ("H800", 989),
+    ("A100", 312),
+    ("A800", 312),
+    ("L40S", 362),
+    ("L40", 181),
+    ("A10G", 70),
+    ("A10", 125),
+    ("L4", 121),
+    ("V100", 125),
+    ("T4", 65),
+]
 
 GPU_SHAPES = {  # job: (batch per rank, warm-up steps, timed steps); timed steps stay inside epoch 1
     "mingpt": (216, 15, 150),
@@ -59,10 +74,17 @@ def parse_args():
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     p.add_argument("--quick", action="store_true", help="small minGPT (2 layers, 128 wide, block 64), few steps")
     p.add_argument("--nproc", type=int, default=0, help="ranks; default 1 on CUDA, 2 on the CPU")
-    p.add_argument("--jobs", default="", help="comma list of mingpt,mnist64,mnist512 (default: all; --quick on "
-                                              "the CPU: mingpt,mnist64)")
-    p.add_argument("--modes", default="", help="comma list of baseline,fast,graphs,compile (default: CUDA "
-                                               "baseline,fast,graphs; CPU baseline,fast,compile)")
+    p.add_argument(
+        "--jobs",
+        default="",
+        help="comma list of mingpt,mnist64,mnist512 (default: all; --quick on the CPU: mingpt,mnist64)",
+    )
+    p.add_argument(
+        "--modes",
+        default="",
+        help="comma list of baseline,fast,graphs,compile (default: CUDA "
+        "baseline,fast,graphs; CPU baseline,fast,compile)",
+    )
     p.add_argument("--steps", type=int, default=0, help="timed steps (default per job)")
     p.add_argument("--warmup", type=int, default=0, help="untimed steps first, compiling included (default per job)")
     p.add_argument("--seed", type=int, default=0)
@@ -73,6 +95,7 @@ def parse_args():
 
 
 # ---- the launcher --------------------------------------------------------------------------------
+
 
 def write_idx(path, tensor):
     magic = {3: 0x0803, 1: 0x0801}[tensor.dim()]
@@ -104,29 +127,47 @@ def launch(args):
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         make_mnist(tmp)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               __file__, *sys.argv[1:], "--data-dir", tmp, "--device", "cuda" if cuda else "cpu"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            __file__,
+            *sys.argv[1:],
+            "--data-dir",
+            tmp,
+            "--device",
+            "cuda" if cuda else "cpu",
+        ]
         return subprocess.run(cmd, env=env).returncode
 
 
 # ---- the workers ---------------------------------------------------------------------------------
+
 
 def environment(device):
     import torch
 
     info = {"torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count()}
     if device.type == "cuda":
-        info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
-                    cudnn=torch.backends.cudnn.version())
+        info.update(
+            gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version()
+        )
         try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=20).stdout.split()[0]
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.split()[0]
         except (OSError, IndexError, subprocess.TimeoutExpired):
             info["driver"] = "?"
     else:
         info["cpu"] = platform.processor() or platform.machine()
         try:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line)
+            with open("/proc/cpuinfo") as f:
+                info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
         except (OSError, StopIteration):
             pass
     return info
@@ -142,7 +183,6 @@ def run_case(args, device, job, mode):
     import torch.nn.functional as F
     from torch.utils.data import TensorDataset
     from torchvision import datasets, transforms
-
     from trainer import SpeedConfig, Trainer
 
     cuda, world = device.type == "cuda", dist.get_world_size()
@@ -161,8 +201,14 @@ def run_case(args, device, job, mode):
     torch.manual_seed(args.seed)
 
     if baseline:
-        speed = SpeedConfig(precision="fp16" if job == "mingpt" and cuda else "fp32", compile=False,
-                            device_data=False, channels_last=False, workers=4 if job == "mingpt" else 1, tf32=False)
+        speed = SpeedConfig(
+            precision="fp16" if job == "mingpt" and cuda else "fp32",
+            compile=False,
+            device_data=False,
+            channels_last=False,
+            workers=4 if job == "mingpt" else 1,
+            tf32=False,
+        )
     else:
         speed = SpeedConfig(cuda_graphs=mode == "graphs", compile=True if mode == "compile" else None)
 
@@ -208,9 +254,20 @@ def run_case(args, device, job, mode):
     with tempfile.TemporaryDirectory() as tmp:
         sync()
         start = time.perf_counter()
-        trainer = BenchTrainer(model, dataset, optimizer, loss_fn, device, batch_size=batch, epochs=100,
-                               max_steps=warmup + steps, grad_clip=grad_clip, save_every=0,
-                               snapshot_path=os.path.join(tmp, "snap.pt"), speed=speed)
+        trainer = BenchTrainer(
+            model,
+            dataset,
+            optimizer,
+            loss_fn,
+            device,
+            batch_size=batch,
+            epochs=100,
+            max_steps=warmup + steps,
+            grad_clip=grad_clip,
+            save_every=0,
+            snapshot_path=os.path.join(tmp, "snap.pt"),
+            speed=speed,
+        )
         trainer.train()
     seconds = marks[1] - marks[0]
     # the loss after N steps: the mean over the last 10 steps and over ranks (one step's loss is noisy)
@@ -219,11 +276,21 @@ def run_case(args, device, job, mode):
     n_params = sum(p.numel() for p in model.parameters())
     rate = world * batch * units * steps / seconds
     result = {
-        "job": job, "mode": mode, "batch": batch, "ranks": world, "steps": steps, "total_steps": warmup + steps,
-        "rate": rate, "unit": "tokens/s" if job == "mingpt" else "samples/s",
-        "ms_per_iter": 1000 * seconds / steps, "warmup_s": marks[0] - start,
-        "compile_s": trainer.compile_seconds, "loss": last.item() / world, "first_loss": losses[0].item(),
-        "precision": trainer.speed.precision, "params": n_params,
+        "job": job,
+        "mode": mode,
+        "batch": batch,
+        "ranks": world,
+        "steps": steps,
+        "total_steps": warmup + steps,
+        "rate": rate,
+        "unit": "tokens/s" if job == "mingpt" else "samples/s",
+        "ms_per_iter": 1000 * seconds / steps,
+        "warmup_s": marks[0] - start,
+        "compile_s": trainer.compile_seconds,
+        "loss": last.item() / world,
+        "first_loss": losses[0].item(),
+        "precision": trainer.speed.precision,
+        "params": n_params,
         "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         "mfu": None,
     }
@@ -236,26 +303,32 @@ def fmt(r):
     mem = f"{r['peak_mem_gib']:.2f} GiB" if r["peak_mem_gib"] is not None else "-"
     mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
     comp = f"{r['compile_s']:.1f}" if r["compile_s"] is not None else "-"
-    return (f"| {r['job']} | {r['mode']} | {r['precision']} | {r['rate']:,.0f} {r['unit']} | {r['ms_per_iter']:.2f} | "
-            f"{mem} | {mfu} | {r['warmup_s']:.1f} / {comp} | {r['first_loss']:.4f} | {r['loss']:.4f} |")
+    return (
+        f"| {r['job']} | {r['mode']} | {r['precision']} | {r['rate']:,.0f} {r['unit']} | {r['ms_per_iter']:.2f} | "
+        f"{mem} | {mfu} | {r['warmup_s']:.1f} / {comp} | {r['first_loss']:.4f} | {r['loss']:.4f} |"
+    )
 
 
 def worker(args):
     import torch
     import torch.distributed as dist
-
     from trainer import ddp_setup
 
     device = ddp_setup(args.device)
     cuda, rank0 = device.type == "cuda", dist.get_rank() == 0
-    jobs = args.jobs.split(",") if args.jobs else (["mingpt", "mnist64"] if args.quick and not cuda
-                                                     else ["mingpt", "mnist64", "mnist512"])
+    jobs = (
+        args.jobs.split(",")
+        if args.jobs
+        else (["mingpt", "mnist64"] if args.quick and not cuda else ["mingpt", "mnist64", "mnist512"])
+    )
     default_modes = ["baseline", "fast", "graphs"] if cuda else ["baseline", "fast", "compile"]
     modes = args.modes.split(",") if args.modes else default_modes
     if rank0:
         print("environment:", json.dumps(environment(device)), flush=True)
-        print(f"{dist.get_world_size()} rank(s) on {device.type}; per-rank OMP threads {torch.get_num_threads()}",
-              flush=True)
+        print(
+            f"{dist.get_world_size()} rank(s) on {device.type}; per-rank OMP threads {torch.get_num_threads()}",
+            flush=True,
+        )
     runs = {}  # (job, mode) -> one result per round
     for rnd in range(args.repeat):
         for job in jobs:
@@ -278,8 +351,10 @@ def worker(args):
         results.append(r)
     if rank0:
         print(f"\nmedian of {args.repeat} round(s); warm-up and compile times from round 1 (cold compile caches)")
-        print("| job | mode | precision | throughput | ms/iter | peak mem | MFU | warm-up s / compile s "
-              "| loss step 1 | loss after N (mean of last 10) |")
+        print(
+            "| job | mode | precision | throughput | ms/iter | peak mem | MFU | warm-up s / compile s "
+            "| loss step 1 | loss after N (mean of last 10) |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in results:
             print(fmt(r))
@@ -288,9 +363,11 @@ def worker(args):
             base = next((r for r in results if r["job"] == job and r["mode"] == "baseline"), None)
             for r in results:
                 if base and r["job"] == job and r is not base:
-                    print(f"{job}: {r['mode']}/baseline = {r['rate'] / base['rate']:.2f}x {r['unit']}, "
-                          f"loss after {r['total_steps']} steps {r['loss']:.4f} vs {base['loss']:.4f}",
-                          flush=True)
+                    print(
+                        f"{job}: {r['mode']}/baseline = {r['rate'] / base['rate']:.2f}x {r['unit']}, "
+                        f"loss after {r['total_steps']} steps {r['loss']:.4f} vs {base['loss']:.4f}",
+                        flush=True,
+                    )
         if args.json:
             Path(args.json).write_text(json.dumps({"environment": environment(device), "results": results}, indent=1))
     dist.barrier()

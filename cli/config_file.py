@@ -27,9 +27,14 @@ Flags given on the command line win. Unknown sections or keys are refused.
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (Ubuntu 22.04's)
+    import tomli as tomllib
 
 from ddpctl.infra.errors import UsageError
 
@@ -37,17 +42,41 @@ from ddpctl.infra.errors import UsageError
 #: is not 2). What the value may be (a range, a known provider...) is the option's own check.
 STR, INT, BOOL, TABLE = (str,), (int,), (bool,), (dict,)
 CLUSTER_TYPES: dict[str, tuple[type, ...]] = {
-    "name": STR, "provider": STR, "nodes": INT, "nproc_per_node": INT, "port": INT, "python": STR, "env": TABLE,
+    "name": STR,
+    "provider": STR,
+    "nodes": INT,
+    "nproc_per_node": INT,
+    "port": INT,
+    "python": STR,
+    "env": TABLE,
     "inventory": STR,
     # aws
-    "region": STR, "az": STR, "instance_type": STR, "volume_gb": INT, "ami": STR, "spot": BOOL, "ssh_cidr": STR,
-    "vpc_id": STR, "subnet_id": STR, "ssh_user": STR, "private_ip": BOOL, "iam_instance_profile": STR,
-    "configure": BOOL, "down_on_failure": BOOL, "playbook_vars": TABLE,
-}  # fmt: skip
+    "region": STR,
+    "az": STR,
+    "instance_type": STR,
+    "volume_gb": INT,
+    "ami": STR,
+    "spot": BOOL,
+    "ssh_cidr": STR,
+    "vpc_id": STR,
+    "subnet_id": STR,
+    "ssh_user": STR,
+    "private_ip": BOOL,
+    "iam_instance_profile": STR,
+    "configure": BOOL,
+    "down_on_failure": BOOL,
+    "playbook_vars": TABLE,
+}
 RUN_TYPES: dict[str, tuple[type, ...]] = {
-    "name": STR, "nodes": (int, str), "nproc_per_node": (int, str), "max_restarts": INT, "port": INT, "python": STR,
-    "env": TABLE, "snapshot_dir": STR,
-}  # fmt: skip
+    "name": STR,
+    "nodes": (int, str),
+    "nproc_per_node": (int, str),
+    "max_restarts": INT,
+    "port": INT,
+    "python": STR,
+    "env": TABLE,
+    "snapshot_dir": STR,
+}
 CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)
 EXAMPLES = {str: '"text"', int: "2", bool: "true"}
 
@@ -71,7 +100,13 @@ def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
     # A run that brings its own cluster up takes the cluster's defaults too.
     run_defaults = {k: v for k, v in cluster.items() if k in RUN_KEYS} | run
     down = _only(cluster, {"name", "region"})
-    return {"up": cluster, "run": run_defaults, "down": down, "status": _only(cluster, {"name"}), "check": _only(cluster, {"name"})}
+    return {
+        "up": cluster,
+        "run": run_defaults,
+        "down": down,
+        "status": _only(cluster, {"name"}),
+        "check": _only(cluster, {"name"}),
+    }
 
 
 def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path: Path) -> dict[str, Any]:
@@ -87,9 +122,15 @@ def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path:
     for key, value in section.items():
         allowed = types[key]
         if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
-            example = f'[{title}.{key}] and NAME = "value" below it' if allowed[0] is dict else f"{key} = {EXAMPLES[allowed[0]]}"
-            raise UsageError(f"[{title}] {key} in {path} is {_kind(value)} ({_show(value)}): give {_kind(allowed[0]())}, "
-                             f"e.g. {example}")  # fmt: skip
+            example = (
+                f'[{title}.{key}] and NAME = "value" below it'
+                if allowed[0] is dict
+                else f"{key} = {EXAMPLES[allowed[0]]}"
+            )
+            raise UsageError(
+                f"[{title}] {key} in {path} is {_kind(value)} ({_show(value)}): give {_kind(allowed[0]())}, "
+                f"e.g. {example}"
+            )
     for key in ("env", "playbook_vars"):  # a table -> the repeated --env / --playbook-var KEY=VALUE option
         if key in out:
             out[key] = [f"{k}={_scalar(v, f'{title}.{key}', k, path)}" for k, v in out[key].items()]
@@ -100,12 +141,18 @@ def _scalar(value: Any, table: str, key: str, path: Path) -> str:
     """A value of [cluster.env] or [cluster.playbook_vars]: a string, or a number written as one."""
     if isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return str(value)
-    raise UsageError(f"[{table}] {key} in {path} is {_kind(value)} ({_show(value)}): give a string, e.g. {key} = \"1\"")
+    raise UsageError(f'[{table}] {key} in {path} is {_kind(value)} ({_show(value)}): give a string, e.g. {key} = "1"')
 
 
 def _kind(value: Any) -> str:
-    for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a decimal number"), (str, "a string"),
-                       (list, "an array"), (dict, "a table")):  # fmt: skip
+    for kind, name in (
+        (bool, "true/false"),
+        (int, "an integer"),
+        (float, "a decimal number"),
+        (str, "a string"),
+        (list, "an array"),
+        (dict, "a table"),
+    ):
         if isinstance(value, kind):
             return name
     return "a date or time"

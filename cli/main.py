@@ -79,9 +79,14 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
 @click.group(cls=DdpctlGroup, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddpctl")
 @click.option(
-    "--config", callback=_load_config, is_eager=True, expose_value=False, metavar="FILE", envvar="DDPCTL_CONFIG",
+    "--config",
+    callback=_load_config,
+    is_eager=True,
+    expose_value=False,
+    metavar="FILE",
+    envvar="DDPCTL_CONFIG",
     help="Defaults for the options below, from a TOML file (or $DDPCTL_CONFIG). [default: ./ddpctl.toml if present]",
-)  # fmt: skip
+)
 def cli() -> None:
     """Multi-node PyTorch DDP, from nothing to a finished run and back to nothing.
 
@@ -105,36 +110,78 @@ def _store():
 
 
 _AWS_UP_OPTIONS = [
-    click.option("--region", default=None, metavar="REGION",
-                 help="aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else us-east-1]"),
-    click.option("--az", default=None, metavar="ZONE",
-                 help="aws: launch in this zone only. [default: the first zone with capacity]"),
+    click.option(
+        "--region",
+        default=None,
+        metavar="REGION",
+        help="aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else us-east-1]",
+    ),
+    click.option(
+        "--az",
+        default=None,
+        metavar="ZONE",
+        help="aws: launch in this zone only. [default: the first zone with capacity]",
+    ),
     click.option("--instance-type", default=None, metavar="TYPE", help="aws: EC2 instance type. [default: p3.2xlarge]"),
-    click.option("--volume-gb", type=click.IntRange(8, 16384), default=None,
-                 help="aws: root volume size (gp3, encrypted). [default: 200]"),
-    click.option("--ami", default=None, metavar="AMI_ID",
-                 help="aws: the image. [default: the newest AWS Deep Learning AMI of the region]"),
-    click.option("--spot", is_flag=True,
-                 help="aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
-                      "terminated, the run fails, and `down` + `up` start over from the last snapshot)."),
-    click.option("--ssh-cidr", default=None, metavar="CIDR",
-                 help="aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]"),
+    click.option(
+        "--volume-gb",
+        type=click.IntRange(8, 16384),
+        default=None,
+        help="aws: root volume size (gp3, encrypted). [default: 200]",
+    ),
+    click.option(
+        "--ami",
+        default=None,
+        metavar="AMI_ID",
+        help="aws: the image. [default: the newest AWS Deep Learning AMI of the region]",
+    ),
+    click.option(
+        "--spot",
+        is_flag=True,
+        help="aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
+        "terminated, the run fails, and `down` + `up` start over from the last snapshot).",
+    ),
+    click.option(
+        "--ssh-cidr",
+        default=None,
+        metavar="CIDR",
+        help="aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]",
+    ),
     click.option("--vpc-id", default=None, metavar="VPC_ID", help="aws: an existing VPC (with --subnet-id)."),
-    click.option("--subnet-id", default=None, metavar="SUBNET_ID",
-                 help="aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]"),
+    click.option(
+        "--subnet-id",
+        default=None,
+        metavar="SUBNET_ID",
+        help="aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]",
+    ),
     click.option("--ssh-user", default=None, metavar="USER", help="aws: the AMI's login user. [default: ubuntu]"),
-    click.option("--private-ip", is_flag=True,
-                 help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC)."),
-    click.option("--iam-instance-profile", default=None, metavar="NAME",
-                 help="aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
-                      "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
-                      "nodes get short-lived credentials from it; none are ever copied to them. [default: none]"),
-    click.option("--configure/--no-configure", default=True, show_default=True,
-                 help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
-                      "(not ready for jobs; the tests against moto use it, whose instances are not real hosts)."),
-    click.option("--down-on-failure/--no-down-on-failure", default=True, show_default=True,
-                 help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how."),
-]  # fmt: skip
+    click.option(
+        "--private-ip",
+        is_flag=True,
+        help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC).",
+    ),
+    click.option(
+        "--iam-instance-profile",
+        default=None,
+        metavar="NAME",
+        help="aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
+        "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
+        "nodes get short-lived credentials from it; none are ever copied to them. [default: none]",
+    ),
+    click.option(
+        "--configure/--no-configure",
+        default=True,
+        show_default=True,
+        help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
+        "(not ready for jobs; the tests against moto use it, whose instances are not real hosts).",
+    ),
+    click.option(
+        "--down-on-failure/--no-down-on-failure",
+        default=True,
+        show_default=True,
+        help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how.",
+    ),
+]
 
 
 def _aws_up_options(func):
@@ -146,30 +193,45 @@ def _aws_up_options(func):
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @click.option(
-    "--provider", type=click.Choice(["local", "onprem", "aws", "pcluster"]), default="local",
-    show_default=True, help="Where the nodes come from.",
-)  # fmt: skip
+    "--provider",
+    type=click.Choice(["local", "onprem", "aws", "pcluster"]),
+    default="local",
+    show_default=True,
+    help="Where the nodes come from.",
+)
 @click.option(
-    "--nodes", "-n", type=click.IntRange(min=1), default=None,
+    "--nodes",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
     help="Number of nodes. [default: local 1; onprem every host in the inventory]",
-)  # fmt: skip
+)
 @click.option(
-    "--inventory", "-i", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+    "--inventory",
+    "-i",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
     help="onprem: an Ansible inventory (INI or YAML); the [ddp_nodes] group if present, else every host.",
-)  # fmt: skip
+)
 @nproc_option
 @port_option
 @env_option
 @click.option(
-    "--playbook-var", "playbook_vars", multiple=True, metavar="KEY=VALUE",
+    "--playbook-var",
+    "playbook_vars",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="onprem, aws, pcluster: a variable for playbooks/site.yml (repeatable; wins over the inventory's), "
     "e.g. nvidia_cuda_version=12.8 or python_env_mode=existing.",
-)  # fmt: skip
+)
 @python_option
 @_aws_up_options
 @dry_run_option
 @json_option
-def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, as_json, **aws) -> int:
+def up(
+    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, as_json, **aws
+) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
     \b
@@ -218,10 +280,16 @@ def up(name, provider, nodes, inventory, nproc_per_node, port, env, playbook_var
         raise UsageError(f"--no-down-on-failure is for --provider aws or pcluster, not {provider}")
     kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
-        name=name or "default", provider=provider, nodes=nodes, nproc_per_node=nproc_per_node or 1,
-        port=port, env=parse_env(env), inventory=str(Path(inventory).resolve()) if inventory else "",
-        playbook_vars=parse_env(playbook_vars, flag="--playbook-var"), **kwargs,
-    )  # fmt: skip
+        name=name or "default",
+        provider=provider,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node or 1,
+        port=port,
+        env=parse_env(env),
+        inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
+        **kwargs,
+    )
     if provider == "local":  # every rank on this machine, with this machine's Python
         check_local_ranks(spec.nodes, spec.nproc_per_node)
         if python:
@@ -302,14 +370,19 @@ def status(name, as_json) -> int:
 @name_option
 @click.option("--all", "all_", is_flag=True, help="Take down every cluster under the state home.")
 @click.option(
-    "--region", default=None, metavar="REGION",
+    "--region",
+    default=None,
+    metavar="REGION",
     help="With --name: delete the cluster's resources found by tag in REGION, even with no state file.",
-)  # fmt: skip
+)
 @click.option(
-    "--provider", "lost_provider", type=click.Choice(["aws", "pcluster"]), default=None,
+    "--provider",
+    "lost_provider",
+    type=click.Choice(["aws", "pcluster"]),
+    default=None,
     help="With --region: which provider made the cluster whose state file is lost: aws (the default), "
     "or pcluster (its ParallelCluster first, then the network).",
-)  # fmt: skip
+)
 @json_option
 def down(name, all_, region, lost_provider, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
@@ -362,33 +435,70 @@ def down(name, all_, region, lost_provider, as_json) -> int:
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 @run_nodes_option
 @run_nproc_option
-@click.option("--max-restarts", type=click.IntRange(min=0), default=None,
-              help="Times torchrun restarts the workers after a failure; the jobs resume from their "
-                   "snapshot. [default: 0, elastic runs 3]")  # fmt: skip
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Times torchrun restarts the workers after a failure; the jobs resume from their "
+    "snapshot. [default: 0, elastic runs 3]",
+)
 @name_option
 @port_option
-@click.option("--run-id", type=RunId("--run-id", allow_empty=True), default="", metavar="ID",
-              help="Run id (torchrun's --rdzv-id). [default: a new one]")  # fmt: skip
 @click.option(
-    "--launcher", type=click.Choice(["torchrun", "sbatch"]), default=None,
+    "--run-id",
+    type=RunId("--run-id", allow_empty=True),
+    default="",
+    metavar="ID",
+    help="Run id (torchrun's --rdzv-id). [default: a new one]",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["torchrun", "sbatch"]),
+    default=None,
     help="torchrun on every node over SSH, or an sbatch job. [default: sbatch where the cluster runs Slurm]",
-)  # fmt: skip
-@click.option("--snapshot-dir", default="", metavar="DIR|s3://BUCKET/PREFIX",
-              help="Where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory every node "
-                   "reads, or an S3 prefix where the nodes share no filesystem (rank 0 reads and writes it "
-                   "with boto3). On AWS the nodes reach S3 through an instance profile (`up "
-                   "--iam-instance-profile`), never through copied credentials. [default: the cluster's "
-                   "shared directory]")  # fmt: skip
-@click.option("--resume", "resume_id", type=RunId("--resume"), default=None, metavar="RUN_ID",
-              help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
-                   "crashed): what is left of it is stopped, and the job resumes from its snapshot.")  # fmt: skip
+)
+@click.option(
+    "--snapshot-dir",
+    default="",
+    metavar="DIR|s3://BUCKET/PREFIX",
+    help="Where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory every node "
+    "reads, or an S3 prefix where the nodes share no filesystem (rank 0 reads and writes it "
+    "with boto3). On AWS the nodes reach S3 through an instance profile (`up "
+    "--iam-instance-profile`), never through copied credentials. [default: the cluster's "
+    "shared directory]",
+)
+@click.option(
+    "--resume",
+    "resume_id",
+    type=RunId("--resume"),
+    default=None,
+    metavar="RUN_ID",
+    help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
+    "crashed): what is left of it is stopped, and the job resumes from its snapshot.",
+)
 @env_option
 @python_option
 @dry_run_option
 @json_option
 @click.pass_context
-def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run_id, launcher, snapshot_dir, resume_id,
-        env, python, dry_run, as_json) -> int:  # fmt: skip
+def run(
+    ctx,
+    job,
+    job_args,
+    nodes,
+    nproc_per_node,
+    max_restarts,
+    name,
+    port,
+    run_id,
+    launcher,
+    snapshot_dir,
+    resume_id,
+    env,
+    python,
+    dry_run,
+    as_json,
+) -> int:
     """Run JOB with torchrun on NODES nodes and stream every rank's output.
 
     JOB is a bundled job (message-passing, mnist, mingpt) or the path to your own script.
@@ -416,8 +526,13 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
     out = Output(as_json)
     store = _store()
     if resume_id is not None:
-        given = [p.opts[0] for p in ctx.command.params if isinstance(p, click.Option) and p.name not in
-                 ("resume_id", "dry_run", "as_json") and ctx.get_parameter_source(p.name) != ParameterSource.DEFAULT]
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if isinstance(p, click.Option)
+            and p.name not in ("resume_id", "dry_run", "as_json")
+            and ctx.get_parameter_source(p.name) != ParameterSource.DEFAULT
+        ]
         if job or job_args or given:
             what = " ".join(([job] if job else []) + given + (["-- ..."] if job_args else []))
             raise UsageError(f"--resume runs {resume_id} with its recorded job and options: leave out {what}")
@@ -427,10 +542,20 @@ def run(ctx, job, job_args, nodes, nproc_per_node, max_restarts, name, port, run
             raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
         min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
         opts = runs.RunOptions(
-            job=job, args=tuple(job_args), nodes=nodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
-            name=name, port=port, run_id=run_id, env=tuple(env), python=python, launcher=launcher,
-            min_nodes=min_nodes, snapshot_dir=snapshot_dir,
-        )  # fmt: skip
+            job=job,
+            args=tuple(job_args),
+            nodes=nodes,
+            nproc_per_node=nproc_per_node,
+            max_restarts=max_restarts,
+            name=name,
+            port=port,
+            run_id=run_id,
+            env=tuple(env),
+            python=python,
+            launcher=launcher,
+            min_nodes=min_nodes,
+            snapshot_dir=snapshot_dir,
+        )
         prep = runs.prepare(opts, store)
     if dry_run:
         if as_json:
@@ -496,11 +621,18 @@ def runs(as_json) -> int:
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @click.option(
-    "--playbook-var", "playbook_vars", multiple=True, metavar="KEY=VALUE",
+    "--playbook-var",
+    "playbook_vars",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="A variable for playbooks/site.yml (repeatable); recorded with the cluster, so later runs keep it.",
-)  # fmt: skip
-@click.option("--tags", default=None, metavar="ROLE[,ROLE]",
-              help="Only these roles: common, ssh_mesh, nvidia, python_env, nccl_env, bundle.")  # fmt: skip
+)
+@click.option(
+    "--tags",
+    default=None,
+    metavar="ROLE[,ROLE]",
+    help="Only these roles: common, ssh_mesh, nvidia, python_env, nccl_env, bundle.",
+)
 @json_option
 def configure(name, playbook_vars, tags, as_json) -> int:
     """Run playbooks/site.yml again on a cluster's nodes (onprem, aws, pcluster).
@@ -522,7 +654,9 @@ def configure(name, playbook_vars, tags, as_json) -> int:
     from .output import Output
 
     out = Output(as_json)
-    state, report = clusters.configure(_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), tags)
+    state, report = clusters.configure(
+        _store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), tags
+    )
     summary = changed_summary(report)
     out.progress(f"cluster {state.name!r} configured: {summary}")
     if as_json:
@@ -534,9 +668,14 @@ def configure(name, playbook_vars, tags, as_json) -> int:
 @cli.command(epilog=EXIT_CODES)
 @name_option
 @port_option
-@click.option("--size-mb", type=FiniteFloatRange(0.001, 8192), default=32, show_default=True,
-              help="All-reduce message size for the bandwidth test, in MB; at most 8192 (each rank of the pair "
-                   "holds it, in GPU memory on GPU nodes).")  # fmt: skip
+@click.option(
+    "--size-mb",
+    type=FiniteFloatRange(0.001, 8192),
+    default=32,
+    show_default=True,
+    help="All-reduce message size for the bandwidth test, in MB; at most 8192 (each rank of the pair "
+    "holds it, in GPU memory on GPU nodes).",
+)
 @click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
 @json_option
 def check(name, port, size_mb, no_bandwidth, as_json) -> int:
@@ -558,8 +697,14 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     state = clusters.load(_store(), name)
     provider = get_provider(state.spec.provider)
     port = provider.rdzv_port(state, port)
-    report = run_check(state, lambda sink: provider.executor(state, sink), port, out.progress,
-                       bandwidth=not no_bandwidth, size_mb=size_mb)  # fmt: skip
+    report = run_check(
+        state,
+        lambda sink: provider.executor(state, sink),
+        port,
+        out.progress,
+        bandwidth=not no_bandwidth,
+        size_mb=size_mb,
+    )
     if as_json:
         out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
     else:
@@ -601,8 +746,7 @@ def _print_launch_plan(plan) -> None:
         click.echo(plan.script, nl=False)
         return
     click.echo(
-        f"Would run {plan.job} as run {plan.run_id}: world size {plan.world_size}, "
-        f"rendezvous {plan.rdzv_endpoint}"
+        f"Would run {plan.job} as run {plan.run_id}: world size {plan.world_size}, rendezvous {plan.rdzv_endpoint}"
     )
     for node in plan.nodes:
         click.echo(f"  {node.node} ({node.host}):")

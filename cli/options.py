@@ -69,24 +69,34 @@ dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be created and run, and create nothing."
 )
 name_option = click.option(
-    "--name", type=ClusterName(), default=None, metavar="NAME",
+    "--name",
+    type=ClusterName(),
+    default=None,
+    metavar="NAME",
     help="Cluster name: lowercase letters, digits and '-' (default: the only cluster, or 'default').",
-)  # fmt: skip
+)
 nproc_option = click.option(
-    "--nproc-per-node", type=click.IntRange(min=1), default=None,  # the upper bound: infra.spec.MAX_NPROC
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,  # the upper bound: infra.spec.MAX_NPROC
     help="Processes (ranks) per node; one per GPU on GPU nodes. [default: 1, or the cluster's]",
-)  # fmt: skip
+)
 port_option = click.option(
     "--port", type=click.IntRange(1024, 65535), default=None, help="c10d rendezvous port (default: a free port)."
 )
 env_option = click.option(
-    "--env", "-e", multiple=True, metavar="KEY=VALUE",  # checked by infra.spec.parse_env, for run and up alike
+    "--env",
+    "-e",
+    multiple=True,
+    metavar="KEY=VALUE",  # checked by infra.spec.parse_env, for run and up alike
     help="Extra environment for every rank (repeatable); KEY is letters, digits and '_', not starting with a digit.",
-)  # fmt: skip
+)
 python_option = click.option(
-    "--python", default=None, metavar="PATH",
+    "--python",
+    default=None,
+    metavar="PATH",
     help="Python with torch on the nodes (local: this interpreter; checked by importing torch with it).",
-)  # fmt: skip
+)
 
 
 class NprocList(click.ParamType):
@@ -107,10 +117,12 @@ class NprocList(click.ParamType):
 
 
 run_nproc_option = click.option(
-    "--nproc-per-node", type=NprocList(), default=None,
+    "--nproc-per-node",
+    type=NprocList(),
+    default=None,
     help="Processes (ranks) per node, one per GPU on GPU nodes; `2,1` gives each node its own. "
     "[default: each node's (on-prem: ddpctl_nproc_per_node in the inventory), else the cluster's, else 1]",
-)  # fmt: skip
+)
 
 
 class NodeCount(click.ParamType):
@@ -132,7 +144,11 @@ class NodeCount(click.ParamType):
 
 
 run_nodes_option = click.option(
-    "--nodes", "-n", type=NodeCount(), default=1, show_default=True,
+    "--nodes",
+    "-n",
+    type=NodeCount(),
+    default=1,
+    show_default=True,
     help="Number of nodes; MIN:MAX makes the run elastic: it goes on while MIN nodes remain "
     "(torchrun --nnodes MIN:MAX; implies --max-restarts 3).",
-)  # fmt: skip
+)

@@ -144,6 +144,6 @@ def run_playbook(
 def _last_line(result: Any) -> str:
     try:
         lines = [line for line in result.stdout.read().splitlines() if line.strip()]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "see the output above"
     return lines[-1] if lines else "no output"

@@ -77,13 +77,21 @@ class CheckReport:
         return {
             "reachability": [{"from": a, "to": b, "result": r} for (a, b), r in sorted(self.reach.items())],
             "bandwidth": [{"a": a, "b": b, "busbw_gbps": v} for (a, b), v in sorted(self.bandwidth_gbps.items())],
-            "slowest_link": None if slowest is None else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
+            "slowest_link": None
+            if slowest is None
+            else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
             "ok": not self.unreachable,
         }
 
 
 def plan_reach(
-    cluster: ClusterState, nodes: list[NodeInfo], port: int, *, all_pairs: bool, seconds: float = 10.0, strict: bool = False
+    cluster: ClusterState,
+    nodes: list[NodeInfo],
+    port: int,
+    *,
+    all_pairs: bool,
+    seconds: float = 10.0,
+    strict: bool = False,
 ) -> LaunchPlan:
     """Every node to every other (``all_pairs``), or every node to the head only (before a run).
 
@@ -100,11 +108,28 @@ def plan_reach(
         else:
             peers = [] if i == 0 else [hosts[0]]
             expect = len(nodes) - 1 if i == 0 else 0
-        argv = (node.python or cluster.spec.python, "-c", REACH_SCRIPT, str(port), node.host, ",".join(peers),
-                str(expect), str(seconds), *(["strict"] if strict else []))  # fmt: skip
+        argv = (
+            node.python or cluster.spec.python,
+            "-c",
+            REACH_SCRIPT,
+            str(port),
+            node.host,
+            ",".join(peers),
+            str(expect),
+            str(seconds),
+            *(["strict"] if strict else []),
+        )
         launches.append(
-            NodeLaunch(node=node.name, host=node.host, node_rank=i, argv=argv, env=node_env(cluster, run, 1, None),
-                       cwd=node.workdir, log_dir="", env_file=node.env_file)  # fmt: skip
+            NodeLaunch(
+                node=node.name,
+                host=node.host,
+                node_rank=i,
+                argv=argv,
+                env=node_env(cluster, run, 1, None),
+                cwd=node.workdir,
+                log_dir="",
+                env_file=node.env_file,
+            )
         )
     return LaunchPlan(run.run_id, run.job, cluster.name, f"{hosts[0]}:{port}", len(nodes), tuple(launches))
 
@@ -112,7 +137,9 @@ def plan_reach(
 def plan_bandwidth(cluster: ClusterState, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> LaunchPlan:
     pair = replace(cluster, nodes=[a, b])
     run = RunSpec(job="check-bandwidth", args=("--size-mb", f"{size_mb:g}"), nodes=2, run_id=new_run_id())
-    return plan_torchrun(pair, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR))
+    return plan_torchrun(
+        pair, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
+    )
 
 
 def run_check(
@@ -139,20 +166,24 @@ def run_check(
             progress(f"all-reduce bandwidth {a.name} <-> {b.name} ({size_mb:g} MB)")
             found: list[float] = []
 
-            def bw_line(line: OutputLine) -> None:
+            def bw_line(line: OutputLine, found: list[float] = found) -> None:
                 m = BW_LINE.search(line.text)
                 if m:
                     found.append(float(m.group(1)))
 
             result = executor_for(bw_line).run(plan_bandwidth(cluster, a, b, port, size_mb))
             if not result.ok or not found:
-                raise DdpctlError(f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes")
+                raise DdpctlError(
+                    f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes"
+                )
             report.bandwidth_gbps[(a.name, b.name)] = found[0]
     return report
 
 
 def check_targets(
-    cluster: ClusterState, executor_for: Callable[[Callable[[OutputLine], None]], object], progress: Callable[[str], None]
+    cluster: ClusterState,
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    progress: Callable[[str], None],
 ) -> tuple[ClusterState, Callable[[Callable[[OutputLine], None]], object]]:
     """The nodes to check and the executor that reaches them: the cluster's own, unless its provider
     has ``check_targets`` (ParallelCluster: the compute nodes behind its login node)."""

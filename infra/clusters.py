@@ -63,7 +63,9 @@ def _configure(
             f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(PLAYBOOK_PROVIDERS)}"
         )
     if state.status not in ("up", "configuring"):  # configuring: an `up` stopped in its configure step
-        raise UsageError(f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`")
+        raise UsageError(
+            f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`"
+        )
     state.spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
     report = get_provider(state.spec.provider).configure(state, store, progress, tags)
     store.save(state)

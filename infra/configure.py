@@ -88,8 +88,14 @@ def site_command(
     """The plain ``ansible-playbook`` command line that configures ``nodes`` as ``run_site`` does,
     runnable as printed from any directory (absolute paths, ddpctl's ansible.cfg where there is one)."""
     exe = Path(sys.executable).with_name("ansible-playbook")
-    argv = [str(exe) if exe.exists() else "ansible-playbook", "-i", inventory,
-            "-e", json.dumps(site_extravars(nodes, key_dir, playbook_vars)), str(PLAYBOOKS / "site.yml")]  # fmt: skip
+    argv = [
+        str(exe) if exe.exists() else "ansible-playbook",
+        "-i",
+        inventory,
+        "-e",
+        json.dumps(site_extravars(nodes, key_dir, playbook_vars)),
+        str(PLAYBOOKS / "site.yml"),
+    ]
     config = f"ANSIBLE_CONFIG={shlex.quote(str(ANSIBLE_CFG))} " if ANSIBLE_CFG.is_file() else ""
     return config + shlex.join(argv)
 
@@ -100,7 +106,9 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
     for node in nodes:
         facts = report.facts.get(node.name, {}).get("ddpctl_node")
         if not facts:
-            raise DdpctlError(f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?")
+            raise DdpctlError(
+                f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?"
+            )
         out.append(
             replace(
                 node,

@@ -38,14 +38,20 @@ def load_inventory(path: str) -> list[Host]:
     try:
         is_file = Path(path).is_file()
     except OSError as exc:  # a name too long, a loop of links...
-        raise UsageError(f"inventory {path!r}: {exc.strerror or exc}: give an Ansible INI or YAML inventory file") from None
+        raise UsageError(
+            f"inventory {path!r}: {exc.strerror or exc}: give an Ansible INI or YAML inventory file"
+        ) from None
     if not is_file:
         raise UsageError(f"inventory {path!r} does not exist: give an Ansible INI or YAML inventory file")
     if not os.access(path, os.R_OK):
         raise UsageError(f"inventory {path!r} cannot be read: `chmod u+r {path}`, or give an inventory you can read")
     exe = Path(sys.executable).with_name("ansible-inventory")
     cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", path, "--list"]
-    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
+    env = {
+        **os.environ,
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+        "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+    }
     with tempfile.TemporaryDirectory(prefix="ddpctl-inventory-") as tmp:
         # Ansible writes ~/.ansible/tmp unless told otherwise: keep the user's home untouched.
         env.setdefault("ANSIBLE_HOME", tmp)
@@ -53,7 +59,9 @@ def load_inventory(path: str) -> list[Host]:
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
         except FileNotFoundError:
-            raise UsageError("ansible-inventory not found: install ddpctl with its dependencies (ansible-core)") from None
+            raise UsageError(
+                "ansible-inventory not found: install ddpctl with its dependencies (ansible-core)"
+            ) from None
     if out.returncode != 0:
         reason = (out.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise UsageError(f"cannot parse inventory {path}: {reason}")

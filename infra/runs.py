@@ -13,9 +13,9 @@ from pathlib import Path
 
 from . import clusters, locks
 from .check import head_reach_plan
-from .jobs import BUNDLE_DIR, resolve_job
 from .errors import UsageError
 from .inventory import Host
+from .jobs import BUNDLE_DIR, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.sbatch import SbatchPlan, plan_sbatch
 from .launch.slurm import SlurmExecutor
@@ -97,13 +97,17 @@ def list_runs(store: StateStore) -> list[RunRecord]:
             except (OSError, ValueError, KeyError):
                 outcome = {}
             code = outcome.get("exit_code")
-            result = ("interrupted" if outcome.get("interrupted") else
-                      "succeeded" if code == 0 else f"failed (exit {code})")  # fmt: skip
+            result = (
+                "interrupted" if outcome.get("interrupted") else "succeeded" if code == 0 else f"failed (exit {code})"
+            )
         nodes = opts.get("nodes", 1)
         if opts.get("min_nodes"):
             nodes = f"{opts['min_nodes']}:{nodes}"
-        records.append(RunRecord(path.parent.name, opts.get("job", "?"), nodes, doc.get("cluster", "?"),
-                                 path.stat().st_mtime, result))  # fmt: skip
+        records.append(
+            RunRecord(
+                path.parent.name, opts.get("job", "?"), nodes, doc.get("cluster", "?"), path.stat().st_mtime, result
+            )
+        )
     return sorted(records, key=lambda r: r.started)
 
 
@@ -151,8 +155,13 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     else:
         nproc = opts.nproc_per_node or 1
         spec_kwargs = {"python": opts.python} if opts.python else {}
-        spec = ClusterSpec(name=name or "default", nodes=opts.nodes, nproc_per_node=nproc if isinstance(nproc, int) else 1,
-                           port=opts.port, **spec_kwargs)  # fmt: skip
+        spec = ClusterSpec(
+            name=name or "default",
+            nodes=opts.nodes,
+            nproc_per_node=nproc if isinstance(nproc, int) else 1,
+            port=opts.port,
+            **spec_kwargs,
+        )
         provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
         ephemeral = True
     run = RunSpec(
@@ -202,7 +211,9 @@ def check_local_snapshot_dir(path: str) -> None:
         while not probe.exists() and probe.parent != probe:
             probe = probe.parent
     except OSError as exc:  # a name too long, a loop of links...
-        raise UsageError(f"--snapshot-dir {path}: {exc.strerror or exc}: give a directory the nodes can write") from None
+        raise UsageError(
+            f"--snapshot-dir {path}: {exc.strerror or exc}: give a directory the nodes can write"
+        ) from None
     if not probe.is_dir():
         raise UsageError(f"--snapshot-dir {path}: {probe} is not a directory: give a directory the nodes can write")
     if not os.access(probe, os.W_OK | os.X_OK):
@@ -232,15 +243,19 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
     elif head.bundle_dir:
         raise UsageError("--launcher sbatch runs bundled jobs; copy your script to the nodes' shared filesystem first")
     return plan_sbatch(
-        run, python=head.python or cluster.spec.python, script=node_script, output_dir=f"{head.workdir}/slurm",
+        run,
+        python=head.python or cluster.spec.python,
+        script=node_script,
+        output_dir=f"{head.workdir}/slurm",
         workdir=head.workdir,
-        cluster_id=cluster.cluster_id, gpus_per_node=head.gpus, env_file=head.env_file, env=cluster.spec.env,
-    )  # fmt: skip
+        cluster_id=cluster.cluster_id,
+        gpus_per_node=head.gpus,
+        env_file=head.env_file,
+        env=cluster.spec.env,
+    )
 
 
-def execute(
-    prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress
-) -> RunResult:
+def execute(prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress) -> RunResult:
     """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
     prep.provider.preflight(prep.cluster)
     name, run_id = prep.cluster.name, prep.run.run_id
@@ -259,7 +274,11 @@ def execute(
 
 
 def _execute(
-    prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress, hold: locks.ClusterLock
+    prep: PreparedRun,
+    store: StateStore,
+    sink: Callable[[OutputLine], None],
+    progress: Progress,
+    hold: locks.ClusterLock,
 ) -> RunResult:
     run_dir = store.run_dir(prep.run.run_id)
     try:
@@ -291,9 +310,10 @@ def _execute(
                 prep.provider.down(store.load(prep.cluster.name), store, progress)
             else:
                 users = ", ".join(h.describe() for h in hold.others()) or "another run"
-                progress(f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
-                         f"{prep.cluster.name}` after that")  # fmt: skip
+                progress(
+                    f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
+                    f"{prep.cluster.name}` after that"
+                )
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result
-

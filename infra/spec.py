@@ -165,7 +165,9 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
     if not spec.playbook_vars:
         return
     if spec.provider not in PLAYBOOK_PROVIDERS:
-        raise UsageError(f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}")
+        raise UsageError(
+            f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}"
+        )
     for key in spec.playbook_vars:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
@@ -174,10 +176,19 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
 
 
 AWS_FLAGS = {
-    "region": "--region", "az": "--az", "instance_type": "--instance-type", "volume_gb": "--volume-gb",
-    "ami": "--ami", "spot": "--spot", "ssh_cidr": "--ssh-cidr", "vpc_id": "--vpc-id", "subnet_id": "--subnet-id",
-    "ssh_user": "--ssh-user", "private_ip": "--private-ip", "iam_instance_profile": "--iam-instance-profile",
-}  # fmt: skip
+    "region": "--region",
+    "az": "--az",
+    "instance_type": "--instance-type",
+    "volume_gb": "--volume-gb",
+    "ami": "--ami",
+    "spot": "--spot",
+    "ssh_cidr": "--ssh-cidr",
+    "vpc_id": "--vpc-id",
+    "subnet_id": "--subnet-id",
+    "ssh_user": "--ssh-user",
+    "private_ip": "--private-ip",
+    "iam_instance_profile": "--iam-instance-profile",
+}
 
 
 def check_aws_fields(spec: ClusterSpec) -> None:
@@ -210,7 +221,9 @@ def check_aws_fields(spec: ClusterSpec) -> None:
         try:
             ipaddress.ip_network(spec.ssh_cidr, strict=False)
         except ValueError:
-            raise UsageError(f"invalid --ssh-cidr {spec.ssh_cidr!r}: an address or network, e.g. 203.0.113.7/32") from None
+            raise UsageError(
+                f"invalid --ssh-cidr {spec.ssh_cidr!r}: an address or network, e.g. 203.0.113.7/32"
+            ) from None
     if spec.vpc_id and not spec.subnet_id:
         raise UsageError("--vpc-id needs --subnet-id (a subnet of that VPC for the nodes)")
 
@@ -290,22 +303,27 @@ def check_local_python(python: str, flag: str = "--python") -> str:
     """
     probe = "import sys, torch; sys.stdout.write('ddpctl-torch ' + torch.__version__ + chr(10))"
     try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         raise UsageError(f"{flag} {python}: no such file: give the Python that has torch") from None
     except (PermissionError, IsADirectoryError, OSError) as exc:
-        raise UsageError(f"{flag} {python} cannot be run ({exc.strerror or exc}): give the Python that has torch") from None
+        raise UsageError(
+            f"{flag} {python} cannot be run ({exc.strerror or exc}): give the Python that has torch"
+        ) from None
     except subprocess.TimeoutExpired:
         raise UsageError(f"{flag} {python} did not import torch within 300 s: give the Python that has torch") from None
     match = re.search(r"^ddpctl-torch (\S+)$", out.stdout, re.MULTILINE)
     if out.returncode == 0 and match:
         return match.group(1)
     if "No module named 'torch'" in out.stderr:
-        raise UsageError(f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment")
+        raise UsageError(
+            f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment"
+        )
     last = (out.stderr.strip().splitlines() or [""])[-1][:200]
     said = f" ({last})" if last else f" (exit status {out.returncode}, no torch version printed)"
     raise UsageError(f"{flag} {python} is not a Python that imports torch{said}: give the Python that has torch")
-
 
 
 def new_run_id() -> str:

@@ -81,8 +81,13 @@ def _connect_jump(host: Host, jump: str, timeout: float) -> fabric.Connection:
     user, _, rest = jump.rpartition("@")
     address, _, port = rest.partition(":")
     number = parse_port(port or 22, f"{host.name}: the port of ProxyJump {jump}")
-    gateway = Host(name=f"{host.name}'s jump host {address}", address=address, user=user or None, port=number,
-                   ssh_config=host.ssh_config)  # fmt: skip
+    gateway = Host(
+        name=f"{host.name}'s jump host {address}",
+        address=address,
+        user=user or None,
+        port=number,
+        ssh_config=host.ssh_config,
+    )
     return connect(gateway, timeout, follow_jump=False)  # one hop (a `Host *` ProxyJump would match the jump host too)
 
 
@@ -131,7 +136,7 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
         try:
             out = conn.run("nproc", hide=True, warn=True, timeout=timeout, in_stream=False)
             return host.name, int(out.stdout.strip() or 1) if out.ok else 1
-        except Exception as exc:  # noqa: BLE001 - any failure is reported per host
+        except Exception as exc:
             return host.name, f"{host.name}: {explain(exc)}"
         finally:
             conn.close()
@@ -153,5 +158,5 @@ def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace:
     cmd = f"python3 -c {shlex.quote(REMOTE_STOP_SCRIPT)} {key} {shlex.quote(value)} {mode} {grace}"
     try:
         conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
-    except Exception:  # noqa: BLE001 - best effort: the caller sweeps again
+    except Exception:
         pass

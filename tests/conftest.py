@@ -61,7 +61,20 @@ def run_processes(run_id: str) -> list[psutil.Process]:
 
 def start_run(run_id: str, *job_args: str, run_args: tuple[str, ...] = ()) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", run_id, *run_args, "--", *job_args],
+        [
+            sys.executable,
+            "-m",
+            "ddpctl",
+            "run",
+            "mnist",
+            "--nodes",
+            "2",
+            "--run-id",
+            run_id,
+            *run_args,
+            "--",
+            *job_args,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -74,9 +87,12 @@ def wait_for_worker(run_id: str, rank: int, timeout: float = 120) -> psutil.Proc
     while time.monotonic() < deadline:
         for proc in run_processes(run_id):
             try:
-                if proc.environ().get("RANK") == str(rank) and "mnist.py" in " ".join(proc.cmdline()):
-                    if time.time() - proc.create_time() > 4:  # past init_process_group: in training
-                        return proc
+                if (
+                    proc.environ().get("RANK") == str(rank)
+                    and "mnist.py" in " ".join(proc.cmdline())
+                    and time.time() - proc.create_time() > 4  # past init_process_group: in training
+                ):
+                    return proc
             except psutil.NoSuchProcess:
                 continue
         time.sleep(0.2)
@@ -157,7 +173,11 @@ def testbed() -> Testbed:
 @pytest.fixture(scope="module")
 def slurm_testbed() -> Testbed:
     """The same 3 nodes, with munge, slurmctld on node0 and slurmd on node0 and node1."""
-    reason = testbed_missing() or (None if shutil.which("slurmd") else "the Slurm tests need slurmd (apt-get install slurmd slurmctld slurm-client munge)")
+    reason = testbed_missing() or (
+        None
+        if shutil.which("slurmd")
+        else "the Slurm tests need slurmd (apt-get install slurmd slurmctld slurm-client munge)"
+    )
     if reason:
         pytest.skip(reason)
     try:

@@ -28,29 +28,67 @@ CANONICAL = "099720109477"
 # A realistic slice of what describe_images returns for Deep Learning AMIs and Canonical's Ubuntu
 # images (MOTO_AMIS_PATH format): (id, name, creation date, owner).
 AMIS = [
-    ("ami-0a1b2c3d4e5f60718", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115", "2024-11-15", DLAMI_OWNER),
-    ("ami-0b2c3d4e5f6071829", "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105", "2025-01-05", DLAMI_OWNER),
+    (
+        "ami-0a1b2c3d4e5f60718",
+        "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20241115",
+        "2024-11-15",
+        DLAMI_OWNER,
+    ),
+    (
+        "ami-0b2c3d4e5f6071829",
+        "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5.1 (Ubuntu 22.04) 20250105",
+        "2025-01-05",
+        DLAMI_OWNER,
+    ),
     (NEWEST_DLAMI, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20250301", "2025-03-01", DLAMI_OWNER),
     # Canonical's naming, another owner, newer than Canonical's own: never picked
-    ("ami-0d6f2a3b4c5d6e7f8", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601", "2025-06-01", DLAMI_OWNER),
-    ("ami-0e2f3a4b5c6d7e8f9", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250115", "2025-01-15", CANONICAL),
+    (
+        "ami-0d6f2a3b4c5d6e7f8",
+        "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250601",
+        "2025-06-01",
+        DLAMI_OWNER,
+    ),
+    (
+        "ami-0e2f3a4b5c6d7e8f9",
+        "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250115",
+        "2025-01-15",
+        CANONICAL,
+    ),
     (NEWEST_UBUNTU, "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250516", "2025-05-16", CANONICAL),
     # a newer LTS of Canonical's: ddpctl stays on 22.04 (the Deep Learning AMI's and ParallelCluster's)
-    ("ami-0a4b5c6d7e8f90a12", "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", "2025-06-10", CANONICAL),
+    (
+        "ami-0a4b5c6d7e8f90a12",
+        "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610",
+        "2025-06-10",
+        CANONICAL,
+    ),
 ]
 
 
 def _amis_json(path: Path) -> Path:
     common = {
-        "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
-        "state": "available", "platform": None, "image_type": "machine", "hypervisor": "xen",
-        "root_device_name": "/dev/sda1", "root_device_type": "ebs", "sriov": "simple",
-    }  # fmt: skip
+        "public": True,
+        "virtualization_type": "hvm",
+        "architecture": "x86_64",
+        "state": "available",
+        "platform": None,
+        "image_type": "machine",
+        "hypervisor": "xen",
+        "root_device_name": "/dev/sda1",
+        "root_device_type": "ebs",
+        "sriov": "simple",
+    }
     images = [
-        {"ami_id": ami, "name": name, "description": name, "creation_date": f"{date}T10:00:00.000Z", "owner_id": owner,
-         **common}
+        {
+            "ami_id": ami,
+            "name": name,
+            "description": name,
+            "creation_date": f"{date}T10:00:00.000Z",
+            "owner_id": owner,
+            **common,
+        }
         for ami, name, date, owner in AMIS
-    ]  # fmt: skip
+    ]
     path.write_text(json.dumps(images))
     return path
 
@@ -83,8 +121,10 @@ class Moto:
             AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-aws-credentials"),
             DDPCTL_HOME=str(home),
             # Anything but the moto server would go to a closed loopback port, never outside.
-            HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1,localhost",
-        )  # fmt: skip
+            HTTP_PROXY="http://127.0.0.1:9",
+            HTTPS_PROXY="http://127.0.0.1:9",
+            NO_PROXY="127.0.0.1,localhost",
+        )
         env.update(extra)
         return env
 
@@ -92,7 +132,10 @@ class Moto:
         """Every resource of every kind ddpctl might make (terminated instances are not billed)."""
         ec2 = self.ec2
         alive = [
-            i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"] if i["State"]["Name"] != "terminated"
+            i
+            for r in ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+            if i["State"]["Name"] != "terminated"
         ]
         spot = ec2.describe_spot_instance_requests()["SpotInstanceRequests"]
         return {
@@ -104,7 +147,9 @@ class Moto:
             "route_tables": {t["RouteTableId"] for t in ec2.describe_route_tables()["RouteTables"]},
             "key_pairs": {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]},
             "volumes": {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]},
-            "network_interfaces": {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]},
+            "network_interfaces": {
+                n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]
+            },
             "spot_requests": {r["SpotInstanceRequestId"] for r in spot if r["State"] in ("open", "active")},
         }
 
@@ -127,7 +172,9 @@ def running_moto(tmp: Path) -> Iterator[Moto]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
     log = open(tmp / "moto.log", "wb")  # noqa: SIM115 - closed in the finalizer
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -116,20 +116,41 @@ def test_plan_and_requests_are_pure_values() -> None:
     )
     from ddpctl.infra.spec import ClusterSpec
 
-    spec = ClusterSpec(name="c1", provider="aws", nodes=2, region=REGION, instance_type="p3.2xlarge", volume_gb=200,
-                       ssh_user="ubuntu", ssh_cidr=SSH_CIDR)  # fmt: skip
+    spec = ClusterSpec(
+        name="c1",
+        provider="aws",
+        nodes=2,
+        region=REGION,
+        instance_type="p3.2xlarge",
+        volume_gb=200,
+        ssh_user="ubuntu",
+        ssh_cidr=SSH_CIDR,
+    )
     plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
     kinds = [r.kind for r in plan.resources()]
     assert kinds == [k for k in STEPS if k != "configure"] + ["configure"]
     assert all(r.status == "planned" for r in plan.resources())
     assert plan.hourly_usd == pytest.approx(6.12)
-    req = run_instances_request(plan, ami="ami-1", root_device="/dev/sda1", subnet_id="subnet-1", group_id="sg-1",
-                                key_name="k", az="us-east-1a", count=2, placement_group="pg",
-                                client_token=client_token("abc123", "us-east-1a", 2))  # fmt: skip
+    req = run_instances_request(
+        plan,
+        ami="ami-1",
+        root_device="/dev/sda1",
+        subnet_id="subnet-1",
+        group_id="sg-1",
+        key_name="k",
+        az="us-east-1a",
+        count=2,
+        placement_group="pg",
+        client_token=client_token("abc123", "us-east-1a", 2),
+    )
     assert (req["MinCount"], req["MaxCount"]) == (2, 2)
     assert req["MetadataOptions"]["HttpTokens"] == "required" and req["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
-    assert req["BlockDeviceMappings"][0]["Ebs"] == {"VolumeSize": 200, "VolumeType": "gp3", "Encrypted": True,
-                                                    "DeleteOnTermination": True}  # fmt: skip
+    assert req["BlockDeviceMappings"][0]["Ebs"] == {
+        "VolumeSize": 200,
+        "VolumeType": "gp3",
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
     assert "IamInstanceProfile" not in req and "UserData" not in req  # no AWS credential reaches a node
     tags = {t["Key"] for spec_ in req["TagSpecifications"] for t in spec_["Tags"]}
     assert {"ddpctl:cluster", "ddpctl:created-by", "Name"} <= tags
@@ -137,7 +158,9 @@ def test_plan_and_requests_are_pure_values() -> None:
     rules = ingress_rules(SSH_CIDR, "sg-1")
     assert rules[0]["IpRanges"][0]["CidrIp"] == SSH_CIDR and rules[1]["UserIdGroupPairs"][0]["GroupId"] == "sg-1"
     assert pricing.vcpu_quota("p3.2xlarge", spot=False).code == "L-417A185B"
-    assert not plan_from_spec(ClusterSpec(name="c1", provider="aws", nodes=2, instance_type="t3.micro"), "x", "/d").placement_group
+    assert not plan_from_spec(
+        ClusterSpec(name="c1", provider="aws", nodes=2, instance_type="t3.micro"), "x", "/d"
+    ).placement_group
 
 
 def test_instance_profile_is_in_the_request_only_when_given() -> None:
@@ -147,11 +170,27 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     from ddpctl.infra.providers.aws.plan import plan_from_spec, run_instances_request
     from ddpctl.infra.spec import ClusterSpec
 
-    spec = ClusterSpec(name="c1", provider="aws", nodes=2, region=REGION, instance_type="p3.2xlarge", volume_gb=200,
-                       iam_instance_profile="ddpctl-s3")  # fmt: skip
+    spec = ClusterSpec(
+        name="c1",
+        provider="aws",
+        nodes=2,
+        region=REGION,
+        instance_type="p3.2xlarge",
+        volume_gb=200,
+        iam_instance_profile="ddpctl-s3",
+    )
     plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
-    kwargs = dict(ami="ami-1", root_device="/dev/sda1", subnet_id="subnet-1", group_id="sg-1", key_name="k",
-                  az="us-east-1a", count=2, placement_group=None, client_token="t")  # fmt: skip
+    kwargs = dict(
+        ami="ami-1",
+        root_device="/dev/sda1",
+        subnet_id="subnet-1",
+        group_id="sg-1",
+        key_name="k",
+        az="us-east-1a",
+        count=2,
+        placement_group=None,
+        client_token="t",
+    )
     assert run_instances_request(plan, **kwargs)["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
     assert any("IAM instance profile: ddpctl-s3" in line for line in plan.describe())
     assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **kwargs)
@@ -199,8 +238,14 @@ def test_kepler_has_no_default_image() -> None:
 def test_image_sources_name_the_published_parameters() -> None:
     from ddpctl.infra.providers.aws.plan import DLAMI, UBUNTU, UBUNTU_OWNER
 
-    assert UBUNTU.parameter("x86_64") == "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
-    assert UBUNTU.parameter("arm64") == "/aws/service/canonical/ubuntu/server/22.04/stable/current/arm64/hvm/ebs-gp2/ami-id"
+    assert (
+        UBUNTU.parameter("x86_64")
+        == "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+    )
+    assert (
+        UBUNTU.parameter("arm64")
+        == "/aws/service/canonical/ubuntu/server/22.04/stable/current/arm64/hvm/ebs-gp2/ami-id"
+    )
     assert UBUNTU.patterns("x86_64") == ["ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"]
     assert UBUNTU.owner == UBUNTU_OWNER == CANONICAL
     assert DLAMI.parameter("x86_64") == (
@@ -221,8 +266,12 @@ def test_the_ssm_parameter_is_asked_first() -> None:
     ssm, ec2 = session.client("ssm"), session.client("ec2")
     aws._clients.update({"ssm": ssm, "ec2": ec2})
     name = UBUNTU.parameter("x86_64")
-    image = {"ImageId": "ami-0123456789abcdef0", "Name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-1",
-             "Architecture": "x86_64", "OwnerId": CANONICAL}  # fmt: skip
+    image = {
+        "ImageId": "ami-0123456789abcdef0",
+        "Name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-1",
+        "Architecture": "x86_64",
+        "OwnerId": CANONICAL,
+    }
     with Stubber(ssm) as ssm_stub, Stubber(ec2) as ec2_stub:
         ssm_stub.add_response("get_parameter", {"Parameter": {"Name": name, "Value": image["ImageId"]}}, {"Name": name})
         ec2_stub.add_response("describe_images", {"Images": [image]}, {"ImageIds": [image["ImageId"]]})
@@ -243,8 +292,9 @@ def test_the_plan_predicts_the_nvidia_roles_defaults() -> None:
     assert defaults["nvidia_legacy_gpu_cuda_version"] == plan.NVIDIA_LEGACY_GPU_CUDA_VERSION
     assert defaults["nvidia_kernel_modules"] == "auto"
     assert defaults["nvidia_driver_packages"] == {
-        "open": "nvidia-open-{{ nvidia_driver_branch }}", "proprietary": "cuda-drivers-{{ nvidia_driver_branch }}"
-    }  # fmt: skip
+        "open": "nvidia-open-{{ nvidia_driver_branch }}",
+        "proprietary": "cuda-drivers-{{ nvidia_driver_branch }}",
+    }
 
 
 def test_help_shows_aws_options_and_loads_no_boto3() -> None:
@@ -257,8 +307,19 @@ def test_help_shows_aws_options_and_loads_no_boto3() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
-    for flag in ("--region", "--instance-type", "--az", "--volume-gb", "--ami", "--spot", "--ssh-cidr",
-                 "--subnet-id", "--no-configure", "--down-on-failure", "--iam-instance-profile"):  # fmt: skip
+    for flag in (
+        "--region",
+        "--instance-type",
+        "--az",
+        "--volume-gb",
+        "--ami",
+        "--spot",
+        "--ssh-cidr",
+        "--subnet-id",
+        "--no-configure",
+        "--down-on-failure",
+        "--iam-instance-profile",
+    ):
         assert flag in out
 
 
@@ -285,8 +346,10 @@ def test_default_p3_gets_canonical_ubuntu_and_says_why(aws: Env) -> None:
     the newest Canonical-owned Ubuntu 22.04 image, and the nvidia role's proprietary 580 + CUDA 12.6."""
     out = aws.ok(*CONFIGURED_UP, "--nodes", "2", "--dry-run").stdout
     ami = line_with(out, "  AMI: ")
-    assert ami.startswith("  AMI: Canonical's Ubuntu 22.04: the Deep Learning AMI's open NVIDIA driver cannot drive "
-                          "p3.2xlarge's V100 (Volta)"), ami  # fmt: skip
+    assert ami.startswith(
+        "  AMI: Canonical's Ubuntu 22.04: the Deep Learning AMI's open NVIDIA driver cannot drive "
+        "p3.2xlarge's V100 (Volta)"
+    ), ami
     assert "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id" in ami
     found = line_with(out, "  AMI found: ")
     assert NEWEST_UBUNTU in found and "ubuntu-jammy-22.04-amd64-server-20250516" in found
@@ -343,14 +406,25 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     added = aws.added()
     # The new VPC brings its own main route table and default security group; ddpctl adds one group.
     assert {k: len(v) for k, v in added.items()} == {
-        "instances": 2, "vpcs": 1, "subnets": 1, "security_groups": 2, "internet_gateways": 1,
-        "route_tables": 1, "key_pairs": 1, "volumes": 2, "network_interfaces": 2,
-    }  # fmt: skip
+        "instances": 2,
+        "vpcs": 1,
+        "subnets": 1,
+        "security_groups": 2,
+        "internet_gateways": 1,
+        "route_tables": 1,
+        "key_pairs": 1,
+        "volumes": 2,
+        "network_interfaces": 2,
+    }
 
     instances = moto.alive_instances()
     for inst in instances:
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
-        assert tags["ddpctl:cluster"] == "c1" and tags["ddpctl:created-by"] == "ddpctl" and tags["Name"] == "ddpctl-c1-node"
+        assert (
+            tags["ddpctl:cluster"] == "c1"
+            and tags["ddpctl:created-by"] == "ddpctl"
+            and tags["Name"] == "ddpctl-c1-node"
+        )
         assert inst["InstanceType"] == "p3.2xlarge" and inst["ImageId"] == NEWEST_UBUNTU
         assert inst["MetadataOptions"]["HttpTokens"] == "required"
         assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
@@ -362,8 +436,15 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     (group,) = [g for g in groups if g["GroupName"] != "default"]
     group_id = group["GroupId"]
     assert {t["Key"] for t in group["Tags"]} >= {"ddpctl:cluster", "ddpctl:created-by", "Name"}
-    ingress = [(p["IpProtocol"], p.get("FromPort"), [r["CidrIp"] for r in p["IpRanges"]],
-                [g["GroupId"] for g in p["UserIdGroupPairs"]]) for p in group["IpPermissions"]]  # fmt: skip
+    ingress = [
+        (
+            p["IpProtocol"],
+            p.get("FromPort"),
+            [r["CidrIp"] for r in p["IpRanges"]],
+            [g["GroupId"] for g in p["UserIdGroupPairs"]],
+        )
+        for p in group["IpPermissions"]
+    ]
     assert sorted(ingress, key=str) == sorted([("tcp", 22, [SSH_CIDR], []), ("-1", None, [], [group_id])], key=str)
     enis = ec2.describe_network_interfaces(NetworkInterfaceIds=sorted(added["network_interfaces"]))["NetworkInterfaces"]
     assert all([g["GroupId"] for g in n["Groups"]] == [group_id] for n in enis)
@@ -390,8 +471,21 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     aws.ok("down", "--name", "c1", "--region", REGION)
 
 
-@pytest.mark.parametrize("step", ["dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "security-group",
-                                  "key-pair", "placement-group", "instances"])  # fmt: skip
+@pytest.mark.parametrize(
+    "step",
+    [
+        "dir",
+        "key-file",
+        "vpc",
+        "internet-gateway",
+        "route",
+        "subnet",
+        "security-group",
+        "key-pair",
+        "placement-group",
+        "instances",
+    ],
+)
 def test_crash_after_each_step_then_down_leaves_nothing(aws: Env, step: str) -> None:
     crashed = aws.run(*UP, "--nodes", "2", fault=f"after:{step}")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
@@ -461,7 +555,12 @@ def test_no_capacity_anywhere_is_one_line_and_leaves_nothing(aws: Env) -> None:
 @pytest.mark.parametrize(
     "args,extra,code,message",
     [
-        ((), {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}, 1, "no AWS credentials found: run `aws configure`"),
+        (
+            (),
+            {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""},
+            1,
+            "no AWS credentials found: run `aws configure`",
+        ),
         (("--region", "us-mars-1"), {}, 2, "unknown AWS region 'us-mars-1'"),
         (("--region", "mars"), {}, 2, "invalid --region 'mars'"),
         (("--instance-type", "p99.bogus"), {}, 2, "unknown instance type 'p99.bogus' in us-east-1"),

@@ -35,6 +35,7 @@ import psutil
 import pytest
 from conftest import Output
 from moto_server import Moto
+
 from testbed import cluster as test_cluster
 from testbed.twin import TwinProcess, in_test_range
 
@@ -52,14 +53,26 @@ class TwinEnv:
         self.secret = "twin-secret-" + uuid.uuid4().hex
         config = tmp / "ddpctl.toml"
         config.write_text(f'[cluster]\nssh_cidr = "{CALLER}"\n')
-        self.env = self.moto.env(self.home, tmp, DDPCTL_CONFIG=str(config), AWS_ACCESS_KEY_ID=self.access_key,
-                                 AWS_SECRET_ACCESS_KEY=self.secret)  # fmt: skip
+        self.env = self.moto.env(
+            self.home,
+            tmp,
+            DDPCTL_CONFIG=str(config),
+            AWS_ACCESS_KEY_ID=self.access_key,
+            AWS_SECRET_ACCESS_KEY=self.secret,
+        )
         self.moto.reset()  # through the twin: no node of an earlier module is left
         self.baseline = self.moto.inventory()
 
     def ddpctl(self, *args: str, timeout: float = 900, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "ddpctl", *args], capture_output=True, text=True, env=self.env,
-                              timeout=timeout, stdin=subprocess.DEVNULL, **kw)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "ddpctl", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            **kw,
+        )
 
     def ok(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         result = self.ddpctl(*args, timeout=timeout)
@@ -68,9 +81,15 @@ class TwinEnv:
 
     def start(self, *args: str) -> subprocess.Popen:
         """ddpctl in the background, with SIGINT's default whatever this process inherited."""
-        return subprocess.Popen([sys.executable, "-m", "ddpctl", *args], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
     def state(self, name: str = "default") -> dict:
         return json.loads((self.home / "clusters" / f"{name}.json").read_text())
@@ -135,7 +154,9 @@ def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
 
 def test_what_exists_is_locked_down(twin: TwinEnv) -> None:
     ec2 = twin.moto.ec2
-    [group] = ec2.describe_security_groups(Filters=[{"Name": "tag:ddpctl:cluster", "Values": ["default"]}])["SecurityGroups"]
+    [group] = ec2.describe_security_groups(Filters=[{"Name": "tag:ddpctl:cluster", "Values": ["default"]}])[
+        "SecurityGroups"
+    ]
     rules = group["IpPermissions"]
     ssh = [r for r in rules if r["IpProtocol"] == "tcp"]
     assert [(r["FromPort"], r["ToPort"], [x["CidrIp"] for x in r["IpRanges"]]) for r in ssh] == [(22, 22, [CALLER])]
@@ -170,7 +191,9 @@ def assert_no_credentials_on_nodes(twin: TwinEnv) -> None:
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            assert not any(n in environ for n in needles), f"an AWS credential in the environment of pid {pid} on {node}"
+            assert not any(n in environ for n in needles), (
+                f"an AWS credential in the environment of pid {pid} on {node}"
+            )
             assert b"AWS_" not in environ, f"AWS_ variables in the environment of pid {pid} on {node}"
 
 
@@ -225,8 +248,16 @@ def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path)
     known = (twin.home / "clusters" / "c3" / "known_hosts").read_text().splitlines()
     assert len(known) == 3 * 3  # host keys are collected whether or not site.yml runs
     command = re.search(r"by hand with: (.*)$", up.stderr, re.M).group(1)
-    by_hand = subprocess.run(command, shell=True, cwd=tmp_path, env=twin.env, capture_output=True, text=True,
-                             timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+    by_hand = subprocess.run(
+        command,
+        shell=True,
+        cwd=tmp_path,
+        env=twin.env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert by_hand.returncode == 0, by_hand.stdout[-3000:] + by_hand.stderr
     assert re.search(r"node2\s+: ok=\d+\s+changed=[1-9]", by_hand.stdout)
     doc = json.loads(twin.ok("configure", "--name", "c3", "--json").stdout)

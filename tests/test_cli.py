@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ddpctl, tree
 
 HEAVY = ("torch", "boto3", "botocore", "ansible", "fabric", "paramiko")
@@ -52,11 +51,26 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["up", "--provider", "gcp"], 2, "'gcp' is not one of 'local', 'onprem', 'aws', 'pcluster'"),
         (["run", "mnist", "--nodes", "0"], 2, "Invalid value for '--nodes' / '-n': '0': give N >= 1, or MIN:MAX"),
         (["up", "--nodes", "0"], 2, "0 is not in the range x>=1"),
-        (["up", "--playbook-var", "nvidia_cuda_version=12.8"], 2, "--playbook-var is for --provider onprem, aws or pcluster"),
-        (["up", "--provider", "aws", "--playbook-var", "nccl_env_master_addr=1.2.3.4", "--dry-run"], 2,
-         "--playbook-var nccl_env_master_addr is set by ddpctl itself"),
-        (["up", "--provider", "aws", "--playbook-var", "Bad-Name=1", "--dry-run"], 2, "invalid --playbook-var name 'Bad-Name'"),
-        (["up", "--provider", "aws", "--playbook-var", "novalue", "--dry-run"], 2, "--playbook-var 'novalue' is not KEY=VALUE"),
+        (
+            ["up", "--playbook-var", "nvidia_cuda_version=12.8"],
+            2,
+            "--playbook-var is for --provider onprem, aws or pcluster",
+        ),
+        (
+            ["up", "--provider", "aws", "--playbook-var", "nccl_env_master_addr=1.2.3.4", "--dry-run"],
+            2,
+            "--playbook-var nccl_env_master_addr is set by ddpctl itself",
+        ),
+        (
+            ["up", "--provider", "aws", "--playbook-var", "Bad-Name=1", "--dry-run"],
+            2,
+            "invalid --playbook-var name 'Bad-Name'",
+        ),
+        (
+            ["up", "--provider", "aws", "--playbook-var", "novalue", "--dry-run"],
+            2,
+            "--playbook-var 'novalue' is not KEY=VALUE",
+        ),
         (["run", "mnist", "--nproc-per-node", "-1"], 2, "-1 is not in the range x>=1"),
         (["run", "./missing/train.py", "--nodes", "2"], 2, "script './missing/train.py' does not exist"),
         (["run", "mnist", "--max-restarts", "-2"], 2, "-2 is not in the range x>=0"),
@@ -106,8 +120,9 @@ def test_json_error_document(home: Path) -> None:
 
 
 def test_run_dry_run_creates_nothing(home: Path) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "2", "--nproc-per-node", "2", "--dry-run", "--run-id", "dry1",
-                    "--", "--epochs", "1")  # fmt: skip
+    result = ddpctl(
+        "run", "mnist", "--nodes", "2", "--nproc-per-node", "2", "--dry-run", "--run-id", "dry1", "--", "--epochs", "1"
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Would create local cluster 'default'" in out
@@ -189,7 +204,9 @@ def test_config_file_defaults(home: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "unknown key(s) ['node']" in one_line_error(bad)
     elsewhere = tmp_path / "elsewhere.toml"  # $DDPCTL_CONFIG names a file outside the working directory
     elsewhere.write_text('[cluster]\nname = "lab2"\n')
-    by_env = ddpctl("run", "message-passing", "--dry-run", "--json", env={**os.environ, "DDPCTL_CONFIG": str(elsewhere)})
+    by_env = ddpctl(
+        "run", "message-passing", "--dry-run", "--json", env={**os.environ, "DDPCTL_CONFIG": str(elsewhere)}
+    )
     assert by_env.returncode == 0 and json.loads(by_env.stdout)["plan"]["cluster"] == "lab2", by_env.stderr
 
 

@@ -18,9 +18,15 @@ from moto_server import Moto
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """ddpctl in the background, with SIGINT's default whatever this process inherited."""
-    return subprocess.Popen([sys.executable, "-m", "ddpctl", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:

@@ -2,6 +2,7 @@
 order, autocast (bf16, and fp16 with a GradScaler as on V100s), torch.compile (inductor's C++ backend: gcc
 is needed) against the eager path, and snapshot/resume of a compiled model. In-process gloo, one rank;
 about 30-60 s on 2 cores, most of it one compile."""
+
 import importlib.util
 import re
 import sys
@@ -61,8 +62,19 @@ def train(data, snapshot, speed, *, epochs, capsys, model=None):
     """Train the tiny GPT; return (model, per-step losses printed, all output)."""
     model = model or tiny_gpt(data.vocab_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    t = trainer.Trainer(model, data, optimizer, lm_loss, CPU, batch_size=16, epochs=epochs, grad_clip=1.0,
-                        log_every=1, snapshot_path=str(snapshot), speed=speed)
+    t = trainer.Trainer(
+        model,
+        data,
+        optimizer,
+        lm_loss,
+        CPU,
+        batch_size=16,
+        epochs=epochs,
+        grad_clip=1.0,
+        log_every=1,
+        snapshot_path=str(snapshot),
+        speed=speed,
+    )
     t.train()
     out = capsys.readouterr().out
     return model, [float(x) for x in re.findall(r"^step \d+ \| loss (\d+\.\d{4})$", out, re.M)], out
@@ -70,8 +82,11 @@ def train(data, snapshot, speed, *, epochs, capsys, model=None):
 
 @pytest.mark.parametrize("make", ["tensors", "chars"])
 def test_device_batches_follow_distributed_sampler(make, text):
-    data = (TensorDataset(torch.arange(21.0).view(21, 1), torch.arange(21)) if make == "tensors"
-            else chars.CharDataset(text, 16))
+    data = (
+        TensorDataset(torch.arange(21.0).view(21, 1), torch.arange(21))
+        if make == "tensors"
+        else chars.CharDataset(text, 16)
+    )
     for rank in (0, 1):
         sampler = DistributedSampler(data, num_replicas=2, rank=rank)
         batches = trainer.DeviceBatches(data, 4, sampler, CPU)
@@ -86,8 +101,14 @@ def test_device_batches_follow_distributed_sampler(make, text):
 
 def test_speed_defaults_and_flags(monkeypatch, text):
     s = trainer.resolve_speed(trainer.SpeedConfig(), CPU, TensorDataset(torch.zeros(4, 2)))
-    assert (s.precision, s.compile, s.cuda_graphs, s.channels_last, s.tf32, s.device_data) == \
-        ("fp32", False, False, False, False, True)  # the CPU path: plain fp32 eager, in-memory batches
+    assert (s.precision, s.compile, s.cuda_graphs, s.channels_last, s.tf32, s.device_data) == (
+        "fp32",
+        False,
+        False,
+        False,
+        False,
+        True,
+    )  # the CPU path: plain fp32 eager, in-memory batches
     assert trainer.resolve_speed(trainer.SpeedConfig(), CPU, chars.CharDataset(text, 16)).device_data
     assert not trainer.resolve_speed(trainer.SpeedConfig(), CPU, torch.utils.data.Dataset()).device_data
     assert trainer.resolve_speed(trainer.SpeedConfig(cuda_graphs=True), CPU).compile  # graphs need compile

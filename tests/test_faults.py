@@ -10,8 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from conftest import assert_nothing_left, ddpctl, Output, run_processes, start_run, wait_for_worker
+from conftest import Output, assert_nothing_left, ddpctl, run_processes, start_run, wait_for_worker
 
 pytestmark = pytest.mark.slow
 

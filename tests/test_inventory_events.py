@@ -13,17 +13,27 @@ from ddpctl.infra.state import ClusterState, NodeInfo
 
 
 def listing(groups: dict, hostvars: dict) -> dict:
-    return {"_meta": {"hostvars": hostvars}, "all": {"children": ["ungrouped", *groups]},
-            **{g: {"hosts": h} for g, h in groups.items()}}  # fmt: skip
+    return {
+        "_meta": {"hostvars": hostvars},
+        "all": {"children": ["ungrouped", *groups]},
+        **{g: {"hosts": h} for g, h in groups.items()},
+    }
 
 
 def test_ddp_nodes_group_in_order_with_ssh_settings() -> None:
     data = listing(
         {"other": ["x"], "ddp_nodes": ["b", "a"]},
-        {"a": {"ansible_host": "10.0.0.2", "ansible_user": "ubuntu", "ansible_port": 2222,
-               "ansible_ssh_private_key_file": "~/.ssh/k", "ansible_ssh_common_args": "-F /etc/cfg -o X=y"},
-         "b": {"ansible_host": "10.0.0.1"}},
-    )  # fmt: skip
+        {
+            "a": {
+                "ansible_host": "10.0.0.2",
+                "ansible_user": "ubuntu",
+                "ansible_port": 2222,
+                "ansible_ssh_private_key_file": "~/.ssh/k",
+                "ansible_ssh_common_args": "-F /etc/cfg -o X=y",
+            },
+            "b": {"ansible_host": "10.0.0.1"},
+        },
+    )
     hosts = hosts_from_list(data)
     assert [h.name for h in hosts] == ["b", "a"]  # the head node is the first listed
     a = hosts[1]
@@ -85,15 +95,22 @@ def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
     from ddpctl.infra.providers.onprem import host_nproc
     from ddpctl.infra.runs import cluster_nprocs
 
-    hosts = hosts_from_list(listing({"ddp_nodes": ["a", "b", "c"]},
-                                    {"a": {"ddpctl_nproc_per_node": 2}, "b": {"ddpctl_nproc_per_node": "1"}, "c": {}}))  # fmt: skip
+    hosts = hosts_from_list(
+        listing(
+            {"ddp_nodes": ["a", "b", "c"]},
+            {"a": {"ddpctl_nproc_per_node": 2}, "b": {"ddpctl_nproc_per_node": "1"}, "c": {}},
+        )
+    )
     assert [host_nproc(h) for h in hosts] == [2, 1, 0]
     bad = hosts_from_list(listing({"ddp_nodes": ["a"]}, {"a": {"ddpctl_nproc_per_node": "two"}}))
     with pytest.raises(UsageError, match="a: ddpctl_nproc_per_node='two' in the inventory is not a count"):
         host_nproc(bad[0])
     nodes = [NodeInfo(h.name, f"10.0.0.{i}", "/w", nproc=host_nproc(h)) for i, h in enumerate(hosts)]
-    cluster = ClusterState(spec=ClusterSpec(name="c", provider="onprem", inventory="h.ini", nodes=3, nproc_per_node=4),
-                           cluster_id="x", nodes=nodes)  # fmt: skip
+    cluster = ClusterState(
+        spec=ClusterSpec(name="c", provider="onprem", inventory="h.ini", nodes=3, nproc_per_node=4),
+        cluster_id="x",
+        nodes=nodes,
+    )
     assert cluster_nprocs(cluster, 3) == (2, 1, 4)  # c has no count of its own: the cluster's
     assert cluster_nprocs(cluster, 1) == 2
     assert cluster_nprocs(cluster, 5) == 4  # too many nodes: the planner says so
@@ -108,12 +125,19 @@ def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read(ANSIBLE_CFG)
     env = settings_without_cfg(tmp_path)
-    names = {"roles_path": "ROLES_PATH", "local_tmp": "LOCAL_TEMP", "control_path_dir": "SSH_CONTROL_PATH_DIR",
-             "ssh_args": "SSH_ARGS", "pipelining": "PIPELINING"}  # fmt: skip
+    names = {
+        "roles_path": "ROLES_PATH",
+        "local_tmp": "LOCAL_TEMP",
+        "control_path_dir": "SSH_CONTROL_PATH_DIR",
+        "ssh_args": "SSH_ARGS",
+        "pipelining": "PIPELINING",
+    }
     for section in cfg.sections():
         for key, value in cfg.items(section):
             var = "ANSIBLE_" + names.get(key, key.upper())
             assert var in env, f"ansible.cfg [{section}] {key} has no environment equivalent"
             if key not in ("roles_path", "local_tmp", "control_path_dir"):  # paths differ by design
                 assert env[var].lower() == value.lower(), (key, env[var], value)
-    assert env["ANSIBLE_LOCAL_TEMP"].startswith(str(tmp_path)) and env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(str(tmp_path))
+    assert env["ANSIBLE_LOCAL_TEMP"].startswith(str(tmp_path)) and env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(
+        str(tmp_path)
+    )

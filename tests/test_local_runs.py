@@ -9,14 +9,28 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_nothing_left, ddpctl, run_processes, start_run, tree, wait_for_worker
+
 from ddpctl.infra.procs import CLUSTER_KEY, find_tagged
 
 pytestmark = pytest.mark.slow
 
-MINGPT_TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "32",
-               "--max-steps", "60", "--log-every", "10"]  # fmt: skip
+MINGPT_TINY = [
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "64",
+    "--block-size",
+    "32",
+    "--batch-size",
+    "32",
+    "--max-steps",
+    "60",
+    "--log-every",
+    "10",
+]
 
 
 def test_message_passing_two_nodes(home: Path) -> None:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import Output, Testbed, ddpctl, tree
 
 pytestmark = pytest.mark.slow
@@ -45,8 +44,18 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     home = tmp / "home"
     env = {"DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp / "ansible-home")}
     inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
-    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--playbook-var", "nccl_env_debug=INFO", "--json",
-                env=_env(env), timeout=600)  # fmt: skip
+    up = ddpctl(
+        "up",
+        "--provider",
+        "onprem",
+        "-i",
+        str(inventory),
+        "--playbook-var",
+        "nccl_env_debug=INFO",
+        "--json",
+        env=_env(env),
+        timeout=600,
+    )
     assert up.returncode == 0, up.stderr
     yield {"env": env, "home": home, "inventory": inventory, "up": up, "tmp": tmp}
     down = ddpctl("down", env=_env(env))
@@ -61,8 +70,13 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
 
 def start_run(onprem, *args: str) -> subprocess.Popen:
     """`ddpctl run ARGS` on the on-prem cluster, in the background, output (merged) on a pipe."""
-    return subprocess.Popen([sys.executable, "-m", "ddpctl", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env(onprem["env"]))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(onprem["env"]),
+    )
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -175,18 +189,27 @@ def test_bad_inventories_change_nothing(testbed: Testbed, tmp_path: Path) -> Non
 def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed) -> None:
     """`run` checks the nodes reach the head's port before launching anything."""
     holder = subprocess.Popen(
-        ["ssh", "-F", str(testbed.ssh_config), "node0",
-         "exec python3 -c \"import socket,time; s=socket.socket(); s.bind(('10.77.0.10', 40123)); s.listen(); time.sleep(60)\""],
-    )  # fmt: skip
+        [
+            "ssh",
+            "-F",
+            str(testbed.ssh_config),
+            "node0",
+            "exec python3 -c \"import socket,time; s=socket.socket(); s.bind(('10.77.0.10', 40123)); s.listen(); time.sleep(60)\"",
+        ],
+    )
     try:
         time.sleep(1.5)
-        result = ddpctl("run", "message-passing", "--nodes", "2", "--port", "40123", env=_env(onprem["env"]), timeout=120)
+        result = ddpctl(
+            "run", "message-passing", "--nodes", "2", "--port", "40123", env=_env(onprem["env"]), timeout=120
+        )
     finally:
         holder.kill()
         testbed.ssh("node0", "pkill -f 40123 || true")
     assert result.returncode == 1, result.stdout + result.stderr
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("Error: nodes cannot reach the head node node0 on port 40123: node0 -> node0: error: cannot listen")
+    assert error.startswith(
+        "Error: nodes cannot reach the head node node0 on port 40123: node0 -> node0: error: cannot listen"
+    )
     assert "rank" not in result.stdout  # nothing was launched
 
 
@@ -207,8 +230,21 @@ def test_check_names_the_slowest_link(onprem) -> None:
 def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
     """--nodes 2:3 over SSH: node2's link goes down inside its namespace; nodes 0-1 go on from the
     snapshot once their collectives time out; when the link is back, node2 joins at the next rendezvous."""
-    proc = start_run(onprem, "mnist", "--nodes", "2:3", "--run-id", "sshelastic",
-         "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15", "--", "--epochs", "10", "--snapshot-path", "sshelastic.pt")
+    proc = start_run(
+        onprem,
+        "mnist",
+        "--nodes",
+        "2:3",
+        "--run-id",
+        "sshelastic",
+        "-e",
+        "DDPCTL_COLLECTIVE_TIMEOUT_S=15",
+        "--",
+        "--epochs",
+        "10",
+        "--snapshot-path",
+        "sshelastic.pt",
+    )
     link = ["ip", "-n", "node2", "link", "set", "ddp0"]
     try:
         output = Output(proc)
@@ -243,8 +279,21 @@ def worker_pid(testbed: Testbed, node: str, timeout: float = 180) -> int:
 
 
 def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbed) -> None:
-    proc = start_run(onprem, "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "sshrestart",
-         "--", "--epochs", "2", "--snapshot-path", "sshrestart.pt")
+    proc = start_run(
+        onprem,
+        "mnist",
+        "--nodes",
+        "2",
+        "--max-restarts",
+        "1",
+        "--run-id",
+        "sshrestart",
+        "--",
+        "--epochs",
+        "2",
+        "--snapshot-path",
+        "sshrestart.pt",
+    )
     try:
         output = Output(proc)
         output.until("snapshot saved", timeout=300)
@@ -263,8 +312,19 @@ def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbe
 
 def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> None:
     """ddpctl SIGKILLed mid-run: the agents on the nodes may live on; `run --resume` stops them and resumes."""
-    proc = start_run(onprem, "mnist", "--nodes", "2", "--run-id", "sshresume", "--", "--epochs", "3",
-         "--snapshot-path", "sshresume.pt")
+    proc = start_run(
+        onprem,
+        "mnist",
+        "--nodes",
+        "2",
+        "--run-id",
+        "sshresume",
+        "--",
+        "--epochs",
+        "3",
+        "--snapshot-path",
+        "sshresume.pt",
+    )
     try:
         Output(proc).until("snapshot saved", timeout=300)
         proc.kill()
@@ -283,8 +343,21 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
 
 
 def test_ctrl_c_while_torchrun_restarts_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = start_run(onprem, "mnist", "--nodes", "2", "--max-restarts", "3", "--run-id", "sshrestart2",
-         "--", "--epochs", "20", "--snapshot-path", "sshrestart2.pt")
+    proc = start_run(
+        onprem,
+        "mnist",
+        "--nodes",
+        "2",
+        "--max-restarts",
+        "3",
+        "--run-id",
+        "sshrestart2",
+        "--",
+        "--epochs",
+        "20",
+        "--snapshot-path",
+        "sshrestart2.pt",
+    )
     try:
         output = Output(proc)
         first = worker_pid(testbed, "node1")
@@ -326,9 +399,13 @@ def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed)
     assert same.returncode == 0, same.stderr
     assert json.loads(same.stdout)["changed"] == {"node0": 0, "node1": 0, "node2": 0}
     assert "cluster 'default' configured: node0 ok, node1 ok, node2 ok" in same.stderr
-    assert "TASK" not in same.stderr and "Write the environment file" in same.stderr  # progress per task, not a wall of text
+    assert (
+        "TASK" not in same.stderr and "Write the environment file" in same.stderr
+    )  # progress per task, not a wall of text
 
-    trace = ddpctl("configure", "--playbook-var", "nccl_env_debug=TRACE", "--tags", "nccl_env", "--json", env=env, timeout=600)
+    trace = ddpctl(
+        "configure", "--playbook-var", "nccl_env_debug=TRACE", "--tags", "nccl_env", "--json", env=env, timeout=600
+    )
     assert trace.returncode == 0, trace.stderr
     doc = json.loads(trace.stdout)
     assert doc["changed"] == {"node0": 1, "node1": 1, "node2": 1}

@@ -69,8 +69,17 @@ def _plan(**spec_kw: Any):
     from ddpctl.infra.spec import ClusterSpec
 
     settings = spec_kw.pop("settings", Settings())
-    kw = {"name": "c1", "provider": "pcluster", "nodes": 2, "region": REGION, "instance_type": "p3.2xlarge",
-          "volume_gb": 200, "ssh_user": "ubuntu", "ssh_cidr": SSH_CIDR, **spec_kw}  # fmt: skip
+    kw = {
+        "name": "c1",
+        "provider": "pcluster",
+        "nodes": 2,
+        "region": REGION,
+        "instance_type": "p3.2xlarge",
+        "volume_gb": 200,
+        "ssh_user": "ubuntu",
+        "ssh_cidr": SSH_CIDR,
+        **spec_kw,
+    }
     return plan_from_spec(ClusterSpec(**kw), "abc123", "/h/clusters/c1", settings)
 
 
@@ -103,8 +112,12 @@ def test_config_is_the_whole_document() -> None:
                 {
                     "Name": "gpu",
                     "CapacityType": "ONDEMAND",
-                    "ComputeResources": [{"Name": "p3-2xlarge", "InstanceType": "p3.2xlarge", "MinCount": 2, "MaxCount": 2}],
-                    "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": 200, "Encrypted": True, "VolumeType": "gp3"}}},
+                    "ComputeResources": [
+                        {"Name": "p3-2xlarge", "InstanceType": "p3.2xlarge", "MinCount": 2, "MaxCount": 2}
+                    ],
+                    "ComputeSettings": {
+                        "LocalStorage": {"RootVolume": {"Size": 200, "Encrypted": True, "VolumeType": "gp3"}}
+                    },
                     "Networking": {"SubnetIds": ["subnet-0123456789abcdef0"], "PlacementGroup": {"Enabled": True}},
                 }
             ],
@@ -124,10 +137,14 @@ def test_config_options() -> None:
     assert "PlacementGroup" not in queue["Networking"]  # one node: no placement group
     assert queue["ComputeResources"][0]["MinCount"] == queue["ComputeResources"][0]["MaxCount"] == 1
     assert queue["ComputeSettings"]["LocalStorage"]["RootVolume"]["Size"] == 80
-    assert config["SharedStorage"] == [{
-        "Name": "shared", "StorageType": "Ebs", "MountDir": "/shared",
-        "EbsSettings": {"VolumeType": "gp3", "Size": 100, "Encrypted": True, "DeletionPolicy": "Delete"},
-    }]  # fmt: skip
+    assert config["SharedStorage"] == [
+        {
+            "Name": "shared",
+            "StorageType": "Ebs",
+            "MountDir": "/shared",
+            "EbsSettings": {"VolumeType": "gp3", "Size": 100, "Encrypted": True, "DeletionPolicy": "Delete"},
+        }
+    ]
     text = to_yaml(config)
     assert text.startswith("# written by ddpctl") and text.index("Region:") < text.index("HeadNode:")
     import yaml
@@ -138,15 +155,26 @@ def test_config_options() -> None:
 def test_plan_reuses_the_aws_network_plan() -> None:
     plan = _plan()
     assert [r.kind for r in plan.resources()] == [
-        "dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "key-pair", "config", "cluster",
-    ]  # fmt: skip
+        "dir",
+        "key-file",
+        "vpc",
+        "internet-gateway",
+        "route",
+        "subnet",
+        "key-pair",
+        "config",
+        "cluster",
+    ]
     assert plan.pcluster_name == "ddpctl-c1" and plan.aws.unique_name == "ddpctl-c1-abc123"
     assert plan.hourly_usd == pytest.approx(2 * 3.06 + 0.0832)
     given = _plan(subnet_id="subnet-0123456789abcdef0")
     assert [r.kind for r in given.resources()] == ["dir", "key-file", "key-pair", "config", "cluster"]
     text = "\n".join(plan.describe())
     assert "2 x p3.2xlarge" in text and "SSH only from 203.0.113.7/32" in text and "$6.20/h" in text
-    assert "configure: playbooks/site.yml (common, python_env, nccl_env, bundle) on the head node, into /home/ubuntu/ddpctl" in text
+    assert (
+        "configure: playbooks/site.yml (common, python_env, nccl_env, bundle) on the head node, into /home/ubuntu/ddpctl"
+        in text
+    )
     assert "configure: skipped (--no-configure)" in "\n".join(_plan(configure=False).describe())
 
 
@@ -156,7 +184,10 @@ def test_plan_reuses_the_aws_network_plan() -> None:
         ({"DDPCTL_PCLUSTER_SHARED_GB": "lots"}, "invalid DDPCTL_PCLUSTER_SHARED_GB='lots'"),
         ({"DDPCTL_PCLUSTER_SHARED_GB": "0"}, ""),
         ({"DDPCTL_PCLUSTER_S3_BUCKET": "Bad_Bucket"}, "invalid DDPCTL_PCLUSTER_S3_BUCKET='Bad_Bucket'"),
-        ({"DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS": "ALL nope"}, "invalid DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS item 'nope'"),
+        (
+            {"DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS": "ALL nope"},
+            "invalid DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS item 'nope'",
+        ),
         ({"DDPCTL_PCLUSTER_HEAD_INSTANCE_TYPE": "big"}, "invalid DDPCTL_PCLUSTER_HEAD_INSTANCE_TYPE='big'"),
     ],
 )
@@ -180,13 +211,23 @@ def test_pcluster_answers_as_typed_values_and_one_line_errors() -> None:
     )
     from ddpctl.infra.providers.pcluster.config import flatten_errors
 
-    info = ClusterInfo.from_json({
-        "clusterName": "ddpctl-c1", "clusterStatus": "CREATE_FAILED", "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
-        "computeFleetStatus": "UNKNOWN", "tags": [{"key": "ddpctl:cluster-id", "value": "abc123"}],
-        "headNode": {"instanceId": "i-1", "state": "running", "publicIpAddress": "198.51.100.9",
-                     "privateIpAddress": "10.77.0.10", "instanceType": "t3.large"},
-        "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "Cluster creation timed out."}],
-    })  # fmt: skip
+    info = ClusterInfo.from_json(
+        {
+            "clusterName": "ddpctl-c1",
+            "clusterStatus": "CREATE_FAILED",
+            "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
+            "computeFleetStatus": "UNKNOWN",
+            "tags": [{"key": "ddpctl:cluster-id", "value": "abc123"}],
+            "headNode": {
+                "instanceId": "i-1",
+                "state": "running",
+                "publicIpAddress": "198.51.100.9",
+                "privateIpAddress": "10.77.0.10",
+                "instanceType": "t3.large",
+            },
+            "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "Cluster creation timed out."}],
+        }
+    )
     assert info.failed and info.head and info.head.public_ip == "198.51.100.9"
     assert info.tags == {"ddpctl:cluster-id": "abc123"}
     assert info.failures == ("HeadNodeBootstrapFailure: Cluster creation timed out.",)
@@ -194,7 +235,11 @@ def test_pcluster_answers_as_typed_values_and_one_line_errors() -> None:
         "message": "Invalid cluster configuration.",
         "configurationValidationErrors": [
             {"level": "WARNING", "type": "CustomAmiTagValidator", "message": "may not have been\ncreated by pcluster"},
-            {"level": "ERROR", "type": "InstanceTypeValidator", "message": "The instance type 'p9.x' is not supported."},
+            {
+                "level": "ERROR",
+                "type": "InstanceTypeValidator",
+                "message": "The instance type 'p9.x' is not supported.",
+            },
         ],
     }
     assert validation_findings(refused) == (
@@ -209,11 +254,17 @@ def test_pcluster_answers_as_typed_values_and_one_line_errors() -> None:
     ]:
         line = explain(doc, "create-cluster", REGION)
         assert expected in line and "\n" not in line
-    assert flatten_errors({"Scheduling": {"SlurmQueues": {"0": {"ComputeResources": {"0": {"MaxCount": [
-        "Must be greater than or equal to 1."]}}}}}, "Bogus": ["Unknown field."]}) == [
+    assert flatten_errors(
+        {
+            "Scheduling": {
+                "SlurmQueues": {"0": {"ComputeResources": {"0": {"MaxCount": ["Must be greater than or equal to 1."]}}}}
+            },
+            "Bogus": ["Unknown field."],
+        }
+    ) == [
         "Scheduling.SlurmQueues[0].ComputeResources[0].MaxCount: Must be greater than or equal to 1.",
         "Bogus: Unknown field.",
-    ]  # fmt: skip
+    ]
 
 
 def test_interpreter_from_the_script(tmp_path: Path) -> None:
@@ -238,7 +289,9 @@ class RecordedCli:
     """describe-cluster and describe-cluster-instances answers replayed in order, the last one
     repeating (shapes from pcluster's API model)."""
 
-    def __init__(self, answers: list[dict[str, Any] | None], instances: list[list[dict[str, Any]]] | None = None) -> None:
+    def __init__(
+        self, answers: list[dict[str, Any] | None], instances: list[list[dict[str, Any]]] | None = None
+    ) -> None:
         self.answers = answers
         self.instances = instances or [[]]
         self.deleted = 0
@@ -276,28 +329,51 @@ def test_polling_create_and_delete_with_recorded_answers() -> None:
     progress: list[str] = []
     mine = [{"key": "ddpctl:cluster-id", "value": "abc123"}]
     head = {"instanceId": "i-1", "privateIpAddress": "10.77.0.10", "state": "running"}
-    cli = RecordedCli([{"clusterStatus": "CREATE_IN_PROGRESS"}, {"clusterStatus": "CREATE_IN_PROGRESS"},
-                       {"clusterStatus": "CREATE_COMPLETE", "headNode": head}])  # fmt: skip
+    cli = RecordedCli(
+        [
+            {"clusterStatus": "CREATE_IN_PROGRESS"},
+            {"clusterStatus": "CREATE_IN_PROGRESS"},
+            {"clusterStatus": "CREATE_COMPLETE", "headNode": head},
+        ]
+    )
     info = provider.wait_created(cli, plan, progress.append)
     assert info.head and info.head.private_ip == "10.77.0.10"
     assert progress == ["ddpctl-c1: CREATE_IN_PROGRESS (0 min; ParallelCluster takes 10-20)"]  # once per change
 
-    failed = RecordedCli([{"clusterStatus": "CREATE_FAILED", "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
-                           "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "timed out"}]}])  # fmt: skip
+    failed = RecordedCli(
+        [
+            {
+                "clusterStatus": "CREATE_FAILED",
+                "cloudFormationStackStatus": "ROLLBACK_COMPLETE",
+                "failures": [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "timed out"}],
+            }
+        ]
+    )
     with pytest.raises(DdpctlError) as exc:
         provider.wait_created(failed, plan, progress.append)
-    assert "CREATE_FAILED: HeadNodeBootstrapFailure: timed out" in str(exc.value) and "get-cluster-stack-events" in str(exc.value)
+    assert "CREATE_FAILED: HeadNodeBootstrapFailure: timed out" in str(exc.value) and "get-cluster-stack-events" in str(
+        exc.value
+    )
 
     state = ClusterState(spec=_spec(), cluster_id="abc123")
-    deleting = RecordedCli([{"clusterStatus": "CREATE_COMPLETE", "tags": mine},
-                            {"clusterStatus": "DELETE_IN_PROGRESS", "tags": mine}, None])  # fmt: skip
+    deleting = RecordedCli(
+        [
+            {"clusterStatus": "CREATE_COMPLETE", "tags": mine},
+            {"clusterStatus": "DELETE_IN_PROGRESS", "tags": mine},
+            None,
+        ]
+    )
     assert provider._delete_cluster(deleting, plan, state, progress.append) is True and deleting.deleted == 1
     gone = RecordedCli([None])
     assert provider._delete_cluster(gone, plan, state, progress.append) is False and gone.deleted == 0
-    foreign = RecordedCli([{"clusterStatus": "CREATE_COMPLETE", "tags": [{"key": "ddpctl:cluster-id", "value": "zzz"}]}])
+    foreign = RecordedCli(
+        [{"clusterStatus": "CREATE_COMPLETE", "tags": [{"key": "ddpctl:cluster-id", "value": "zzz"}]}]
+    )
     assert provider._delete_cluster(foreign, plan, state, progress.append) is False and foreign.deleted == 0
     assert "is not this cluster's" in progress[-1]
-    stuck = RecordedCli([{"clusterStatus": "DELETE_FAILED", "tags": mine, "failures": [{"failureReason": "ENI in use"}]}])
+    stuck = RecordedCli(
+        [{"clusterStatus": "DELETE_FAILED", "tags": mine, "failures": [{"failureReason": "ENI in use"}]}]
+    )
     with pytest.raises(DdpctlError) as exc:
         provider._delete_cluster(stuck, plan, state, progress.append)
     assert "could not delete ddpctl-c1 (ENI in use)" in str(exc.value) and "ddpctl down --name c1" in str(exc.value)
@@ -305,9 +381,15 @@ def test_polling_create_and_delete_with_recorded_answers() -> None:
 
 def _instance(ip: str, state: str = "running", queue: str = "gpu", node_type: str = "ComputeNode") -> dict[str, Any]:
     """One instance as `pcluster describe-cluster-instances` prints it (seen against moto with 3.16.1)."""
-    doc = {"launchTime": "2025-03-01T10:00:00.000Z", "instanceId": "i-0" + ip.replace(".", "").rjust(16, "a"),
-           "queueName": queue, "instanceType": "p3.2xlarge", "state": state, "nodeType": node_type,
-           "privateIpAddress": ip}  # fmt: skip
+    doc = {
+        "launchTime": "2025-03-01T10:00:00.000Z",
+        "instanceId": "i-0" + ip.replace(".", "").rjust(16, "a"),
+        "queueName": queue,
+        "instanceType": "p3.2xlarge",
+        "state": state,
+        "nodeType": node_type,
+        "privateIpAddress": ip,
+    }
     if node_type == "HeadNode":
         doc.pop("queueName")
     return doc
@@ -319,17 +401,32 @@ def test_describe_cluster_instances_as_typed_values() -> None:
 
     node = ClusterInstance.from_json({**_instance("10.77.0.12"), "publicIpAddress": "198.51.100.7", "poolName": None})
     assert (node.instance_id, node.state, node.node_type, node.queue, node.private_ip, node.public_ip) == (
-        _instance("10.77.0.12")["instanceId"], "running", "ComputeNode", "gpu", "10.77.0.12", "198.51.100.7")  # fmt: skip
-    fleet = [ClusterInstance.from_json(d) for d in (
-        _instance("10.77.0.12"), _instance("10.77.0.9", "pending"), _instance("10.77.0.11"),
-        _instance("10.77.0.13", queue="cpu"), _instance("10.77.0.10", node_type="HeadNode"))]  # fmt: skip
+        _instance("10.77.0.12")["instanceId"],
+        "running",
+        "ComputeNode",
+        "gpu",
+        "10.77.0.12",
+        "198.51.100.7",
+    )
+    fleet = [
+        ClusterInstance.from_json(d)
+        for d in (
+            _instance("10.77.0.12"),
+            _instance("10.77.0.9", "pending"),
+            _instance("10.77.0.11"),
+            _instance("10.77.0.13", queue="cpu"),
+            _instance("10.77.0.10", node_type="HeadNode"),
+        )
+    ]
     assert [i.private_ip for i in compute.running(fleet)] == ["10.77.0.11", "10.77.0.12"]  # ddpctl's queue, by address
     assert compute.fleet_summary(fleet, 3) == "2 of 3 running (1 pending)"
     assert compute.fleet_summary([], 2) == "0 of 2 running"
     assert compute.node_name(fleet[2]) == "ip-10-77-0-11"
     scanned = "# 10.77.0.11:22 SSH-2.0-OpenSSH_9.2p1\n10.77.0.11 ssh-ed25519 AAAAC3one\n10.77.0.11 ecdsa-sha2-nistp256 AAAAE2two\n9.9.9.9 ssh-rsa AAAAB3x\n"
     assert compute.parse_keyscan(scanned, ["10.77.0.11", "10.77.0.12"]) == {
-        "10.77.0.11": ["ssh-ed25519 AAAAC3one", "ecdsa-sha2-nistp256 AAAAE2two"], "10.77.0.12": []}  # fmt: skip
+        "10.77.0.11": ["ssh-ed25519 AAAAC3one", "ecdsa-sha2-nistp256 AAAAE2two"],
+        "10.77.0.12": [],
+    }
 
 
 def test_compute_nodes_ssh_config(tmp_path: Path) -> None:
@@ -341,15 +438,27 @@ def test_compute_nodes_ssh_config(tmp_path: Path) -> None:
     from ddpctl.infra.providers.pcluster.cli import ClusterInstance
     from ddpctl.infra.ssh import connect
 
-    head = Host(name="head", address="198.51.100.9", user="ubuntu", key_file="/k/id_ed25519", ssh_config="/k/ssh_config")
+    head = Host(
+        name="head", address="198.51.100.9", user="ubuntu", key_file="/k/id_ed25519", ssh_config="/k/ssh_config"
+    )
     nodes = [ClusterInstance.from_json(_instance("10.0.1.23"))]
     text = compute.ssh_config_text(head, "/k/known_hosts", nodes, tmp_path / "compute_known_hosts")
     assert text.splitlines()[1:] == [
-        "Host ip-10-0-1-23", "    HostName 10.0.1.23", "    ProxyJump head", f"    UserKnownHostsFile {tmp_path}/compute_known_hosts",
-        "Host head", "    HostName 198.51.100.9", "    Port 22", "    UserKnownHostsFile /k/known_hosts",
-        "Host *", "    User ubuntu", "    IdentityFile /k/id_ed25519", "    IdentitiesOnly yes",
-        "    StrictHostKeyChecking yes", "    GlobalKnownHostsFile /dev/null",
-    ]  # fmt: skip
+        "Host ip-10-0-1-23",
+        "    HostName 10.0.1.23",
+        "    ProxyJump head",
+        f"    UserKnownHostsFile {tmp_path}/compute_known_hosts",
+        "Host head",
+        "    HostName 198.51.100.9",
+        "    Port 22",
+        "    UserKnownHostsFile /k/known_hosts",
+        "Host *",
+        "    User ubuntu",
+        "    IdentityFile /k/id_ed25519",
+        "    IdentitiesOnly yes",
+        "    StrictHostKeyChecking yes",
+        "    GlobalKnownHostsFile /dev/null",
+    ]
     config = tmp_path / "ssh_config"
     config.write_text("Host far\n    HostName 10.0.9.9\n    ProxyJump a,b\n")
     with pytest.raises(DdpctlError) as exc:
@@ -366,8 +475,16 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
     complete = {"clusterStatus": "CREATE_COMPLETE", "computeFleetStatus": "RUNNING"}
     a, b = "10.77.0.11", "10.77.0.12"
     progress: list[str] = []
-    starting = RecordedCli([complete], [[], [_instance(a, "pending"), _instance(b, "pending")], [_instance(a), _instance(b, "pending")],
-                                        [_instance(a), _instance(b, "pending")], [_instance(b), _instance(a), _instance("10.77.0.13", queue="cpu")]])  # fmt: skip
+    starting = RecordedCli(
+        [complete],
+        [
+            [],
+            [_instance(a, "pending"), _instance(b, "pending")],
+            [_instance(a), _instance(b, "pending")],
+            [_instance(a), _instance(b, "pending")],
+            [_instance(b), _instance(a), _instance("10.77.0.13", queue="cpu")],
+        ],
+    )
     up = provider.wait_compute(starting, plan, progress.append)
     assert [i.private_ip for i in up] == [a, b]
     assert progress == [  # once per change, then the fleet as it is
@@ -379,7 +496,9 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
 
     provider.report_s = 0  # on a long wait with no change, a line every report_s all the same
     progress.clear()
-    provider.wait_compute(RecordedCli([complete], [[_instance(a, "pending")]] * 3 + [[_instance(a), _instance(b)]]), plan, progress.append)
+    provider.wait_compute(
+        RecordedCli([complete], [[_instance(a, "pending")]] * 3 + [[_instance(a), _instance(b)]]), plan, progress.append
+    )
     assert progress.count("ddpctl-c1: compute nodes 0 of 2 running (1 pending) (0 s; waiting up to 30 min)") == 3
 
     provider.compute_timeout_s = 0.2
@@ -396,12 +515,16 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
     spot = _plan(spot=True)
     with pytest.raises(DdpctlError) as exc:
         provider.wait_compute(RecordedCli([complete], [[]]), spot, progress.append)
-    assert "'All P Spot Instance Requests' (L-7212CCBC)" in str(exc.value) and "Spot capacity for p3.2xlarge" in str(exc.value)
+    assert "'All P Spot Instance Requests' (L-7212CCBC)" in str(exc.value) and "Spot capacity for p3.2xlarge" in str(
+        exc.value
+    )
 
     protected = RecordedCli([{**complete, "computeFleetStatus": "PROTECTED"}], [[_instance(a, "pending")]])
     with pytest.raises(DdpctlError) as exc:
         provider.wait_compute(protected, plan, progress.append)
-    assert str(exc.value).startswith("ParallelCluster stopped launching the compute nodes of ddpctl-c1 (compute fleet PROTECTED")
+    assert str(exc.value).startswith(
+        "ParallelCluster stopped launching the compute nodes of ddpctl-c1 (compute fleet PROTECTED"
+    )
     assert "`ddpctl down --name c1` deletes the cluster" in str(exc.value)
     failed = RecordedCli([{"clusterStatus": "UPDATE_FAILED", "failures": [{"failureReason": "boom"}]}], [[]])
     with pytest.raises(DdpctlError) as exc:
@@ -437,8 +560,11 @@ def test_help_and_import_load_nothing_heavy() -> None:
 @pytest.fixture(scope="session")
 def pcluster_exe() -> str:
     """``$DDPCTL_PCLUSTER`` (./dev test sets it), else the repo's .venv-pcluster, else PATH."""
-    for candidate in (os.environ.get("DDPCTL_PCLUSTER"), str(REPO / ".venv-pcluster" / "bin" / "pcluster"),
-                      shutil.which("pcluster")):  # fmt: skip
+    for candidate in (
+        os.environ.get("DDPCTL_PCLUSTER"),
+        str(REPO / ".venv-pcluster" / "bin" / "pcluster"),
+        shutil.which("pcluster"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     pytest.skip("aws-parallelcluster is not installed: ./dev test installs it into .venv-pcluster")
@@ -492,17 +618,27 @@ def _set(config: dict[str, Any], path: str, value: Any) -> None:
 @pytest.mark.parametrize(
     "path,value,message",
     [
-        ("Scheduling.SlurmQueues.0.ComputeResources.0.MaxCount", 0,
-         "Scheduling.SlurmQueues[0].ComputeResources[0].MaxCount: Must be greater than or equal to 1."),
-        ("Scheduling.SlurmQueues.0.ComputeResources.0.MinCount", -1,
-         "Scheduling.SlurmQueues[0].ComputeResources[0].MinCount: Must be greater than or equal to 0."),
+        (
+            "Scheduling.SlurmQueues.0.ComputeResources.0.MaxCount",
+            0,
+            "Scheduling.SlurmQueues[0].ComputeResources[0].MaxCount: Must be greater than or equal to 1.",
+        ),
+        (
+            "Scheduling.SlurmQueues.0.ComputeResources.0.MinCount",
+            -1,
+            "Scheduling.SlurmQueues[0].ComputeResources[0].MinCount: Must be greater than or equal to 0.",
+        ),
         ("HeadNode.Ssh.AllowedIps", "everyone", "HeadNode.Ssh.AllowedIps:"),
-        ("HeadNode.LocalStorage.RootVolume.Encrypted", "yes please", "HeadNode.LocalStorage.RootVolume.Encrypted: Not a valid boolean."),
+        (
+            "HeadNode.LocalStorage.RootVolume.Encrypted",
+            "yes please",
+            "HeadNode.LocalStorage.RootVolume.Encrypted: Not a valid boolean.",
+        ),
         ("Scheduling.SlurmQueues.0.CapacityType", "CHEAP", "Scheduling.SlurmQueues[0].CapacityType: Must be one of"),
         ("HeadNode.Networking.SubnetId", "subnet-xyz", "HeadNode.Networking.SubnetId:"),
         ("HeadNode.Bogus", 1, "HeadNode.Bogus: Unknown field."),
     ],
-)  # fmt: skip
+)
 def test_schema_refuses_in_one_line(install, path: str, value: Any, message: str) -> None:
     from ddpctl.infra.errors import UsageError
     from ddpctl.infra.providers.pcluster import schema
@@ -529,7 +665,9 @@ class PcEnv:
         self.moto, self.home, self.tmp, self.exe = server, home, tmp, exe
         self.user_home = tmp / "user-home"  # HOME: pcluster must not write ~/.parallelcluster
         self.user_home.mkdir()
-        session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+        session = boto3.session.Session(
+            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
         self.s3 = session.client("s3", endpoint_url=server.url)
         self.cfn = session.client("cloudformation", endpoint_url=server.url)
         self.s3.create_bucket(Bucket=BUCKET)
@@ -537,9 +675,15 @@ class PcEnv:
         self.baseline = self.inventory()
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = self.moto.env(self.home, self.tmp, HOME=str(self.user_home), DDPCTL_PCLUSTER=self.exe,
-                            DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS=MOTO_QUIRKS, DDPCTL_PCLUSTER_S3_BUCKET=BUCKET,
-                            AWS_SECRET_ACCESS_KEY=SECRET)  # fmt: skip
+        env = self.moto.env(
+            self.home,
+            self.tmp,
+            HOME=str(self.user_home),
+            DDPCTL_PCLUSTER=self.exe,
+            DDPCTL_PCLUSTER_SUPPRESS_VALIDATORS=MOTO_QUIRKS,
+            DDPCTL_PCLUSTER_S3_BUCKET=BUCKET,
+            AWS_SECRET_ACCESS_KEY=SECRET,
+        )
         env.update(extra)
         return {k: v for k, v in env.items() if v is not None}
 
@@ -556,7 +700,11 @@ class PcEnv:
 
     def inventory(self) -> dict[str, Any]:
         live = {n for n, s in self.stacks().items() if s != "DELETE_COMPLETE"}
-        return {**self.moto.inventory(), "stacks": live, "buckets": {b["Name"] for b in self.s3.list_buckets()["Buckets"]}}
+        return {
+            **self.moto.inventory(),
+            "stacks": live,
+            "buckets": {b["Name"] for b in self.s3.list_buckets()["Buckets"]},
+        }
 
     def added(self) -> dict[str, Any]:
         now = self.inventory()
@@ -569,7 +717,7 @@ class PcEnv:
 
 
 @pytest.fixture
-def pc(moto: Moto, home: Path, tmp_path: Path, pcluster_exe: str) -> PcEnv:  # noqa: F811 - the fixture
+def pc(moto: Moto, home: Path, tmp_path: Path, pcluster_exe: str) -> PcEnv:
     return PcEnv(moto, home, tmp_path, pcluster_exe)
 
 
@@ -577,7 +725,9 @@ def _network(server: Moto) -> tuple[str, str]:
     ec2 = server.ec2
     vpc = ec2.create_vpc(CidrBlock="10.123.0.0/16")["Vpc"]["VpcId"]
     ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.123.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.123.1.0/24", AvailabilityZone="us-east-1a")["Subnet"][
+        "SubnetId"
+    ]
     return vpc, subnet
 
 
@@ -591,7 +741,9 @@ def test_cli_adapter_against_moto(pc: PcEnv, install, tmp_path: Path) -> None:
     assert cli.describe("ddpctl-ghost") is None  # not found = gone
     assert cli.delete("ddpctl-ghost") is False
     assert cli.list_clusters() == []
-    config = _plan(instance_type="g5.xlarge", ami=NEWEST_DLAMI).config(Resolved(subnet_id=subnet, key_name="k1", ssh_cidr=SSH_CIDR))
+    config = _plan(instance_type="g5.xlarge", ami=NEWEST_DLAMI).config(
+        Resolved(subnet_id=subnet, key_name="k1", ssh_cidr=SSH_CIDR)
+    )
     path = tmp_path / "c.yaml"
     path.write_text(to_yaml(config))
     ok = cli.create("ddpctl-c1", path, dryrun=True, suppress=tuple(MOTO_QUIRKS.split()))
@@ -601,14 +753,33 @@ def test_cli_adapter_against_moto(pc: PcEnv, install, tmp_path: Path) -> None:
     assert not refused.ok and "HeadNodeLaunchTemplateValidator" in refused.message and "\n" not in refused.message
     assert (tmp_path / "pcluster.log").stat().st_size > 0  # PCLUSTER_LOG_FILE, not ~/.parallelcluster
     added = pc.added()  # the test's own network and key; nothing of ParallelCluster's
-    assert added["subnets"] == {subnet} and added["key_pairs"] == {"k1"} and "stacks" not in added and "instances" not in added
+    assert (
+        added["subnets"] == {subnet}
+        and added["key_pairs"] == {"k1"}
+        and "stacks" not in added
+        and "instances" not in added
+    )
 
 
 def test_dry_run_through_the_cli_creates_nothing(pc: PcEnv) -> None:
     vpc, subnet = _network(pc.moto)
     pc.baseline = pc.inventory()
-    args = ("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
-            "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--dry-run")  # fmt: skip
+    args = (
+        "up",
+        "--provider",
+        "pcluster",
+        "--name",
+        "c1",
+        "--nodes",
+        "2",
+        "--instance-type",
+        "g5.xlarge",
+        "--ami",
+        NEWEST_DLAMI,
+        "--ssh-cidr",
+        SSH_CIDR,
+        "--dry-run",
+    )
     result = pc.ok(*args, "--subnet-id", subnet, "--vpc-id", vpc)
     out = result.stdout
     assert "ParallelCluster ddpctl-c1 in us-east-1" in out and "2 x g5.xlarge" in out
@@ -625,14 +796,32 @@ def test_dry_run_through_the_cli_creates_nothing(pc: PcEnv) -> None:
 
 
 def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, cdk: None) -> None:
-    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
-                "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
+    up = pc.run(
+        "up",
+        "--provider",
+        "pcluster",
+        "--name",
+        "c1",
+        "--nodes",
+        "2",
+        "--instance-type",
+        "g5.xlarge",
+        "--ami",
+        NEWEST_DLAMI,
+        "--ssh-cidr",
+        SSH_CIDR,
+        "--no-down-on-failure",
+    )
     assert up.returncode == 1, up.stderr
     lines = up.stderr.strip().splitlines()
-    assert lines[-1].startswith("Error: pcluster create-cluster failed in us-east-1:"), up.stderr  # moto's CloudFormation
+    assert lines[-1].startswith("Error: pcluster create-cluster failed in us-east-1:"), (
+        up.stderr
+    )  # moto's CloudFormation
     assert "pcluster create-cluster ddpctl-c1: validating, synthesizing" in up.stderr
     added = pc.added()
-    assert len(added["vpcs"]) == len(added["subnets"]) == len(added["internet_gateways"]) == len(added["key_pairs"]) == 1
+    assert (
+        len(added["vpcs"]) == len(added["subnets"]) == len(added["internet_gateways"]) == len(added["key_pairs"]) == 1
+    )
     assert pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS"  # CreateStack got the synthesized template
 
     cluster_dir = pc.home / "clusters" / "c1"
@@ -643,7 +832,9 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, 
     assert config["CustomS3Bucket"] == BUCKET
     vpc = pc.moto.ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]
     assert vpc["MapPublicIpOnLaunch"] is True
-    assert pc.moto.ec2.describe_vpc_attribute(VpcId=vpc["VpcId"], Attribute="enableDnsHostnames")["EnableDnsHostnames"]["Value"]
+    assert pc.moto.ec2.describe_vpc_attribute(VpcId=vpc["VpcId"], Attribute="enableDnsHostnames")["EnableDnsHostnames"][
+        "Value"
+    ]
     assert stat.S_IMODE((cluster_dir / "id_ed25519").stat().st_mode) == 0o600
     assert (cluster_dir / "pcluster-cli.log").stat().st_size > 0
     for path in pc.home.rglob("*"):  # the state, the config, pcluster's own log
@@ -668,8 +859,22 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, 
 def test_lost_state_file_down_by_name_and_region(pc: PcEnv, cdk: None) -> None:
     """The state home is gone after create-cluster: `down --name --region --provider pcluster` finds
     the ParallelCluster by its name and tag, deletes it, then the network and key pair by tag."""
-    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
-                "--ami", NEWEST_DLAMI, "--ssh-cidr", SSH_CIDR, "--no-down-on-failure")  # fmt: skip
+    up = pc.run(
+        "up",
+        "--provider",
+        "pcluster",
+        "--name",
+        "c1",
+        "--nodes",
+        "2",
+        "--instance-type",
+        "g5.xlarge",
+        "--ami",
+        NEWEST_DLAMI,
+        "--ssh-cidr",
+        SSH_CIDR,
+        "--no-down-on-failure",
+    )
     assert up.returncode == 1 and pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS", up.stderr
     shutil.rmtree(pc.home)
     assert pc.run("down", "--provider", "pcluster").returncode == 2  # only with --name and --region
@@ -688,8 +893,20 @@ def test_lost_state_file_down_by_name_and_region(pc: PcEnv, cdk: None) -> None:
 
 @pytest.mark.parametrize("step", ["dir", "vpc", "subnet", "key-pair", "config"])
 def test_crash_after_each_step_then_down_leaves_nothing(pc: PcEnv, step: str) -> None:
-    crashed = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
-                     "--ssh-cidr", SSH_CIDR, DDPCTL_FAULT=f"after:{step}")  # fmt: skip
+    crashed = pc.run(
+        "up",
+        "--provider",
+        "pcluster",
+        "--name",
+        "c1",
+        "--nodes",
+        "2",
+        "--instance-type",
+        "g5.xlarge",
+        "--ssh-cidr",
+        SSH_CIDR,
+        DDPCTL_FAULT=f"after:{step}",
+    )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     state = json.loads((pc.home / "clusters" / "c1.json").read_text())
     assert next(r for r in state["resources"] if r["kind"] == step)["status"] == "planned"
@@ -767,17 +984,34 @@ def test_describe_cluster_instances_pages(tmp_path: Path) -> None:
     from ddpctl.infra.providers.pcluster.cli import Install, PclusterCli, PclusterError
 
     first = {"instances": [_instance("10.77.0.11"), _instance("10.77.0.12", "pending")], "nextToken": "page-2"}
-    standin = StandIn(tmp_path, sys.executable, {"describe-cluster-instances": [
-        first, {"instances": [_instance("10.77.0.13")]},
-        {"message": "Bad Request: Failed to retrieve cluster instances. Throttling"}]})  # fmt: skip
-    cli = PclusterCli(Install(str(standin.exe), sys.executable), REGION, tmp_path / "pc.log", {**os.environ, **standin.env})
+    standin = StandIn(
+        tmp_path,
+        sys.executable,
+        {
+            "describe-cluster-instances": [
+                first,
+                {"instances": [_instance("10.77.0.13")]},
+                {"message": "Bad Request: Failed to retrieve cluster instances. Throttling"},
+            ]
+        },
+    )
+    cli = PclusterCli(
+        Install(str(standin.exe), sys.executable), REGION, tmp_path / "pc.log", {**os.environ, **standin.env}
+    )
     nodes = cli.compute_instances("ddpctl-c1")
-    assert [(n.private_ip, n.state) for n in nodes] == [("10.77.0.11", "running"), ("10.77.0.12", "pending"), ("10.77.0.13", "running")]
+    assert [(n.private_ip, n.state) for n in nodes] == [
+        ("10.77.0.11", "running"),
+        ("10.77.0.12", "pending"),
+        ("10.77.0.13", "running"),
+    ]
     base = ["describe-cluster-instances", "--cluster-name", "ddpctl-c1", "--node-type", "ComputeNode"]
     assert standin.calls() == [[*base, "--region", REGION], [*base, "--next-token", "page-2", "--region", REGION]]
     with pytest.raises(PclusterError) as exc:
         cli.compute_instances("ddpctl-c1")
-    assert str(exc.value) == "pcluster describe-cluster-instances failed in us-east-1: Bad Request: Failed to retrieve cluster instances. Throttling"
+    assert (
+        str(exc.value)
+        == "pcluster describe-cluster-instances failed in us-east-1: Bad Request: Failed to retrieve cluster instances. Throttling"
+    )
 
 
 def test_describe_cluster_instances_against_moto(pc: PcEnv, install, tmp_path: Path) -> None:
@@ -786,10 +1020,18 @@ def test_describe_cluster_instances_against_moto(pc: PcEnv, install, tmp_path: P
     from ddpctl.infra.providers.pcluster.cli import PclusterCli
 
     def launch(node_type: str, count: int, queue: str = "") -> list[str]:
-        tags = [{"Key": "parallelcluster:cluster-name", "Value": "ddpctl-c1"}, {"Key": "parallelcluster:node-type", "Value": node_type}]
+        tags = [
+            {"Key": "parallelcluster:cluster-name", "Value": "ddpctl-c1"},
+            {"Key": "parallelcluster:node-type", "Value": node_type},
+        ]
         tags += [{"Key": "parallelcluster:queue-name", "Value": queue}] if queue else []
-        made = pc.moto.ec2.run_instances(ImageId=NEWEST_DLAMI, InstanceType="g5.xlarge", MinCount=count, MaxCount=count,
-                                         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])  # fmt: skip
+        made = pc.moto.ec2.run_instances(
+            ImageId=NEWEST_DLAMI,
+            InstanceType="g5.xlarge",
+            MinCount=count,
+            MaxCount=count,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )
         return sorted(i["InstanceId"] for i in made["Instances"])
 
     launch("HeadNode", 1)
@@ -809,16 +1051,38 @@ def test_compute_fleet_that_never_starts(pc: PcEnv, install, keep: bool) -> None
     """`ddpctl up` through a stand-in pcluster whose cluster completes but whose compute nodes stay
     pending: the wait ends with one line (what to check, `ddpctl down`), no traceback, and the
     cluster is deleted, by `ddpctl down` (--no-down-on-failure) or by up itself."""
-    complete = {"clusterStatus": "CREATE_COMPLETE", "cloudFormationStackStatus": "CREATE_COMPLETE",
-                "computeFleetStatus": "RUNNING", "tags": "from-config",
-                "headNode": {"instanceId": "i-0head", "state": "running", "privateIpAddress": "10.0.0.10"}}  # fmt: skip
+    complete = {
+        "clusterStatus": "CREATE_COMPLETE",
+        "cloudFormationStackStatus": "CREATE_COMPLETE",
+        "computeFleetStatus": "RUNNING",
+        "tags": "from-config",
+        "headNode": {"instanceId": "i-0head", "state": "running", "privateIpAddress": "10.0.0.10"},
+    }
     pending = {"instances": [_instance("10.0.0.21", "pending"), _instance("10.0.0.22", "pending")]}
-    standin = StandIn(pc.tmp, install.python, {
-        "describe-cluster": [{"clusterStatus": "CREATE_IN_PROGRESS", "tags": "from-config"}, complete],
-        "describe-cluster-instances": [{"instances": []}, pending]})  # fmt: skip
+    standin = StandIn(
+        pc.tmp,
+        install.python,
+        {
+            "describe-cluster": [{"clusterStatus": "CREATE_IN_PROGRESS", "tags": "from-config"}, complete],
+            "describe-cluster-instances": [{"instances": []}, pending],
+        },
+    )
     extra = {**standin.env, "DDPCTL_PCLUSTER_POLL_S": "0.05", "DDPCTL_PCLUSTER_COMPUTE_TIMEOUT_S": "1"}
-    up = pc.run("up", "--provider", "pcluster", "--name", "c1", "--nodes", "2", "--instance-type", "g5.xlarge",
-                "--ssh-cidr", SSH_CIDR, *(["--no-down-on-failure"] if keep else []), **extra)  # fmt: skip
+    up = pc.run(
+        "up",
+        "--provider",
+        "pcluster",
+        "--name",
+        "c1",
+        "--nodes",
+        "2",
+        "--instance-type",
+        "g5.xlarge",
+        "--ssh-cidr",
+        SSH_CIDR,
+        *(["--no-down-on-failure"] if keep else []),
+        **extra,
+    )
     assert up.returncode == 1, up.stderr
     assert "Traceback" not in up.stderr
     assert "ddpctl-c1: CREATE_IN_PROGRESS" in up.stderr
@@ -830,7 +1094,7 @@ def test_compute_fleet_that_never_starts(pc: PcEnv, install, keep: bool) -> None
         "zone, and /var/log/parallelcluster/clustermgtd and slurm_resume.log on the head node; the cluster is billed "
         "until `ddpctl down --name c1` deletes it"
     )
-    assert ["create-cluster", "--cluster-name", "ddpctl-c1"] == standin.calls()[1][:3]  # after the name check
+    assert standin.calls()[1][:3] == ["create-cluster", "--cluster-name", "ddpctl-c1"]  # after the name check
     if keep:
         assert "kept what was made (--no-down-on-failure)" in up.stderr
         state = json.loads((pc.home / "clusters" / "c1.json").read_text())
@@ -867,8 +1131,14 @@ class Console:
     """EC2's console output of the head node, as cloud-init prints it: the test node's host key."""
 
     def __init__(self, testbed: Testbed, address: str) -> None:
-        rows = [line.split()[1:3] for line in testbed.known_hosts.read_text().splitlines() if address in line.split()[0].split(",")]
-        self.text = "\n".join(["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"])
+        rows = [
+            line.split()[1:3]
+            for line in testbed.known_hosts.read_text().splitlines()
+            if address in line.split()[0].split(",")
+        ]
+        self.text = "\n".join(
+            ["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"]
+        )
 
     def console_output(self, instance_id: str) -> str:
         return self.text
@@ -904,22 +1174,37 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     from ddpctl.infra.state import StateStore
 
     testbed = bastion
-    direct = subprocess.run(["ssh", "-F", str(testbed.ssh_config), "node1", "true"], capture_output=True, text=True, timeout=30)
+    direct = subprocess.run(
+        ["ssh", "-F", str(testbed.ssh_config), "node1", "true"], capture_output=True, text=True, timeout=30
+    )
     assert direct.returncode != 0  # the topology is honest: no way to node1 but through node0
     home, shared_home = tmp_path / "home", tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared
     store = StateStore(home)
     spec = ClusterSpec(
-        name="pc", provider="pcluster", nodes=2, region=REGION, ssh_user="root",
-        playbook_vars={**GROUP_VARS, "ddpctl_node_dir": str(shared_home / "ddpctl"),
-                       "ansible_python_interpreter": "/usr/bin/python3"},
-    )  # fmt: skip
+        name="pc",
+        provider="pcluster",
+        nodes=2,
+        region=REGION,
+        ssh_user="root",
+        playbook_vars={
+            **GROUP_VARS,
+            "ddpctl_node_dir": str(shared_home / "ddpctl"),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        },
+    )
     provider = PclusterProvider(caller_address=lambda: "203.0.113.9", env={})
     state = provider.plan(spec, store)
     plan = provider.pcluster_plan(state, store)
     Path(plan.aws.cluster_dir).mkdir(parents=True, mode=0o700)
     shutil.copy(testbed.key, plan.aws.key_path)  # the cluster's key, which the test nodes trust
     head = HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large")
-    info = ClusterInfo(name=plan.pcluster_name, status="CREATE_COMPLETE", stack_status="CREATE_COMPLETE", fleet_status="RUNNING", head=head)
+    info = ClusterInfo(
+        name=plan.pcluster_name,
+        status="CREATE_COMPLETE",
+        stack_status="CREATE_COMPLETE",
+        fleet_status="RUNNING",
+        head=head,
+    )
     _Up(state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider).finish(info)
     assert state.status == "up"
 
@@ -933,22 +1218,35 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     doc = json.loads(result.stdout)
     names = ["ip-10-77-0-11", "ip-10-77-0-12"]
     assert doc["ok"] is True and {(r["from"], r["to"], r["result"]) for r in doc["reachability"]} == {
-        (names[0], names[1], "ok"), (names[1], names[0], "ok")}  # fmt: skip
+        (names[0], names[1], "ok"),
+        (names[1], names[0], "ok"),
+    }
     assert [(b["a"], b["b"]) for b in doc["bandwidth"]] == [tuple(names)] and doc["bandwidth"][0]["busbw_gbps"] > 0
-    assert "2 compute node(s) running (10.77.0.11, 10.77.0.12): reaching them through the head node 10.77.0.10" in result.stderr
+    assert (
+        "2 compute node(s) running (10.77.0.11, 10.77.0.12): reaching them through the head node 10.77.0.10"
+        in result.stderr
+    )
     cluster_dir = Path(plan.aws.cluster_dir)
     scanned = {tuple(line.split()) for line in (cluster_dir / "compute_known_hosts").read_text().splitlines()}
-    expected = {(ip, *line.split()[1:3]) for line in testbed.known_hosts.read_text().splitlines()
-                for ip in ips if ip in line.split()[0].split(",")}  # fmt: skip
+    expected = {
+        (ip, *line.split()[1:3])
+        for line in testbed.known_hosts.read_text().splitlines()
+        for ip in ips
+        if ip in line.split()[0].split(",")
+    }
     assert expected and expected <= scanned  # the nodes' own keys, read on node0
     ssh_config = cluster_dir / "compute_ssh_config"
-    plain = subprocess.run(["ssh", "-F", str(ssh_config), names[0], "hostname"], capture_output=True, text=True, timeout=30)
+    plain = subprocess.run(
+        ["ssh", "-F", str(ssh_config), names[0], "hostname"], capture_output=True, text=True, timeout=30
+    )
     assert plain.returncode == 0 and plain.stdout.strip() == "node1", plain.stderr  # the file works for OpenSSH too
     text = ddpctl("check", "--no-bandwidth", env=env, timeout=120)
     assert text.returncode == 0 and f"{names[0]} <-> {names[1]}" in text.stderr, text.stderr
 
     # strict through the jump: a compute node's key that is not the one read on node0 is refused
-    (cluster_dir / "compute_known_hosts").write_text("".join(f"{ip} {Console(testbed, ips[1]).text.splitlines()[1]}\n" for ip in ips))
+    (cluster_dir / "compute_known_hosts").write_text(
+        "".join(f"{ip} {Console(testbed, ips[1]).text.splitlines()[1]}\n" for ip in ips)
+    )
     with pytest.raises(DdpctlError) as exc:
         connect(Host(name=names[0], address=names[0], ssh_config=str(ssh_config)), timeout=10)
     assert str(exc.value).startswith(f"{names[0]} (root@10.77.0.11:22): ") and "\n" not in str(exc.value)
@@ -968,10 +1266,15 @@ def test_head_node_playbook_vars() -> None:
 
     plan = _plan()  # p3.2xlarge: V100
     assert plan.head_playbook_vars() == {
-        "ddpctl_node_dir": "/home/ubuntu/ddpctl", "ddpctl_run_user": "ubuntu",
-        "common_set_hostname": False, "common_manage_hosts": False, "common_packages_update_cache": True,
-        "nvidia_gpu_present": True, "python_env_cuda_version": "12.6", "nccl_env_pin_interface": False,
-    }  # fmt: skip  # 12.6: the newest CUDA whose PyTorch wheels have V100 (Volta) kernels
+        "ddpctl_node_dir": "/home/ubuntu/ddpctl",
+        "ddpctl_run_user": "ubuntu",
+        "common_set_hostname": False,
+        "common_manage_hosts": False,
+        "common_packages_update_cache": True,
+        "nvidia_gpu_present": True,
+        "python_env_cuda_version": "12.6",
+        "nccl_env_pin_interface": False,
+    }  # 12.6: the newest CUDA whose PyTorch wheels have V100 (Volta) kernels
     assert _plan(instance_type="p5.48xlarge").head_playbook_vars()["python_env_cuda_version"] == "12.8"  # H100
     # what python_env makes of these on a head node without a GPU: test_playbooks' cuda-wheels test
     assert set(HEAD_TAGS.split(",")) == {"common", "python_env", "nccl_env", "bundle"}

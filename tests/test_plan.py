@@ -24,8 +24,9 @@ def flag(argv: tuple[str, ...], name: str) -> str:
 
 @pytest.mark.parametrize("nodes,nproc,restarts", [(1, 1, 0), (2, 1, 0), (2, 4, 3), (4, 8, 1)])
 def test_argv_per_node(nodes: int, nproc: int, restarts: int) -> None:
-    run = RunSpec(job="mnist", args=("--epochs", "3"), nodes=nodes, nproc_per_node=nproc,
-                  max_restarts=restarts, run_id="r1")  # fmt: skip
+    run = RunSpec(
+        job="mnist", args=("--epochs", "3"), nodes=nodes, nproc_per_node=nproc, max_restarts=restarts, run_id="r1"
+    )
     plan = plan_torchrun(cluster(4), run, script="/b/mnist.py", port=29400)
     assert len(plan.nodes) == nodes
     assert plan.world_size == nodes * nproc
@@ -102,16 +103,27 @@ def test_shell_line_round_trips() -> None:
 def remote_cluster() -> ClusterState:
     c = cluster(2)
     c.nodes = [
-        NodeInfo(f"node{i}", f"10.0.0.{10 + i}", f"/srv/n{i}", python="/opt/env/bin/python",
-                 env_file=f"/srv/n{i}/ddpctl.env", bundle_dir=f"/srv/n{i}/bundle")  # fmt: skip
+        NodeInfo(
+            f"node{i}",
+            f"10.0.0.{10 + i}",
+            f"/srv/n{i}",
+            python="/opt/env/bin/python",
+            env_file=f"/srv/n{i}/ddpctl.env",
+            bundle_dir=f"/srv/n{i}/bundle",
+        )
         for i in range(2)
     ]
     return c
 
 
 def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
-    plan = plan_torchrun(remote_cluster(), RunSpec(job="mnist", nodes=2, run_id="r1"),
-                         script="/repo/training/mingpt/main.py", port=1, bundle_root="/repo/training")  # fmt: skip
+    plan = plan_torchrun(
+        remote_cluster(),
+        RunSpec(job="mnist", nodes=2, run_id="r1"),
+        script="/repo/training/mingpt/main.py",
+        port=1,
+        bundle_root="/repo/training",
+    )
     for i, node in enumerate(plan.nodes):
         assert node.argv[0] == "/opt/env/bin/python"
         assert node.argv[-1] == f"/srv/n{i}/bundle/mingpt/main.py"
@@ -124,8 +136,13 @@ def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
 
 
 def test_users_script_is_uploaded_to_remote_nodes() -> None:
-    plan = plan_torchrun(remote_cluster(), RunSpec(job="train", nodes=2, run_id="r7"),
-                         script="/home/me/train.py", port=1, bundle_root="/repo/training")  # fmt: skip
+    plan = plan_torchrun(
+        remote_cluster(),
+        RunSpec(job="train", nodes=2, run_id="r7"),
+        script="/home/me/train.py",
+        port=1,
+        bundle_root="/repo/training",
+    )
     for i, node in enumerate(plan.nodes):
         remote = f"/srv/n{i}/scripts/r7/train.py"
         assert node.uploads == (("/home/me/train.py", remote),)

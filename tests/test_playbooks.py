@@ -292,8 +292,15 @@ def test_nvidia_found_no_gpu_and_installed_nothing(site) -> None:
 @pytest.mark.slow
 def test_explicit_socket_ifname_wins_and_debug_is_checked(site, testbed: Testbed) -> None:
     assert site["runs"][0].returncode == 0
-    args = ["-i", str(site["inventory"]), "playbooks/site.yml", "--tags", "nccl_env",
-            "-e", "nccl_env_file={{ ddpctl_node_dir }}/explicit.env"]  # fmt: skip
+    args = [
+        "-i",
+        str(site["inventory"]),
+        "playbooks/site.yml",
+        "--tags",
+        "nccl_env",
+        "-e",
+        "nccl_env_file={{ ddpctl_node_dir }}/explicit.env",
+    ]
     result = playbook(site["env"], *args, "-e", "nccl_env_socket_ifname=eth9", "-e", "nccl_env_debug=INFO")
     assert result.returncode == 0, show(result)
     for node in NODES:
@@ -321,8 +328,11 @@ def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
     tmp = site["tmp"] / "check"
     (tmp / "host_vars").mkdir(parents=True)
     pci = tmp / "pci"
-    for addr, vendor, cls in [("0000:00:02.0", "0x1234", "0x030000"), ("0000:65:00.0", "0x10de", "0x030200"),
-                              ("0000:65:00.1", "0x10de", "0x040300")]:  # fmt: skip
+    for addr, vendor, cls in [
+        ("0000:00:02.0", "0x1234", "0x030000"),
+        ("0000:65:00.0", "0x10de", "0x030200"),
+        ("0000:65:00.1", "0x10de", "0x040300"),
+    ]:
         (pci / addr).mkdir(parents=True)
         (pci / addr / "vendor").write_text(vendor + "\n")
         (pci / addr / "class").write_text(cls + "\n")
@@ -360,8 +370,10 @@ def fake_pci_tree(root: Path, devices: list[tuple[str, str, str]]) -> Path:
 def fake_proc_tree(root: Path, module: str, gpus: list[str]) -> Path:
     """A stand-in /proc/driver/nvidia: the loaded driver's version line and the GPUs it drives."""
     (root / "gpus").mkdir(parents=True)
-    (root / "version").write_text(f"NVRM version: NVIDIA UNIX {module}  570.133.20  Release Build  (dvs-builder@U16-I3-B03-4-3)"
-                                  "  Tue Mar  4 03:57:02 UTC 2025\nGCC version:  gcc version 12.3.0\n")  # fmt: skip
+    (root / "version").write_text(
+        f"NVRM version: NVIDIA UNIX {module}  570.133.20  Release Build  (dvs-builder@U16-I3-B03-4-3)"
+        "  Tue Mar  4 03:57:02 UTC 2025\nGCC version:  gcc version 12.3.0\n"
+    )
     for addr in gpus:
         (root / "gpus" / addr).mkdir()
         (root / "gpus" / addr / "information").write_text("Model: \t\t NVIDIA A10G\n")
@@ -398,24 +410,41 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
         "node1": [("0000:00:1e.0", "0x030000", "0x2237")],
         "node2": [("0000:53:00.0", "0x030200", "0x2330"), ("0000:07:00.0", "0x068000", "0x22a3")],
     }
-    procs = {"node0": fake_proc_tree(tmp / "proc-node0", "Open Kernel Module for x86_64", []),
-             "node1": fake_proc_tree(tmp / "proc-node1", "x86_64 Kernel Module", ["0000:00:1e.0"]),
-             "node2": tmp / "no-proc"}  # fmt: skip
+    procs = {
+        "node0": fake_proc_tree(tmp / "proc-node0", "Open Kernel Module for x86_64", []),
+        "node1": fake_proc_tree(tmp / "proc-node1", "x86_64 Kernel Module", ["0000:00:1e.0"]),
+        "node2": tmp / "no-proc",
+    }
     for node, devices in gpus.items():
         pci = fake_pci_tree(tmp / f"pci-{node}", devices)
-        (tmp / "host_vars" / f"{node}.yml").write_text(f"nvidia_pci_devices_dir: {pci}\nnvidia_proc_dir: {procs[node]}\n")
-    group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "online", "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
-                  "python_env_nvidia_smi": str(tmp / "no-nvidia-smi")}  # fmt: skip
+        (tmp / "host_vars" / f"{node}.yml").write_text(
+            f"nvidia_pci_devices_dir: {pci}\nnvidia_proc_dir: {procs[node]}\n"
+        )
+    group_vars = {
+        **inventory_vars(site["tmp"]),
+        "python_env_mode": "online",
+        "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
+        "python_env_nvidia_smi": str(tmp / "no-nvidia-smi"),
+    }
     inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
     args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
     result = playbook(site["env"], *args[:-1], "nvidia,python_env")
     assert result.returncode == 0, show(result)
     out = result.stdout
-    assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), out  # not the NVSwitch
-    assert message(out, "node1", "NVIDIA driver 570.133.20 already loaded for 0000:00:1e.0: kept (nvidia_keep_loaded_driver)")
-    assert not re.search(r'\[node1\] => \{\s*"msg": "(NVIDIA driver 580|Check mode: would)', out), out  # installs nothing
-    assert message(out, "node0", "NVIDIA driver 570.133.20 already loaded, but it does not drive 0000:00:1d.0, 0000:00:1e.0: "
-                   "installing"), out  # fmt: skip
+    assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), (
+        out
+    )  # not the NVSwitch
+    assert message(
+        out, "node1", "NVIDIA driver 570.133.20 already loaded for 0000:00:1e.0: kept (nvidia_keep_loaded_driver)"
+    )
+    assert not re.search(r'\[node1\] => \{\s*"msg": "(NVIDIA driver 580|Check mode: would)', out), (
+        out
+    )  # installs nothing
+    assert message(
+        out,
+        "node0",
+        "NVIDIA driver 570.133.20 already loaded, but it does not drive 0000:00:1d.0, 0000:00:1e.0: installing",
+    ), out
     assert plan_line(out, "node0").startswith(
         "NVIDIA driver 580 with the proprietary kernel modules (GPU(s) older than Turing: "
         "0000:00:1d.0 10de:1db1, 0000:00:1e.0 10de:1db5), CUDA 12.6 (CUDA 13.0 and later do not support"
@@ -427,23 +456,38 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
     for node, packages in want.items():
         would = rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install linux-headers-[^,]+, {packages} from '
         assert re.search(would, out), out
-    wheels = {"node0": "cu126 (a GPU older than Turing (nvidia_gpu_legacy): CUDA 12.6 wheels at the most)",
-              "node1": "cu128 (NVIDIA driver 570.133.20 kept: CUDA 12 wheels at the most)", "node2": "cu130"}  # fmt: skip
+    wheels = {
+        "node0": "cu126 (a GPU older than Turing (nvidia_gpu_legacy): CUDA 12.6 wheels at the most)",
+        "node1": "cu128 (NVIDIA driver 570.133.20 kept: CUDA 12 wheels at the most)",
+        "node2": "cu130",
+    }
     for node, index in wheels.items():
         assert message(out, node, f"torch 2.14.1 from https://download.pytorch.org/whl/{index}"), out
     # a 12.x choice is kept; nvidia_keep_loaded_driver=false installs over node1's loaded driver
     again = playbook(site["env"], *args, "-e", "nvidia_cuda_version=12.8", "-e", "nvidia_keep_loaded_driver=false")
     for node, packages in (("node0", "cuda-drivers-580"), ("node1", "nvidia-open-580")):
-        assert re.search(rf"\[{node}\] => \{{\s*\"msg\": \"Check mode: would install linux-headers-[^,]+, {packages}, "
-                         r"cuda-libraries-12-8 from", again.stdout), show(again)  # fmt: skip
-    assert message(again.stdout, "node1", "NVIDIA driver 570.133.20 already loaded: installing over it (nvidia_keep_loaded_driver "
-                   "is false)"), show(again)  # fmt: skip
+        assert re.search(
+            rf"\[{node}\] => \{{\s*\"msg\": \"Check mode: would install linux-headers-[^,]+, {packages}, "
+            r"cuda-libraries-12-8 from",
+            again.stdout,
+        ), show(again)
+    assert message(
+        again.stdout,
+        "node1",
+        "NVIDIA driver 570.133.20 already loaded: installing over it (nvidia_keep_loaded_driver is false)",
+    ), show(again)
     for extra, text in [
-        ("nvidia_kernel_modules=open", "the open kernel modules cannot drive GPUs older than Turing (0000:00:1d.0 "
-                                       "10de:1db1, 0000:00:1e.0 10de:1db5): set nvidia_kernel_modules to auto or proprietary"),
-        ("nvidia_driver_branch=590", "driver branch 590 does not support GPUs older than Turing (0000:00:1d.0 10de:1db1, "
-                                     "0000:00:1e.0 10de:1db5): 580 is the last that does"),
-    ]:  # fmt: skip
+        (
+            "nvidia_kernel_modules=open",
+            "the open kernel modules cannot drive GPUs older than Turing (0000:00:1d.0 "
+            "10de:1db1, 0000:00:1e.0 10de:1db5): set nvidia_kernel_modules to auto or proprietary",
+        ),
+        (
+            "nvidia_driver_branch=590",
+            "driver branch 590 does not support GPUs older than Turing (0000:00:1d.0 10de:1db1, "
+            "0000:00:1e.0 10de:1db5): 580 is the last that does",
+        ),
+    ]:
         refused = playbook(site["env"], *args, "-e", extra)
         stats = recap(refused)
         assert refused.returncode != 0 and stats["node0"]["failed"] == 1, show(refused)
@@ -469,16 +513,38 @@ def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) ->
         smi.write_text(f"#!/bin/sh\nprintf '{caps}\\n'\n")
         smi.chmod(0o755)
         (tmp / "host_vars" / f"{node}.yml").write_text(f"python_env_nvidia_smi: {smi}\n")
-    (tmp / "host_vars" / "node2.yml").write_text(f"python_env_nvidia_smi: {tmp / 'none'}\npython_env_cuda_version: '12.8'\n")
-    group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "online", "python_env_path": "{{ ddpctl_node_dir }}/new-venv"}
+    (tmp / "host_vars" / "node2.yml").write_text(
+        f"python_env_nvidia_smi: {tmp / 'none'}\npython_env_cuda_version: '12.8'\n"
+    )
+    group_vars = {
+        **inventory_vars(site["tmp"]),
+        "python_env_mode": "online",
+        "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
+    }
     inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
-    result = playbook(site["env"], "-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "python_env",
-                      "-e", "nvidia_gpu_present=true")  # fmt: skip
+    result = playbook(
+        site["env"],
+        "-i",
+        str(inventory),
+        "playbooks/site.yml",
+        "--check",
+        "--tags",
+        "python_env",
+        "-e",
+        "nvidia_gpu_present=true",
+    )
     assert result.returncode == 0, show(result)
-    assert re.search(r'ok: \[node0\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu126 '
-                     r'\(a GPU of compute capability 7.0: CUDA 12.6 wheels at the most\)"', result.stdout), show(result)  # fmt: skip
-    assert re.search(r'ok: \[node1\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu130"', result.stdout), show(result)
-    assert re.search(r'ok: \[node2\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu128"', result.stdout), show(result)
+    assert re.search(
+        r'ok: \[node0\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu126 '
+        r'\(a GPU of compute capability 7.0: CUDA 12.6 wheels at the most\)"',
+        result.stdout,
+    ), show(result)
+    assert re.search(
+        r'ok: \[node1\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu130"', result.stdout
+    ), show(result)
+    assert re.search(
+        r'ok: \[node2\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu128"', result.stdout
+    ), show(result)
     for node in NODES:
         assert not (testbed.node_dir(node) / "new-venv").exists()  # check mode made nothing
 
@@ -493,11 +559,23 @@ def test_python_env_wheels_mode_installs_offline(site, testbed: Testbed) -> None
     tmp = site["tmp"] / "wheels-mode"
     wheels = tmp / "wheels"
     wheels.mkdir(parents=True)
-    fake_wheel(wheels, "torch", "2.14.1+cpu", {"torch/__init__.py": "from . import version\n__version__ = '2.14.1+cpu'\n",
-                                                "torch/version.py": "cuda = None\n"})  # fmt: skip
+    fake_wheel(
+        wheels,
+        "torch",
+        "2.14.1+cpu",
+        {
+            "torch/__init__.py": "from . import version\n__version__ = '2.14.1+cpu'\n",
+            "torch/version.py": "cuda = None\n",
+        },
+    )
     fake_wheel(wheels, "torchvision", "0.29.1", {"torchvision/__init__.py": "__version__ = '0.29.1'\n"})
-    group_vars = {**inventory_vars(site["tmp"]), "python_env_mode": "wheels", "python_env_wheel_dir": str(wheels),
-                  "python_env_path": "{{ ddpctl_node_dir }}/venv", "python_env_wheel_dest": "{{ ddpctl_node_dir }}/wheels"}  # fmt: skip
+    group_vars = {
+        **inventory_vars(site["tmp"]),
+        "python_env_mode": "wheels",
+        "python_env_wheel_dir": str(wheels),
+        "python_env_path": "{{ ddpctl_node_dir }}/venv",
+        "python_env_wheel_dest": "{{ ddpctl_node_dir }}/wheels",
+    }
     inventory = testbed.inventory(tmp / "hosts.ini", n=1, **group_vars)
     args = ["-i", str(inventory), "playbooks/site.yml", "--tags", "python_env"]
     first = playbook(site["env"], *args)

@@ -13,9 +13,16 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def mnist_plan():
     run = RunSpec(job="mnist", args=("--epochs", "2"), nodes=2, nproc_per_node=1, run_id="r1")
-    return plan_sbatch(run, python="/opt/env/bin/python", script="/srv/bundle/mnist.py",
-                       output_dir="/shared/ddpctl/runs", cluster_id="c1", env_file="/srv/ddpctl.env", workdir="/shared/ddpctl",
-                       gpus_per_node=4)  # fmt: skip
+    return plan_sbatch(
+        run,
+        python="/opt/env/bin/python",
+        script="/srv/bundle/mnist.py",
+        output_dir="/shared/ddpctl/runs",
+        cluster_id="c1",
+        env_file="/srv/ddpctl.env",
+        workdir="/shared/ddpctl",
+        gpus_per_node=4,
+    )
 
 
 def test_golden_script() -> None:
@@ -41,8 +48,9 @@ def test_no_gpus_no_env_file() -> None:
 
 def test_explicit_env_wins_over_the_node_env_file() -> None:
     run = RunSpec(job="m", nodes=2, run_id="r3", env={"NCCL_DEBUG": "INFO"})
-    script = plan_sbatch(run, python="python3", script="/b/m.py", output_dir="/o", cluster_id="c",
-                         env_file="/srv/ddpctl.env").script  # fmt: skip
+    script = plan_sbatch(
+        run, python="python3", script="/b/m.py", output_dir="/o", cluster_id="c", env_file="/srv/ddpctl.env"
+    ).script
     task = script.split("srun --kill")[1]
     assert task.index(". /srv/ddpctl.env") < task.index("export NCCL_DEBUG=INFO") < task.index("exec ")
     assert "NCCL_DEBUG=WARN" not in script  # no default over the file's value

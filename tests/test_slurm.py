@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from conftest import Testbed, ddpctl
 from test_onprem import GROUP_VARS, run_procs
 
@@ -65,8 +64,13 @@ def test_mnist_through_sbatch(slurm_cluster) -> None:
 
 
 def start(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--", "--epochs", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--", "--epochs", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for_worker(testbed: Testbed, node: str) -> int:
@@ -104,7 +108,9 @@ def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
         proc.kill()
     assert proc.returncode == 130, out
     deadline = time.monotonic() + 15  # scancel, then slurmd's KillWait
-    while (squeue(slurm_testbed) or any(run_procs(slurm_testbed, n) for n in ("node0", "node1"))) and time.monotonic() < deadline:
+    while (
+        squeue(slurm_testbed) or any(run_procs(slurm_testbed, n) for n in ("node0", "node1"))
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert squeue(slurm_testbed) == ""
     for node in ("node0", "node1"):
@@ -124,8 +130,12 @@ class _Console:
     """EC2's console output of the head node, as cloud-init prints it: here, the test node's host key."""
 
     def __init__(self, testbed: Testbed, address: str) -> None:
-        rows = [line.split()[1:3] for line in testbed.known_hosts.read_text().splitlines() if address in line.split()[0]]
-        self.text = "\n".join(["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"])
+        rows = [
+            line.split()[1:3] for line in testbed.known_hosts.read_text().splitlines() if address in line.split()[0]
+        ]
+        self.text = "\n".join(
+            ["-----BEGIN SSH HOST KEY KEYS-----", *(" ".join(r) for r in rows), "-----END SSH HOST KEY KEYS-----"]
+        )
 
     def console_output(self, instance_id: str) -> str:
         return self.text
@@ -147,10 +157,17 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     store = StateStore(home)
     shared_home = tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared with the compute nodes
     spec = ClusterSpec(
-        name="pc", provider="pcluster", nodes=2, region="us-east-1", ssh_user="root",
-        playbook_vars={**GROUP_VARS, "ddpctl_node_dir": str(shared_home / "ddpctl"),
-                       "ansible_python_interpreter": "/usr/bin/python3"},
-    )  # fmt: skip
+        name="pc",
+        provider="pcluster",
+        nodes=2,
+        region="us-east-1",
+        ssh_user="root",
+        playbook_vars={
+            **GROUP_VARS,
+            "ddpctl_node_dir": str(shared_home / "ddpctl"),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        },
+    )
     provider = PclusterProvider(caller_address=lambda: "203.0.113.9", env={})
     state = provider.plan(spec, store)
     state.nodes[0] = replace(state.nodes[0], gpus=0)  # the test nodes have no GPU for --gpus-per-node
@@ -158,8 +175,13 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     Path(plan.aws.cluster_dir).mkdir(parents=True, mode=0o700)
     # `up`'s key, which ParallelCluster installs on the head node: here the one the test nodes trust
     shutil.copy(slurm_testbed.key, plan.aws.key_path)
-    info = ClusterInfo(name=plan.pcluster_name, status="CREATE_COMPLETE", stack_status="CREATE_COMPLETE",
-                       fleet_status="RUNNING", head=HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large"))  # fmt: skip
+    info = ClusterInfo(
+        name=plan.pcluster_name,
+        status="CREATE_COMPLETE",
+        stack_status="CREATE_COMPLETE",
+        fleet_status="RUNNING",
+        head=HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large"),
+    )
     lines: list[str] = []
     _Up(state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider).finish(info)
 

@@ -65,7 +65,9 @@ def test_snapshot_dir_reaches_every_node_and_an_explicit_env_wins() -> None:
         assert not [k for k in node.env if k.startswith("AWS_")]  # credentials never go through the plan
     # --snapshot-dir (a run option) beats the cluster's env; the run's own -e beats both
     on_cluster = cluster({"DDPCTL_SNAPSHOT_DIR": "/from-up"})
-    assert plan_torchrun(on_cluster, run, script="s.py", port=1).nodes[0].env["DDPCTL_SNAPSHOT_DIR"] == "s3://bkt1/runs/a"
+    assert (
+        plan_torchrun(on_cluster, run, script="s.py", port=1).nodes[0].env["DDPCTL_SNAPSHOT_DIR"] == "s3://bkt1/runs/a"
+    )
     explicit = replace(run, env={"DDPCTL_SNAPSHOT_DIR": "/mine"})
     assert plan_torchrun(on_cluster, explicit, script="s.py", port=1).nodes[1].env["DDPCTL_SNAPSHOT_DIR"] == "/mine"
     unset = plan_torchrun(cluster(), RunSpec(job="mnist", nodes=2), script="s.py", port=1)
@@ -75,8 +77,9 @@ def test_snapshot_dir_reaches_every_node_and_an_explicit_env_wins() -> None:
 
 
 def test_run_options_round_trip_the_snapshot_dir() -> None:
-    opts = RunOptions(job="mnist", args=("--epochs", "2"), nodes=2, nproc_per_node=(2, 1), env=("A=1",),
-                      snapshot_dir="s3://bkt1/run1")  # fmt: skip
+    opts = RunOptions(
+        job="mnist", args=("--epochs", "2"), nodes=2, nproc_per_node=(2, 1), env=("A=1",), snapshot_dir="s3://bkt1/run1"
+    )
     doc = json.loads(json.dumps(opts.to_dict()))
     assert doc["snapshot_dir"] == "s3://bkt1/run1"
     assert RunOptions.from_dict(doc) == opts
@@ -141,10 +144,9 @@ def test_s3_snapshot_without_boto3_says_so(monkeypatch: pytest.MonkeyPatch) -> N
 def test_trainer_writes_and_resumes_an_s3_snapshot(
     moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
+    import boto3
     import torch
     import torch.distributed as dist
-
-    import boto3
 
     for key, value in moto.env(tmp_path / "home", tmp_path).items():
         if key.startswith("AWS_"):
@@ -160,9 +162,16 @@ def test_trainer_writes_and_resumes_an_s3_snapshot(
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 2)
         data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
-        return trainer.Trainer(model, data, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                               torch.nn.functional.mse_loss, torch.device("cpu"), batch_size=4, epochs=epochs,
-                               snapshot_path=uri)  # fmt: skip
+        return trainer.Trainer(
+            model,
+            data,
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            torch.nn.functional.mse_loss,
+            torch.device("cpu"),
+            batch_size=4,
+            epochs=epochs,
+            snapshot_path=uri,
+        )
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -218,15 +227,17 @@ def test_two_node_run_keeps_its_snapshot_in_s3(moto: Moto, home: Path, tmp_path:
 
     assert ddpctl("up", "--nodes", "2", env=env).returncode == 0
     try:
-        first = ddpctl("run", "mnist", "--nodes", "2", "--run-id", "s3a", "--snapshot-dir", uri, "--", "--epochs", "1",
-                       env=env)  # fmt: skip
+        first = ddpctl(
+            "run", "mnist", "--nodes", "2", "--run-id", "s3a", "--snapshot-dir", uri, "--", "--epochs", "1", env=env
+        )
         assert first.returncode == 0, first.stdout + first.stderr
         assert f"snapshot saved to {uri}/mnist_snapshot.pt" in first.stdout
         snap = snapshot()
         assert snap["epoch"] == 1 and {"model", "optimizer", "rng"} <= set(snap)
 
-        second = ddpctl("run", "mnist", "--nodes", "2", "--run-id", "s3b", "--snapshot-dir", uri, "--", "--epochs", "2",
-                        env=env)  # fmt: skip
+        second = ddpctl(
+            "run", "mnist", "--nodes", "2", "--run-id", "s3b", "--snapshot-dir", uri, "--", "--epochs", "2", env=env
+        )
         assert second.returncode == 0, second.stdout + second.stderr
         assert "Resuming from snapshot at epoch 1 (2 ranks)" in second.stdout
         assert snapshot()["epoch"] == 2

@@ -1,5 +1,6 @@
 """Tests for the bundled DDP jobs in training/: minGPT causality, message passing under torchrun,
 and the Trainer's snapshot (atomic write, resume). CPU only; about half a minute on 2 cores."""
+
 import gzip
 import importlib.util
 import os
@@ -24,8 +25,15 @@ def load_module(name, path):
 
 
 def torchrun(script, *args, nproc=2, timeout=120):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(TRAINING / script), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(TRAINING / script),
+        *map(str, args),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("DDPCTL_SHARED_DIR", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -44,10 +52,10 @@ def test_gpt_is_causal(attention):
         logits = model(idx)
         for t in (0, 5, 14):
             changed = idx.clone()
-            changed[:, t + 1:] = (changed[:, t + 1:] + 1 + torch.randint(0, 10, changed[:, t + 1:].shape)) % 11
+            changed[:, t + 1 :] = (changed[:, t + 1 :] + 1 + torch.randint(0, 10, changed[:, t + 1 :].shape)) % 11
             out = model(changed)
             assert torch.allclose(out[:, : t + 1], logits[:, : t + 1], atol=1e-5), f"position {t} sees the future"
-            assert not torch.allclose(out[:, t + 1:], logits[:, t + 1:])  # the later positions do react
+            assert not torch.allclose(out[:, t + 1 :], logits[:, t + 1 :])  # the later positions do react
 
 
 def test_message_passing():
@@ -64,14 +72,23 @@ def test_snapshot_write_is_atomic(tmp_path, monkeypatch):
         model = torch.nn.Linear(4, 2)
         data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
         path = tmp_path / "new_dir" / "snap.pt"
-        t = trainer.Trainer(model, data, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.mse_loss,
-                            torch.device("cpu"), batch_size=4, epochs=1, snapshot_path=str(path))
+        t = trainer.Trainer(
+            model,
+            data,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.nn.functional.mse_loss,
+            torch.device("cpu"),
+            batch_size=4,
+            epochs=1,
+            snapshot_path=str(path),
+        )
         t.train()  # creates the missing parent dir
         assert torch.load(path)["epoch"] == 1 and os.listdir(path.parent) == ["snap.pt"]
 
         def torn_save(obj, f):  # a crash half-way through writing
             f.write(b"half a snapshot")
             raise OSError("disk full")
+
         monkeypatch.setattr(torch, "save", torn_save)
         t.epochs_run = 2
         with pytest.raises(OSError):
@@ -88,9 +105,10 @@ def write_idx(path, tensor):
 
 
 def read_idx_gz(path, ndim):
-    data = gzip.open(path).read()
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).view(shape)
+    with gzip.open(path) as f:
+        data = f.read()
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).view(shape)
 
 
 def test_mnist_snapshot_resume(tmp_path):
@@ -121,16 +139,40 @@ def test_mnist_snapshot_resume(tmp_path):
 
 def test_mnist_bundled_fallback(tmp_path):
     # --no-download behaves like a machine without network: the bundled test set, split 9,000 / 1,000.
-    out = torchrun("mnist.py", "--epochs", 1, "--no-download", "--data-dir", tmp_path, "--snapshot-path", tmp_path / "m.pt")
+    out = torchrun(
+        "mnist.py", "--epochs", 1, "--no-download", "--data-dir", tmp_path, "--snapshot-path", tmp_path / "m.pt"
+    )
     assert "using the bundled MNIST test set: 9,000 train / 1,000 held out" in out
     acc = float(re.search(r"^epoch 1/1 \| .* held-out accuracy (\d+\.\d+)% \(1000 images\)$", out, re.M).group(1))
     assert acc >= 90.0
 
 
 def test_mingpt_loss_goes_down(tmp_path):
-    out = torchrun("mingpt/main.py", "--n-layer", 1, "--n-head", 2, "--n-embd", 32, "--block-size", 16,
-                   "--batch-size", 32, "--max-steps", 30, "--log-every", 30, "--lr", 3e-3, "--data-fraction", 0.1,
-                   "--sample-chars", 20, "--snapshot-path", tmp_path / "gpt.pt")
+    out = torchrun(
+        "mingpt/main.py",
+        "--n-layer",
+        1,
+        "--n-head",
+        2,
+        "--n-embd",
+        32,
+        "--block-size",
+        16,
+        "--batch-size",
+        32,
+        "--max-steps",
+        30,
+        "--log-every",
+        30,
+        "--lr",
+        3e-3,
+        "--data-fraction",
+        0.1,
+        "--sample-chars",
+        20,
+        "--snapshot-path",
+        tmp_path / "gpt.pt",
+    )
     losses = [float(x) for x in re.findall(r"^step \d+ \| loss (\d+\.\d{4})$", out, re.M)]
     assert len(losses) == 2 and losses[-1] < losses[0] - 0.3
     assert re.search(r"^sample:\nO God, O God!", out, re.M)

@@ -7,6 +7,7 @@ Run by hand, like nccl-tests' all_reduce_perf:
 Prints, on rank 0, the algorithm bandwidth (bytes / time) and the bus bandwidth
 (algbw * 2 * (n - 1) / n, the figure comparable with link speed), in GB/s.
 """
+
 import argparse
 import os
 import time
@@ -40,8 +41,11 @@ def main():
     algbw = x.numel() * 4 / seconds / 1e9
     busbw = algbw * 2 * (world - 1) / world
     if dist.get_rank() == 0:
-        print(f"allreduce size_mb={args.size_mb:g} world={world} time_ms={seconds * 1000:.2f} "
-              f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f}", flush=True)
+        print(
+            f"allreduce size_mb={args.size_mb:g} world={world} time_ms={seconds * 1000:.2f} "
+            f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f}",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

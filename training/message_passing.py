@@ -7,9 +7,9 @@ Run by hand (2 processes on this machine; add --nnodes/--rdzv-endpoint for sever
 Rank 0 sends 42.0 to every other rank, then all ranks all_reduce(SUM) rank+1, which must equal
 world*(world+1)/2. Exits non-zero if anything is off.
 """
+
 import torch
 import torch.distributed as dist
-
 from trainer import ddp_setup
 
 

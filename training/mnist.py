@@ -9,6 +9,7 @@ downloaded on first use. Without network access (or with --no-download) it falls
 real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out.
 Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in trainer.py.
 """
+
 import gzip
 import os
 import socket
@@ -23,7 +24,6 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
 from torchvision import datasets, transforms
-
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 HERE = Path(__file__).resolve().parent
@@ -79,10 +79,11 @@ def try_download(data_dir):
 
 def read_idx(path):
     """Read a gzipped idx file (the format MNIST ships in) into a uint8 tensor."""
-    data = gzip.open(path).read()
+    with gzip.open(path) as f:
+        data = f.read()
     ndim = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).view(shape)
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).view(shape)
 
 
 def load_mnist(cfg, device):
@@ -109,8 +110,10 @@ def load_mnist(cfg, device):
     if everyone.item():
         return data
     if dist.get_rank() == 0:
-        print(f"MNIST download unavailable ({reason}); using the bundled MNIST test set: "
-              "9,000 train / 1,000 held out", flush=True)
+        print(
+            f"MNIST download unavailable ({reason}); using the bundled MNIST test set: 9,000 train / 1,000 held out",
+            flush=True,
+        )
     images = read_idx(BUNDLED / "t10k-images-idx3-ubyte.gz")
     labels = read_idx(BUNDLED / "t10k-labels-idx1-ubyte.gz").long()
     return images[:9000], labels[:9000], images[9000:], labels[9000:]
@@ -126,8 +129,9 @@ def evaluate(model, images, labels, device):
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y = images[rank::world], labels[rank::world]
     model.eval()
-    correct = sum(int((model(xb.to(device)).argmax(1) == yb.to(device)).sum())
-                  for xb, yb in zip(x.split(1000), y.split(1000)))
+    correct = sum(
+        int((model(xb.to(device)).argmax(1) == yb.to(device)).sum()) for xb, yb in zip(x.split(1000), y.split(1000))
+    )
     stats = torch.tensor([correct, len(y)], device=device)
     dist.all_reduce(stats)
     return 100.0 * stats[0].item() / stats[1].item(), int(stats[1].item())
@@ -147,13 +151,26 @@ def main():
     def report(epoch, train_loss):
         acc, n = evaluate(model, heldout_x, heldout_y, device)
         if dist.get_rank() == 0:
-            print(f"epoch {epoch}/{cfg.epochs} | train loss {train_loss:.4f} | "
-                  f"held-out accuracy {acc:.2f}% ({n} images)", flush=True)
+            print(
+                f"epoch {epoch}/{cfg.epochs} | train loss {train_loss:.4f} | held-out accuracy {acc:.2f}% ({n} images)",
+                flush=True,
+            )
 
-    trainer = Trainer(model, TensorDataset(normalize(train_x), train_y), optimizer, F.nll_loss, device,
-                      batch_size=cfg.batch_size, epochs=cfg.epochs, save_every=cfg.save_every,
-                      snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
-                      scheduler=scheduler, on_epoch_end=report, speed=speed, log_every=cfg.log_every)
+    trainer = Trainer(
+        model,
+        TensorDataset(normalize(train_x), train_y),
+        optimizer,
+        F.nll_loss,
+        device,
+        batch_size=cfg.batch_size,
+        epochs=cfg.epochs,
+        save_every=cfg.save_every,
+        snapshot_path=cfg.snapshot_path or default_snapshot_path("mnist"),
+        scheduler=scheduler,
+        on_epoch_end=report,
+        speed=speed,
+        log_every=cfg.log_every,
+    )
     trainer.train()
     dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts
     dist.destroy_process_group()

@@ -16,6 +16,7 @@ training set kept on the GPU with batches gathered there (in DistributedSampler'
 channels-last image batches. On the CPU the defaults give the plain fp32 eager path, with batches
 gathered straight from the in-memory dataset.
 """
+
 import argparse
 import contextlib
 import dataclasses
@@ -104,13 +105,16 @@ def save_snapshot(snapshot, path):
 @dataclasses.dataclass
 class SpeedConfig:
     """How the Trainer runs; None means auto: on with CUDA, off on the CPU (except device_data)."""
+
     precision: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "bf16", "fp16", "fp32")})
     # auto: bf16 autocast where the GPU has bf16 (A100, H100, L4...), fp16 autocast + GradScaler on older
     # GPUs (V100, T4), fp32 on the CPU
     compile: bool | None = None  # torch.compile the model (the first steps compile: reported once)
     cuda_graphs: bool = False  # compile with mode="reduce-overhead" (CUDA graphs): small, launch-bound models
-    device_data: bool | None = dataclasses.field(default=None, metadata={
-        "help": "default: auto (on where batches can be gathered by index; on a GPU, if the data fits)"})
+    device_data: bool | None = dataclasses.field(
+        default=None,
+        metadata={"help": "default: auto (on where batches can be gathered by index; on a GPU, if the data fits)"},
+    )
     # keep the training set on the device and gather each batch there
     channels_last: bool | None = None  # image batches (N, C, H, W) and the model in channels-last layout
     workers: int = 0  # DataLoader worker processes, when batches come from a DataLoader
@@ -125,11 +129,13 @@ def parse_config(*configs):
             flag, default = "--" + f.name.replace("_", "-"), getattr(cfg, f.name)
             if f.type in (bool, bool | None):
                 auto = "default: auto (on with CUDA)" if default is None else None
-                parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
-                                    help=f.metadata.get("help", auto))
+                parser.add_argument(
+                    flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata.get("help", auto)
+                )
             else:
-                parser.add_argument(flag, type=f.type, default=default, choices=f.metadata.get("choices"),
-                                    help="default: %(default)s")
+                parser.add_argument(
+                    flag, type=f.type, default=default, choices=f.metadata.get("choices"), help="default: %(default)s"
+                )
     args = parser.parse_args()
     for cfg in configs:
         for f in dataclasses.fields(cfg):
@@ -190,9 +196,25 @@ class DeviceBatches:
 
 
 class Trainer:
-    def __init__(self, model, dataset, optimizer, loss_fn, device, *, batch_size, epochs, snapshot_path,
-                 save_every=1, scheduler=None, grad_clip=0.0, max_steps=0, log_every=0, on_epoch_end=None,
-                 speed=None):
+    def __init__(
+        self,
+        model,
+        dataset,
+        optimizer,
+        loss_fn,
+        device,
+        *,
+        batch_size,
+        epochs,
+        snapshot_path,
+        save_every=1,
+        scheduler=None,
+        grad_clip=0.0,
+        max_steps=0,
+        log_every=0,
+        on_epoch_end=None,
+        speed=None,
+    ):
         self.rank, self.device = dist.get_rank(), device
         self.optimizer, self.scheduler, self.loss_fn = optimizer, scheduler, loss_fn
         self.epochs, self.max_steps, self.grad_clip = epochs, max_steps, grad_clip
@@ -209,9 +231,14 @@ class Trainer:
         if speed.device_data:
             self.loader = DeviceBatches(dataset, batch_size, self.sampler, device)
         else:
-            self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler,
-                                     pin_memory=device.type == "cuda", num_workers=speed.workers,
-                                     persistent_workers=speed.workers > 0)
+            self.loader = DataLoader(
+                dataset,
+                batch_size=batch_size,
+                sampler=self.sampler,
+                pin_memory=device.type == "cuda",
+                num_workers=speed.workers,
+                persistent_workers=speed.workers > 0,
+            )
         self.epochs_run, self.step = 0, 0
         self.raw_model = model.to(device)  # uncompiled, unwrapped: what snapshots hold (no "_orig_mod." keys)
         if speed.channels_last:
@@ -224,8 +251,9 @@ class Trainer:
                 torch._dynamo.config.optimize_ddp = False
             model = torch.compile(self.raw_model, mode="reduce-overhead" if speed.cuda_graphs else None, dynamic=False)
         # gradient_as_bucket_view: the grads live in DDP's all-reduce buckets, no copy in and out each step
-        self.model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                         gradient_as_bucket_view=True)
+        self.model = DDP(
+            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
+        )
 
     def _load_snapshot(self):
         # Only rank 0 reads the snapshot and broadcasts it, so a node-local snapshot still resumes every rank.
@@ -270,8 +298,10 @@ class Trainer:
         sync()
         self.compile_seconds = time.perf_counter() - start
         if self.rank == 0:
-            print(f"torch.compile: first step took {self.compile_seconds:.1f} s (compiling; --no-compile skips it)",
-                  flush=True)
+            print(
+                f"torch.compile: first step took {self.compile_seconds:.1f} s (compiling; --no-compile skips it)",
+                flush=True,
+            )
         return loss
 
     def _run_epoch(self, epoch):

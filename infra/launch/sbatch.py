@@ -29,7 +29,13 @@ class SbatchPlan:
         return f"{self.output_dir}/ddpctl-{job_id}-{node}.out"
 
     def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "nodes": self.nodes, "script_path": self.script_path, "output_dir": self.output_dir, "script": self.script}
+        return {
+            "run_id": self.run_id,
+            "nodes": self.nodes,
+            "script_path": self.script_path,
+            "output_dir": self.output_dir,
+            "script": self.script,
+        }
 
 
 def plan_sbatch(
@@ -75,18 +81,30 @@ def plan_sbatch(
         "#SBATCH --wait-all-nodes=1",
     ]
     torchrun = [
-        python, "-m", "torch.distributed.run",
-        "--nnodes", str(run.nodes),
-        "--nproc-per-node", str(run.nprocs()[0]),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", '"$DDPCTL_RDZV"',
-        "--rdzv-id", '"$SLURM_JOB_ID"',
-        "--max-restarts", str(run.max_restarts),
-        "--log-dir", f"{output_dir}/logs/{run.run_id}",
-        "--tee", "3",
-        "--log-line-prefix-template", RANK_PREFIX_TEMPLATE,
-        script, *run.args,
-    ]  # fmt: skip
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(run.nodes),
+        "--nproc-per-node",
+        str(run.nprocs()[0]),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        '"$DDPCTL_RDZV"',
+        "--rdzv-id",
+        '"$SLURM_JOB_ID"',
+        "--max-restarts",
+        str(run.max_restarts),
+        "--log-dir",
+        f"{output_dir}/logs/{run.run_id}",
+        "--tee",
+        "3",
+        "--log-line-prefix-template",
+        RANK_PREFIX_TEMPLATE,
+        script,
+        *run.args,
+    ]
     # Each task's bash expands only the two variables in double quotes; everything else is quoted.
     torchrun_line = " ".join(a if a.startswith('"$') else shlex.quote(a) for a in torchrun)
     source = f"set -a; . {shlex.quote(env_file)}; set +a; " if env_file else ""
@@ -103,7 +121,7 @@ def plan_sbatch(
     ifname = (
         'if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then a=${DDPCTL_RDZV%:*}; '
         "d=$(ip -o addr show to \"$a\" | awk 'NR == 1 { print $2 }'); "
-        "[ -n \"$d\" ] || d=$(ip -o route get \"$a\" | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p'); "
+        '[ -n "$d" ] || d=$(ip -o route get "$a" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); '
         'd=${d%%@*}; [ -z "$d" ] || export GLOO_SOCKET_IFNAME=$d NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$d}; fi; '
     )
     body = [

@@ -27,13 +27,25 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Slurm job state -> ddpctl's (pending, running, succeeded, failed, cancelled).
 SLURM_STATES = {
-    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RESV_DEL_HOLD": "pending",
-    "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running", "STOPPED": "running",
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "SUSPENDED": "running",
+    "STOPPED": "running",
     "COMPLETED": "succeeded",
-    "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
-    "BOOT_FAIL": "failed", "DEADLINE": "failed", "PREEMPTED": "failed",
-    "CANCELLED": "cancelled", "REVOKED": "cancelled",
-}  # fmt: skip
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "PREEMPTED": "failed",
+    "CANCELLED": "cancelled",
+    "REVOKED": "cancelled",
+}
 
 #: Follows every ddpctl-<job>-<node>.out in DIR, printing "NODE<TAB>LINE" as lines are written.
 TAIL_SCRIPT = r"""
@@ -69,8 +81,9 @@ def parse_job_info(text: str) -> tuple[str, int | None]:
 
 
 class SlurmExecutor:
-    def __init__(self, login: Host, sink: Callable[[OutputLine], None], poll_s: float = 1.0,
-                 pending_timeout_s: float = 60.0) -> None:  # fmt: skip
+    def __init__(
+        self, login: Host, sink: Callable[[OutputLine], None], poll_s: float = 1.0, pending_timeout_s: float = 60.0
+    ) -> None:
         self.login = login
         self.sink = sink
         self.poll_s = poll_s
@@ -161,5 +174,7 @@ class SlurmExecutor:
     def _run(conn: fabric.Connection, cmd: str, *, check: bool = True, both: bool = False) -> str:
         result = conn.run(cmd, hide=True, warn=True, in_stream=False)
         if check and not result.ok:
-            raise DdpctlError(f"`{cmd.split()[0]}` failed on {conn.host}: {result.stderr.strip() or result.stdout.strip()}")
+            raise DdpctlError(
+                f"`{cmd.split()[0]}` failed on {conn.host}: {result.stderr.strip() or result.stdout.strip()}"
+            )
         return result.stdout + (result.stderr if both else "")

@@ -86,8 +86,10 @@ class SshExecutor:
                 from ..check import REACH_LINE
 
                 marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
-                commands = [f"{replace(check, env={**check.env, **marked}).shell(last=False)} && {command}"
-                            for check, command in zip(plan.precheck.nodes, commands)]  # fmt: skip
+                commands = [
+                    f"{replace(check, env={**check.env, **marked}).shell(last=False)} && {command}"
+                    for check, command in zip(plan.precheck.nodes, commands)
+                ]
 
                 def sink(line: OutputLine) -> None:
                     if line.rank is None and REACH_LINE.match(line.text.strip()):

@@ -132,7 +132,7 @@ def supervise(
         assert elastic is not None and elastic.relaunch is not None
         try:
             rejoins.put((i, elastic.relaunch(i)))
-        except BaseException as exc:  # noqa: BLE001 - reported, and tried again later
+        except BaseException as exc:
             rejoins.put((i, exc))
 
     try:

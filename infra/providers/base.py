@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ..launch.supervise import OutputLine, RunResult
 from ..launch.plan import LaunchPlan
+from ..launch.supervise import OutputLine, RunResult
 from ..spec import ClusterSpec
 from ..state import ClusterState, StateStore
 

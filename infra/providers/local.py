@@ -59,7 +59,9 @@ class LocalProvider:
             res.status = "created"
         state.status = "up"
         store.save(state)
-        progress(f"local cluster {state.name!r} is up: {len(state.nodes)} node(s) under {store.cluster_dir(state.name)}")
+        progress(
+            f"local cluster {state.name!r} is up: {len(state.nodes)} node(s) under {store.cluster_dir(state.name)}"
+        )
         return state
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:

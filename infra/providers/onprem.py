@@ -9,12 +9,12 @@ and removes ddpctl's work directories; what the playbooks installed stays.
 from __future__ import annotations
 
 import shlex
+import shutil
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-import shutil
 
 from ..ansible import PlayReport
 from ..configure import reconfigure, record_nodes, run_site

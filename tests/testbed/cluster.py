@@ -42,15 +42,21 @@ class Testbed:
         lines = ["[ddp_nodes]"]
         for name, ip in self.nodes[: n or len(self.nodes)]:
             lines.append(f"{name} ansible_host={ip} ddpctl_node_dir={self.node_dir(name)}")
-        lines += ["", "[ddp_nodes:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={self.key}",
-                  f"ansible_ssh_common_args='-F {self.ssh_config}'"]  # fmt: skip
+        lines += [
+            "",
+            "[ddp_nodes:vars]",
+            "ansible_user=root",
+            f"ansible_ssh_private_key_file={self.key}",
+            f"ansible_ssh_common_args='-F {self.ssh_config}'",
+        ]
         lines += [f"{k}={v}" for k, v in {**NODE_VARS, **group_vars}.items()]
         path.write_text("\n".join(lines) + "\n")
         return path
 
     def ssh(self, node: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(["ssh", "-F", str(self.ssh_config), node, command],
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), node, command], capture_output=True, text=True, timeout=timeout
+        )
 
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout

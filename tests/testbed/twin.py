@@ -155,13 +155,27 @@ class Hosts:
         (etc / "shadow").write_text(shadow + f"{SSH_USER}:*:20000:0:99999:7:::\n")
         os.chmod(etc / "shadow", 0o640)
         sudoers = etc / "sudoers.d" / "90-cloud-init-users"
-        sudoers.write_text(f"# Created by cloud-init v. 24.4 on {dt.date.today():%a, %d %b %Y}\n\n"
-                           f"# User rules for {SSH_USER}\n{SSH_USER} ALL=(ALL) NOPASSWD:ALL\n")  # fmt: skip
+        sudoers.write_text(
+            f"# Created by cloud-init v. 24.4 on {dt.date.today():%a, %d %b %Y}\n\n"
+            f"# User rules for {SSH_USER}\n{SSH_USER} ALL=(ALL) NOPASSWD:ALL\n"
+        )
         os.chmod(sudoers, 0o440)
         ssh = etc / "ssh"
         for kind, bits in (("rsa", "3072"), ("ecdsa", "256"), ("ed25519", "256")):
-            _run("ssh-keygen", "-q", "-t", kind, "-b", bits, "-N", "", "-C", f"root@{node.hostname}",
-                 "-f", str(ssh / f"ssh_host_{kind}_key"))  # fmt: skip
+            _run(
+                "ssh-keygen",
+                "-q",
+                "-t",
+                kind,
+                "-b",
+                bits,
+                "-N",
+                "",
+                "-C",
+                f"root@{node.hostname}",
+                "-f",
+                str(ssh / f"ssh_host_{kind}_key"),
+            )
         (ssh / "sshd_config").write_text(
             "# An Ubuntu cloud image's sshd, as far as it matters here\n"
             "Port 22\n"
@@ -202,27 +216,31 @@ class Hosts:
         for kind in ("ecdsa", "ed25519", "rsa"):
             pub = ssh / f"ssh_host_{kind}_key.pub"
             fp = _run("ssh-keygen", "-l", "-f", str(pub)).stdout.split()
-            prints.append(f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: {fp[0]} {fp[1]} root@{node.hostname} {fp[-1]}")
+            prints.append(
+                f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: {fp[0]} {fp[1]} root@{node.hostname} {fp[-1]}"
+            )
             keys.append(pub.read_text().strip())
         hashes = f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: " + "#" * 61
-        return "\n".join([
-            "[    0.000000] Linux version 6.8.0-1021-aws (buildd@lcy02-amd64-054) (x86_64-linux-gnu-gcc-12) #23-Ubuntu SMP",
-            "[    0.000000] Command line: BOOT_IMAGE=/vmlinuz-6.8.0-1021-aws root=PARTUUID=1d4e0a5a-01 ro console=tty1 console=ttyS0",
-            f"[   11.043567] cloud-init[612]: Cloud-init v. 24.4-0ubuntu1~22.04.1 running 'init' at {stamp}.",
-            f"[   11.055310] cloud-init[612]: ci-info: | ens5 | True | {node.private_ip} | 255.255.255.0 | global |",
-            f"[   12.218012] cloud-init[612]: Generating public/private ed25519 key pair.",
-            hashes,
-            f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: -----BEGIN SSH HOST KEY FINGERPRINTS-----",
-            *prints,
-            f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: -----END SSH HOST KEY FINGERPRINTS-----",
-            hashes,
-            "-----BEGIN SSH HOST KEY KEYS-----",
-            *keys,
-            "-----END SSH HOST KEY KEYS-----",
-            f"[   14.601228] cloud-init[1045]: Cloud-init v. 24.4-0ubuntu1~22.04.1 finished at {stamp}. Datasource "
-            "DataSourceEc2Local.  Up 14.58 seconds",
-            "",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                "[    0.000000] Linux version 6.8.0-1021-aws (buildd@lcy02-amd64-054) (x86_64-linux-gnu-gcc-12) #23-Ubuntu SMP",
+                "[    0.000000] Command line: BOOT_IMAGE=/vmlinuz-6.8.0-1021-aws root=PARTUUID=1d4e0a5a-01 ro console=tty1 console=ttyS0",
+                f"[   11.043567] cloud-init[612]: Cloud-init v. 24.4-0ubuntu1~22.04.1 running 'init' at {stamp}.",
+                f"[   11.055310] cloud-init[612]: ci-info: | ens5 | True | {node.private_ip} | 255.255.255.0 | global |",
+                "[   12.218012] cloud-init[612]: Generating public/private ed25519 key pair.",
+                hashes,
+                f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: -----BEGIN SSH HOST KEY FINGERPRINTS-----",
+                *prints,
+                f"<14>{dt.datetime.now():%b %d %H:%M:%S} cloud-init: -----END SSH HOST KEY FINGERPRINTS-----",
+                hashes,
+                "-----BEGIN SSH HOST KEY KEYS-----",
+                *keys,
+                "-----END SSH HOST KEY KEYS-----",
+                f"[   14.601228] cloud-init[1045]: Cloud-init v. 24.4-0ubuntu1~22.04.1 finished at {stamp}. Datasource "
+                "DataSourceEc2Local.  Up 14.58 seconds",
+                "",
+            ]
+        )
 
     # ---- up and down ---------------------------------------------------------------------------
 
@@ -242,7 +260,16 @@ class Hosts:
             _run("ip", "route", "replace", f"{node.public_ip}/32", "via", node.private_ip, "dev", "ddpbr0")
         # sshd starts with a clean environment: nothing of the controller's (AWS credentials) reaches a node
         clean = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TESTBED": str(testbed_dir())}
-        _run(self.nodeexec, n, "/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config", "-E", str(node.dir / "sshd.log"), env=clean)
+        _run(
+            self.nodeexec,
+            n,
+            "/usr/sbin/sshd",
+            "-f",
+            "/etc/ssh/sshd_config",
+            "-E",
+            str(node.dir / "sshd.log"),
+            env=clean,
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -250,7 +277,9 @@ class Hosts:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{n}: sshd did not come up ({(node.dir / 'sshd.log').read_text()[-500:]})") from None
+                    raise RuntimeError(
+                        f"{n}: sshd did not come up ({(node.dir / 'sshd.log').read_text()[-500:]})"
+                    ) from None
                 time.sleep(0.05)
         node.console = self.console(node)
         node.up = True
@@ -288,7 +317,9 @@ class Twin:
 
     # ---- forwarding ----------------------------------------------------------------------------
 
-    def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(self.moto.hostname, self.moto.port, timeout=300)
         try:
             conn.request(method, path, body=body, headers=headers)
@@ -297,7 +328,9 @@ class Twin:
         finally:
             conn.close()
 
-    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def handle(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         if method == "POST" and path.rstrip("/") == "/moto-api/reset":
             self.reset()
             return self.forward(method, path, headers, body)
@@ -348,7 +381,7 @@ class Twin:
         def boot(node: Node) -> None:
             try:
                 self.hosts.boot(node, fresh=True)
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 errors.append(f"{node.instance_id}: {exc}")
 
         threads = [threading.Thread(target=boot, args=(n,)) for n in new]
@@ -449,7 +482,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _any
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -487,10 +520,23 @@ class TwinProcess:
         ready.unlink(missing_ok=True)
         out = open(log, "ab")  # noqa: SIM115 - the child keeps it
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__)), "serve", "--moto", moto_url, "--port", str(port), "--ready", str(ready)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                str(Path(__file__)),
+                "serve",
+                "--moto",
+                moto_url,
+                "--port",
+                str(port),
+                "--ready",
+                str(ready),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )  # fmt: skip
+        )
         out.close()
         deadline = time.monotonic() + 30
         while not ready.exists() or not ready.read_text().strip():

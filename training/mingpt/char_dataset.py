@@ -1,5 +1,6 @@
 """Character-level dataset: every block_size-long window of a text file, paired with the same
 window shifted one character to the right (the next character at every position)."""
+
 import copy
 
 import torch
@@ -29,7 +30,7 @@ class CharDataset(Dataset):
         return len(self.data) - self.block_size
 
     def __getitem__(self, i):
-        chunk = self.data[i: i + self.block_size + 1]
+        chunk = self.data[i : i + self.block_size + 1]
         return chunk[:-1], chunk[1:]
 
     # Batches built where the data lives (the Trainer's DeviceBatches): one gather, no per-window Python.

@@ -10,6 +10,7 @@ Without the size flags it trains the example's model (8 layers, 8 heads, 512 wid
 batch 216 per rank): a job for GPUs. Every config field below is a flag (--data PATH, --lr, ...),
 and so is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-graphs, ...).
 """
+
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # training/, home 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
 from char_dataset import CharDataset
 from model import GPT, GPTConfig
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
@@ -47,8 +47,10 @@ def make_optimizer(model, cfg, fused=False):
     # Weight decay on matrices and embeddings only, not on biases and LayerNorm gains.
     # fused: one CUDA kernel for the whole update instead of a few per parameter group.
     params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused or None)
 
 
@@ -64,13 +66,27 @@ def main():
     model = GPT(gpt_cfg, dataset.vocab_size).to(device)
     if dist.get_rank() == 0:
         n_params = sum(p.numel() for p in model.parameters())
-        print(f"{len(dataset.data):,} characters, vocab {dataset.vocab_size}, {n_params / 1e6:.2f}M parameters", flush=True)
+        print(
+            f"{len(dataset.data):,} characters, vocab {dataset.vocab_size}, {n_params / 1e6:.2f}M parameters",
+            flush=True,
+        )
 
     optimizer = make_optimizer(model, cfg, fused=device.type == "cuda")
-    trainer = Trainer(model, dataset, optimizer, lm_loss, device, speed=speed,
-                      batch_size=cfg.batch_size, epochs=cfg.epochs, max_steps=cfg.max_steps,
-                      save_every=cfg.save_every, grad_clip=cfg.grad_clip, log_every=cfg.log_every,
-                      snapshot_path=cfg.snapshot_path or default_snapshot_path("mingpt"))
+    trainer = Trainer(
+        model,
+        dataset,
+        optimizer,
+        lm_loss,
+        device,
+        speed=speed,
+        batch_size=cfg.batch_size,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        save_every=cfg.save_every,
+        grad_clip=cfg.grad_clip,
+        log_every=cfg.log_every,
+        snapshot_path=cfg.snapshot_path or default_snapshot_path("mingpt"),
+    )
     trainer.train()
 
     if dist.get_rank() == 0:

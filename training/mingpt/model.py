@@ -3,6 +3,7 @@ transformer blocks with causal self-attention, and a linear head over the vocabu
 
 Used by main.py (run that with torchrun); see its docstring.
 """
+
 import math
 from dataclasses import dataclass, field
 
@@ -43,8 +44,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         # Causal: position t attends to positions <= t only (is_causal=True, or the lower-triangular mask).
         if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                               dropout_p=self.dropout if self.training else 0.0)
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             att = att.masked_fill(~self.causal[:T, :T], float("-inf"))
@@ -91,7 +93,7 @@ class GPT(nn.Module):
     def forward(self, idx):
         """idx: (B, T) token ids -> (B, T, vocab_size) logits for the next token at every position."""
         T = idx.size(1)
-        assert T <= self.block_size, f"sequence length {T} > block_size {self.block_size}"
+        assert self.block_size >= T, f"sequence length {T} > block_size {self.block_size}"
         x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device)))
         for block in self.blocks:
             x = block(x)
@@ -101,7 +103,7 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
         """Extend idx (B, T) by sampling max_new_tokens tokens, one at a time."""
         for _ in range(max_new_tokens):
-            logits = self(idx[:, -self.block_size:])[:, -1, :] / temperature
+            logits = self(idx[:, -self.block_size :])[:, -1, :] / temperature
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
                 logits[logits < kth] = -float("inf")

@@ -160,7 +160,7 @@ def default_region() -> str:
 
     try:
         return botocore.session.get_session().get_config_variable("region") or ""
-    except Exception:  # noqa: BLE001 - a broken profile is reported when a client is made
+    except Exception:
         return ""
 
 
@@ -179,9 +179,16 @@ class Tagged:
     def count(self) -> int:
         return sum(
             len(x)
-            for x in (self.instances, self.security_groups, self.key_pairs, self.placement_groups or [],
-                      self.subnets, self.internet_gateways, self.vpcs)
-        )  # fmt: skip
+            for x in (
+                self.instances,
+                self.security_groups,
+                self.key_pairs,
+                self.placement_groups or [],
+                self.subnets,
+                self.internet_gateways,
+                self.vpcs,
+            )
+        )
 
 
 class Aws:
@@ -249,7 +256,8 @@ class Aws:
         return [
             z["ZoneName"]
             for z in zones
-            if z.get("State", "available") == "available" and z.get("ZoneType", "availability-zone") == "availability-zone"
+            if z.get("State", "available") == "available"
+            and z.get("ZoneType", "availability-zone") == "availability-zone"
         ]
 
     def offered_zones(self, instance_type: str) -> list[str]:
@@ -333,7 +341,9 @@ class Aws:
             return self.ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
         except botocore.exceptions.ClientError as exc:
             if code_of(exc).startswith("InvalidSubnetID"):
-                raise UsageError(f"subnet {subnet_id} does not exist in {self.region}: check --subnet-id and --region") from None
+                raise UsageError(
+                    f"subnet {subnet_id} does not exist in {self.region}: check --subnet-id and --region"
+                ) from None
             raise
 
     def alive_instances(self, cluster: str) -> list[dict[str, Any]]:
@@ -411,7 +421,9 @@ class Aws:
         import botocore.exceptions
 
         try:
-            self.ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=rules, TagSpecifications=tag_specs)
+            self.ec2.authorize_security_group_ingress(
+                GroupId=group_id, IpPermissions=rules, TagSpecifications=tag_specs
+            )
         except botocore.exceptions.ClientError as exc:
             if code_of(exc) != "InvalidPermission.Duplicate":
                 raise
@@ -442,7 +454,9 @@ class Aws:
             raise
         return ""
 
-    def run_instances(self, request: dict[str, Any], zone: str, describe_quota: Callable[[], str]) -> list[dict[str, Any]]:
+    def run_instances(
+        self, request: dict[str, Any], zone: str, describe_quota: Callable[[], str]
+    ) -> list[dict[str, Any]]:
         import botocore.exceptions
 
         try:
@@ -486,9 +500,7 @@ class Aws:
 
     @staticmethod
     def _states(response: dict[str, Any]) -> str:
-        counts = Counter(
-            i["State"]["Name"] for r in response.get("Reservations", []) for i in r.get("Instances", [])
-        )
+        counts = Counter(i["State"]["Name"] for r in response.get("Reservations", []) for i in r.get("Instances", []))
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
     def console_output(self, instance_id: str) -> str:
@@ -497,7 +509,9 @@ class Aws:
 
     # ---- dry run ---------------------------------------------------------------------------
 
-    def dry_run(self, what: str, call: Callable[..., Any], undo: Callable[[Any], None] | None = None, **kwargs: Any) -> str:
+    def dry_run(
+        self, what: str, call: Callable[..., Any], undo: Callable[[Any], None] | None = None, **kwargs: Any
+    ) -> str:
         """Call with DryRun=True: 'ok' (would succeed), or why not. An endpoint that ignores DryRun
         and really creates is caught: what it made is deleted at once (``undo``)."""
 
@@ -524,7 +538,9 @@ class Aws:
         filters = _cluster_filters(cluster)
         found = Tagged()
         found.instances = [i["InstanceId"] for i in self.alive_instances(cluster)]
-        found.security_groups = [g["GroupId"] for g in self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]]
+        found.security_groups = [
+            g["GroupId"] for g in self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+        ]
         found.key_pairs = [k["KeyName"] for k in self.ec2.describe_key_pairs(Filters=filters)["KeyPairs"]]
         try:
             groups = self.ec2.describe_placement_groups(Filters=filters)["PlacementGroups"]

@@ -103,7 +103,13 @@ def _quota(value: float):
             req = {}
         return _response(
             200,
-            {"Quota": {"ServiceCode": req.get("ServiceCode", "ec2"), "QuotaCode": req.get("QuotaCode", ""), "Value": value}},
+            {
+                "Quota": {
+                    "ServiceCode": req.get("ServiceCode", "ec2"),
+                    "QuotaCode": req.get("QuotaCode", ""),
+                    "Value": value,
+                }
+            },
         )
 
     return hook

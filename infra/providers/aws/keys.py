@@ -63,6 +63,8 @@ def _ssh_keygen(path: Path, comment: str) -> str:  # pragma: no cover - fallback
     try:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise DdpctlError(f"cannot make an SSH key ({exc}): install openssh-client or `pip install cryptography`") from None
+        raise DdpctlError(
+            f"cannot make an SSH key ({exc}): install openssh-client or `pip install cryptography`"
+        ) from None
     os.chmod(path, 0o600)
     return path.with_name(path.name + ".pub").read_text().strip()

@@ -33,11 +33,13 @@ def up(
         if not store.exists(name):
             raise  # failed before anything was recorded: nothing was created
         if not down_on_failure:
-            progress(f"bringing {name!r} up failed; kept what was made (--no-down-on-failure): `ddpctl down --name {name}` deletes it")
+            progress(
+                f"bringing {name!r} up failed; kept what was made (--no-down-on-failure): `ddpctl down --name {name}` deletes it"
+            )
             raise
         progress(f"bringing {name!r} up failed: taking down what was made (--no-down-on-failure keeps it)")
         try:
             provider.down(store.load(name), store, progress)
-        except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+        except Exception as exc:
             progress(f"warning: taking it down failed too ({exc}): run `ddpctl down --name {name}`")
         raise

@@ -274,13 +274,17 @@ class AwsPlan:
         if image.source is None:
             where = f"{self.ami} ({image.reason})"
         else:
-            where = f"{image.source.label}: {image.reason} (the newest: SSM {image.source.parameter(arch)}, else by name)"
+            where = (
+                f"{image.source.label}: {image.reason} (the newest: SSM {image.source.parameter(arch)}, else by name)"
+            )
         if self.configure:
             driver = image.driver
         elif image.source is UBUNTU:
             driver = "none: Ubuntu has none and --no-configure skips site.yml; `ddpctl configure` installs it"
         else:
-            driver = f"{'the Deep Learning AMI' if image.source else 'your image'}'s own (--no-configure skips site.yml)"
+            driver = (
+                f"{'the Deep Learning AMI' if image.source else 'your image'}'s own (--no-configure skips site.yml)"
+            )
         return [f"  AMI: {where}", f"  GPU driver: {driver}"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -375,7 +379,12 @@ def run_instances_request(
         "BlockDeviceMappings": [
             {
                 "DeviceName": root_device,
-                "Ebs": {"VolumeSize": plan.volume_gb, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+                "Ebs": {
+                    "VolumeSize": plan.volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
             }
         ],
         "TagSpecifications": plan.tag_specs("node", "instance", "volume", "network-interface"),

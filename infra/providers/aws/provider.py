@@ -129,11 +129,18 @@ class AwsProvider:
         plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)))
         facts = pricing.TYPES.get(spec.instance_type)
         nodes = [
-            NodeInfo(name=f"node{i}", host="", workdir="", cpus=facts.vcpus if facts else 1, gpus=facts.gpus if facts else 0)
+            NodeInfo(
+                name=f"node{i}", host="", workdir="", cpus=facts.vcpus if facts else 1, gpus=facts.gpus if facts else 0
+            )
             for i in range(spec.nodes)
         ]
         return ClusterState(
-            spec=spec, cluster_id=cluster_id, status="planned", nodes=nodes, resources=plan.resources(), ephemeral=ephemeral
+            spec=spec,
+            cluster_id=cluster_id,
+            status="planned",
+            nodes=nodes,
+            resources=plan.resources(),
+            ephemeral=ephemeral,
         )
 
     @staticmethod
@@ -166,7 +173,9 @@ class AwsProvider:
             (int(m.get("Ebs", {}).get("VolumeSize", 0)) for m in image.get("BlockDeviceMappings", [])), default=0
         )
         if snapshot and plan.volume_gb < snapshot:
-            raise UsageError(f"--volume-gb {plan.volume_gb} is smaller than the AMI's {snapshot} GB: use {snapshot} or more")
+            raise UsageError(
+                f"--volume-gb {plan.volume_gb} is smaller than the AMI's {snapshot} GB: use {snapshot} or more"
+            )
         vpc_id = ""
         if plan.subnet_id:
             subnet = aws.subnet(plan.subnet_id)
@@ -181,7 +190,9 @@ class AwsProvider:
             offered = aws.offered_zones(plan.instance_type)
             if plan.az:
                 if plan.az not in region_zones:
-                    raise UsageError(f"--az {plan.az} is not a zone of {plan.region}: use one of {', '.join(region_zones)}")
+                    raise UsageError(
+                        f"--az {plan.az} is not a zone of {plan.region}: use one of {', '.join(region_zones)}"
+                    )
                 zones = [plan.az]
             elif offered:
                 zones = [z for z in region_zones if z in offered]
@@ -201,7 +212,9 @@ class AwsProvider:
                     "or leave --iam-instance-profile out"
                 )
             if found is None:
-                warnings.append(f"IAM instance profile {plan.iam_instance_profile!r} could not be checked ({why}): going on")
+                warnings.append(
+                    f"IAM instance profile {plan.iam_instance_profile!r} could not be checked ({why}): going on"
+                )
         quota = pricing.vcpu_quota(plan.instance_type, plan.spot)
         need = facts.vcpus * plan.count
         value, why = aws.vcpu_quota(quota.code)
@@ -282,45 +295,67 @@ class AwsProvider:
             checks: dict[str, str] = {}
             if plan.new_network:
                 checks["CreateVpc"] = aws.dry_run(
-                    "CreateVpc", ec2.create_vpc, lambda r: ec2.delete_vpc(VpcId=r["Vpc"]["VpcId"]),
-                    CidrBlock=VPC_CIDR, TagSpecifications=tags("vpc", "vpc"),
-                )  # fmt: skip
+                    "CreateVpc",
+                    ec2.create_vpc,
+                    lambda r: ec2.delete_vpc(VpcId=r["Vpc"]["VpcId"]),
+                    CidrBlock=VPC_CIDR,
+                    TagSpecifications=tags("vpc", "vpc"),
+                )
                 checks["CreateInternetGateway"] = aws.dry_run(
-                    "CreateInternetGateway", ec2.create_internet_gateway,
+                    "CreateInternetGateway",
+                    ec2.create_internet_gateway,
                     lambda r: ec2.delete_internet_gateway(InternetGatewayId=r["InternetGateway"]["InternetGatewayId"]),
                     TagSpecifications=tags("igw", "internet-gateway"),
-                )  # fmt: skip
+                )
             sg_args = {"VpcId": pre.vpc_id} if pre.vpc_id else {}
             checks["CreateSecurityGroup"] = aws.dry_run(
-                "CreateSecurityGroup", ec2.create_security_group, lambda r: ec2.delete_security_group(GroupId=r["GroupId"]),
-                GroupName=plan.unique_name, Description="ddpctl dry run", TagSpecifications=tags("sg", "security-group"),
+                "CreateSecurityGroup",
+                ec2.create_security_group,
+                lambda r: ec2.delete_security_group(GroupId=r["GroupId"]),
+                GroupName=plan.unique_name,
+                Description="ddpctl dry run",
+                TagSpecifications=tags("sg", "security-group"),
                 **sg_args,
-            )  # fmt: skip
+            )
             checks["ImportKeyPair"] = aws.dry_run(
-                "ImportKeyPair", ec2.import_key_pair, lambda r: ec2.delete_key_pair(KeyName=plan.unique_name),
-                KeyName=plan.unique_name, PublicKeyMaterial=_throwaway_public_key(),
+                "ImportKeyPair",
+                ec2.import_key_pair,
+                lambda r: ec2.delete_key_pair(KeyName=plan.unique_name),
+                KeyName=plan.unique_name,
+                PublicKeyMaterial=_throwaway_public_key(),
                 TagSpecifications=tags("key", "key-pair"),
-            )  # fmt: skip
+            )
             if plan.placement_group:
                 checks["CreatePlacementGroup"] = aws.dry_run(
-                    "CreatePlacementGroup", ec2.create_placement_group,
+                    "CreatePlacementGroup",
+                    ec2.create_placement_group,
                     lambda r: ec2.delete_placement_group(GroupName=plan.unique_name),
-                    GroupName=plan.unique_name, Strategy="cluster", TagSpecifications=tags("pg", "placement-group"),
-                )  # fmt: skip
+                    GroupName=plan.unique_name,
+                    Strategy="cluster",
+                    TagSpecifications=tags("pg", "placement-group"),
+                )
             request = run_instances_request(
-                plan, ami=pre.ami, root_device=pre.root_device, subnet_id=plan.subnet_id, group_id="",
-                key_name="", az=pre.zones[0], count=plan.count, placement_group=None,
+                plan,
+                ami=pre.ami,
+                root_device=pre.root_device,
+                subnet_id=plan.subnet_id,
+                group_id="",
+                key_name="",
+                az=pre.zones[0],
+                count=plan.count,
+                placement_group=None,
                 client_token=client_token(state.cluster_id, pre.zones[0], plan.count),
-            )  # fmt: skip
+            )
             for key in ("KeyName", "ClientToken", "NetworkInterfaces"):
                 request.pop(key)  # they do not exist yet: the default VPC stands in
             if plan.subnet_id:
                 request["SubnetId"] = plan.subnet_id
             checks["RunInstances"] = aws.dry_run(
-                "RunInstances", ec2.run_instances,
+                "RunInstances",
+                ec2.run_instances,
                 lambda r: ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in r["Instances"]]),
                 **request,
-            )  # fmt: skip
+            )
         lines = [f"Would create aws cluster {plan.cluster!r} in {plan.region} ({plan.count} node(s)):"]
         lines += plan.describe()
         lines += [
@@ -403,7 +438,10 @@ class AwsProvider:
                 if res.kind == "internet-gateway" and res.detail.get("aws_id"):
                     igws.setdefault(res.detail["aws_id"], [res.detail.get("vpc", "")])
             steps: list[tuple[str, str, list[str] | None]] = []
-            steps += [("placement-group", n, None) for n in sorted(set(found.placement_groups or []) | names("placement-group"))]
+            steps += [
+                ("placement-group", n, None)
+                for n in sorted(set(found.placement_groups or []) | names("placement-group"))
+            ]
             steps += [("security-group", g, None) for g in sorted(set(found.security_groups) | ids("security-group"))]
             steps += [("key-pair", k, None) for k in sorted(set(found.key_pairs) | names("key-pair"))]
             steps += [("subnet", s, None) for s in sorted(set(found.subnets) | ids("subnet"))]
@@ -414,7 +452,9 @@ class AwsProvider:
             if persisted:
                 store.save(state)
             again = f"ddpctl down --name {name}" + ("" if persisted else f" --region {region}")
-            raise DdpctlError(f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `{again}` again")
+            raise DdpctlError(
+                f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `{again}` again"
+            )
         cluster_dir = store.cluster_dir(name)
         keys.remove_key(cluster_dir / "id_ed25519")
         shutil.rmtree(cluster_dir, ignore_errors=True)
@@ -466,7 +506,9 @@ class AwsProvider:
         cluster_dir = store.cluster_dir(state.name)
         inventory = configure.inventory_path(cluster_dir)
         if not inventory.is_file():
-            raise DdpctlError(f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)")
+            raise DdpctlError(
+                f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)"
+            )
         self._collect_missing_host_keys(state, store, progress)
         configure.wait_for_ssh([Host(**n.ssh) for n in state.nodes], progress)
         report = reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
@@ -483,10 +525,15 @@ class AwsProvider:
         plan = self.aws_plan(state, store)
         ids = _only(state, "instances").detail.get("nodes", {})
         launched = [
-            configure.Launched(name=n.name, instance_id=ids.get(n.name, ""), private_ip=n.host,
-                               public_ip="" if plan.private_ip else n.ssh.get("address", ""), zone="")
+            configure.Launched(
+                name=n.name,
+                instance_id=ids.get(n.name, ""),
+                private_ip=n.host,
+                public_ip="" if plan.private_ip else n.ssh.get("address", ""),
+                zone="",
+            )
             for n in state.nodes
-        ]  # fmt: skip
+        ]
         cluster_dir = store.cluster_dir(state.name)
         if not configure.without_host_keys(cluster_dir / "known_hosts", launched, plan.private_ip):
             return
@@ -511,7 +558,9 @@ class AwsProvider:
 class _Up:
     """One ``up``: each step recorded before its AWS call and marked after it."""
 
-    def __init__(self, state: ClusterState, store: StateStore, progress: Progress, aws: Any, plan: AwsPlan, pre: Preflight):
+    def __init__(
+        self, state: ClusterState, store: StateStore, progress: Progress, aws: Any, plan: AwsPlan, pre: Preflight
+    ):
         self.state, self.store, self.progress, self.aws, self.plan, self.pre = state, store, progress, aws, plan, pre
 
     def step(self, res: Resource, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -531,12 +580,15 @@ class _Up:
         )["public_key"]
         zone = self.pre.zones[0]
         if plan.new_network:
-            vpc_id = self.step(_only(state, "vpc"), lambda: {"aws_id": aws.create_vpc(VPC_CIDR, plan.tag_specs("vpc", "vpc"))})[
-                "aws_id"
-            ]
+            vpc_id = self.step(
+                _only(state, "vpc"), lambda: {"aws_id": aws.create_vpc(VPC_CIDR, plan.tag_specs("vpc", "vpc"))}
+            )["aws_id"]
             igw = self.step(
                 _only(state, "internet-gateway"),
-                lambda: {"aws_id": aws.create_internet_gateway(vpc_id, plan.tag_specs("igw", "internet-gateway")), "vpc": vpc_id},
+                lambda: {
+                    "aws_id": aws.create_internet_gateway(vpc_id, plan.tag_specs("igw", "internet-gateway")),
+                    "vpc": vpc_id,
+                },
             )["aws_id"]
             self.step(_only(state, "route"), lambda: {"route_table": aws.add_default_route(vpc_id, igw)})
             subnet_id = self.new_subnet(_only(state, "subnet"), vpc_id, zone)
@@ -545,15 +597,23 @@ class _Up:
         sg = state.resource("security-group", plan.unique_name)
 
         def make_group() -> dict[str, Any]:
-            gid = aws.create_security_group(plan.unique_name, vpc_id, plan.cluster_id, plan.tag_specs("sg", "security-group"))
-            aws.authorize_ingress(gid, ingress_rules(self.pre.ssh_cidr, gid), plan.tag_specs("sg-rule", "security-group-rule"))
+            gid = aws.create_security_group(
+                plan.unique_name, vpc_id, plan.cluster_id, plan.tag_specs("sg", "security-group")
+            )
+            aws.authorize_ingress(
+                gid, ingress_rules(self.pre.ssh_cidr, gid), plan.tag_specs("sg-rule", "security-group-rule")
+            )
             return {"aws_id": gid, "vpc": vpc_id}
 
         group_id = self.step(sg, make_group)["aws_id"]
         self.progress(f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes")
         self.step(
             state.resource("key-pair", plan.unique_name),
-            lambda: {"aws_id": aws.import_key_pair(plan.unique_name, public_key, plan.cluster_id, plan.tag_specs("key", "key-pair"))},
+            lambda: {
+                "aws_id": aws.import_key_pair(
+                    plan.unique_name, public_key, plan.cluster_id, plan.tag_specs("key", "key-pair")
+                )
+            },
         )
         placement = self.placement_group()
         ids = self.launch(subnet_id, group_id, placement)
@@ -565,7 +625,11 @@ class _Up:
         index = int(res.id.rsplit("-", 1)[1])
         return self.step(
             res,
-            lambda: {"aws_id": self.aws.create_subnet(vpc_id, subnet_cidr(index), zone, self.plan.tag_specs("subnet", "subnet"))},
+            lambda: {
+                "aws_id": self.aws.create_subnet(
+                    vpc_id, subnet_cidr(index), zone, self.plan.tag_specs("subnet", "subnet")
+                )
+            },
         )["aws_id"]
 
     def placement_group(self) -> str | None:
@@ -598,7 +662,9 @@ class _Up:
                 res = Resource("subnet", f"{plan.base_name}-subnet-{n}", detail={"cidr": subnet_cidr(n), "az": zone})
                 state.resources.insert(state.resources.index(inst), res)
                 subnet_id = self.new_subnet(res, _only_created(state, "vpc").detail["aws_id"], zone)
-            existing = [i["InstanceId"] for i in aws.alive_instances(plan.cluster) if _tag(i, TAG_CLUSTER_ID) == plan.cluster_id]
+            existing = [
+                i["InstanceId"] for i in aws.alive_instances(plan.cluster) if _tag(i, TAG_CLUSTER_ID) == plan.cluster_id
+            ]
             count = plan.count - len(existing)  # reconcile: a retried up launches only what is missing
             token = client_token(plan.cluster_id, zone, count)
             inst.detail.update({"az": zone, "client_token": token, "ids": existing})
@@ -608,9 +674,17 @@ class _Up:
                 return existing
             self.store.save(state)
             request = run_instances_request(
-                plan, ami=self.pre.ami, root_device=self.pre.root_device, subnet_id=subnet_id, group_id=group_id,
-                key_name=plan.unique_name, az=zone, count=count, placement_group=placement, client_token=token,
-            )  # fmt: skip
+                plan,
+                ami=self.pre.ami,
+                root_device=self.pre.root_device,
+                subnet_id=subnet_id,
+                group_id=group_id,
+                key_name=plan.unique_name,
+                az=zone,
+                count=count,
+                placement_group=placement,
+                client_token=token,
+            )
             self.progress(f"launching {count} x {plan.instance_type} in {zone}" + (" (spot)" if plan.spot else ""))
             faults.point("before", "instances")
             try:
@@ -637,8 +711,12 @@ class _Up:
         from .ec2 import RUNNING_TIMEOUT_S
 
         plan, aws, state = self.plan, self.aws, self.state
-        aws.wait("instance_running", ids, self.progress, f"starting {len(ids)} x {plan.instance_type}", RUNNING_TIMEOUT_S)
-        described = sorted(aws.instances_by_id(ids), key=lambda i: (str(i.get("LaunchTime", "")), i.get("AmiLaunchIndex", 0)))
+        aws.wait(
+            "instance_running", ids, self.progress, f"starting {len(ids)} x {plan.instance_type}", RUNNING_TIMEOUT_S
+        )
+        described = sorted(
+            aws.instances_by_id(ids), key=lambda i: (str(i.get("LaunchTime", "")), i.get("AmiLaunchIndex", 0))
+        )
         launched = [
             configure.Launched(
                 name=f"node{k}",
@@ -655,11 +733,21 @@ class _Up:
         host_keys = configure.collect_host_keys(launched, aws.console_output, self.progress, wait=plan.configure)
         if len(host_keys) < len(launched):
             missing = ", ".join(n.name for n in launched if n.name not in host_keys)
-            self.progress(f"the host keys of {missing} are not in the console output yet: `ddpctl configure` collects them")
+            self.progress(
+                f"the host keys of {missing} are not in the console output yet: `ddpctl configure` collects them"
+            )
         files = configure.write_files(
-            cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=host_keys
+            cluster_dir,
+            launched,
+            user=plan.ssh_user,
+            key_path=plan.key_path,
+            private=plan.private_ip,
+            host_keys=host_keys,
         )
-        hosts = [configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip) for n in launched]
+        hosts = [
+            configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
+            for n in launched
+        ]
         state.nodes = configure.node_infos(launched, hosts, cpus=self.pre.facts.vcpus, gpus=self.pre.facts.gpus)
         _only(state, "instances").detail["nodes"] = {n.name: n.instance_id for n in launched}
         self.store.save(state)
@@ -669,8 +757,9 @@ class _Up:
 
             def configure_nodes() -> dict[str, Any]:
                 cpus = configure.wait_for_ssh(hosts, self.progress)
-                report = run_site(str(files.inventory), state.nodes, cluster_dir / "keys", self.progress,
-                                  state.spec.playbook_vars)  # fmt: skip
+                report = run_site(
+                    str(files.inventory), state.nodes, cluster_dir / "keys", self.progress, state.spec.playbook_vars
+                )
                 state.nodes = record_nodes(state.nodes, report, cpus)
                 return {"inventory": str(files.inventory)}
 
@@ -745,8 +834,10 @@ def _throwaway_public_key() -> bytes:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    return Ed25519PrivateKey.generate().public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    return (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     )
 
 

@@ -134,7 +134,8 @@ class ClusterInfo:
             if head
             else None,
             failures=tuple(
-                f"{f.get('failureCode', '')}: {f.get('failureReason', '')}".strip(": ") for f in doc.get("failures") or []
+                f"{f.get('failureCode', '')}: {f.get('failureReason', '')}".strip(": ")
+                for f in doc.get("failures") or []
             ),
             tags={str(t.get("key", "")): str(t.get("value", "")) for t in doc.get("tags") or []},
         )
@@ -203,7 +204,9 @@ def explain(doc: Mapping[str, Any], action: str, region: str) -> str:
             f"ParallelCluster refused the configuration ({action}): {'; '.join(errors[:2])}{more}: "
             "fix the flags (--subnet-id, --instance-type, --ami...) and try again"
         )
-    if "Unable to locate credentials" in message or ("credentials" in message.lower() and "not found" in message.lower()):
+    if "Unable to locate credentials" in message or (
+        "credentials" in message.lower() and "not found" in message.lower()
+    ):
         return (
             "no AWS credentials found for pcluster: run `aws configure` (or `aws sso login`), or set AWS_PROFILE, "
             "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
@@ -251,7 +254,11 @@ class PclusterCli:
             doc = {"value": doc}
         if not doc and proc.returncode != 0:
             # No JSON: pcluster died before answering (e.g. "AWS Credentials not found." goes to its log only).
-            detail = _last_error(self.log_file) or one_line(proc.stderr or proc.stdout, 300) or f"exit status {proc.returncode}"
+            detail = (
+                _last_error(self.log_file)
+                or one_line(proc.stderr or proc.stdout, 300)
+                or f"exit status {proc.returncode}"
+            )
             if "Credentials not found" in detail or "Unable to locate credentials" in detail:
                 doc = {"message": "Unable to locate credentials"}
             else:
@@ -262,9 +269,7 @@ class PclusterCli:
     def version(self) -> str:
         return str(self._run(["version"]).get("version", ""))
 
-    def create(
-        self, name: str, config_path: Path, *, dryrun: bool, suppress: tuple[str, ...] = ()
-    ) -> CreateResult:
+    def create(self, name: str, config_path: Path, *, dryrun: bool, suppress: tuple[str, ...] = ()) -> CreateResult:
         """create-cluster; a refused configuration or an AWS error raises one line (dry run: ok=False)."""
         args = ["create-cluster", "--cluster-name", name, "--cluster-configuration", str(config_path)]
         if dryrun:
@@ -277,7 +282,9 @@ class PclusterCli:
         if dryrun and message == DRYRUN_OK:
             return CreateResult(ok=True, message=message, warnings=tuple(warnings), doc=doc)
         if not dryrun and isinstance(doc.get("cluster"), dict):
-            return CreateResult(ok=True, message=str(doc["cluster"].get("clusterStatus", "")), warnings=tuple(warnings), doc=doc)
+            return CreateResult(
+                ok=True, message=str(doc["cluster"].get("clusterStatus", "")), warnings=tuple(warnings), doc=doc
+            )
         explained = explain(doc, "create-cluster" + (" --dryrun true" if dryrun else ""), self.region)
         if dryrun and errors:
             return CreateResult(ok=False, message=explained, warnings=tuple(warnings), doc=doc)
@@ -331,7 +338,9 @@ class PclusterCli:
             if not token or token in seen:
                 return found
             seen.add(token)
-        raise PclusterError(f"pcluster describe-cluster-instances gave more than {MAX_PAGES} pages for {name}: see {self.log_file}")
+        raise PclusterError(
+            f"pcluster describe-cluster-instances gave more than {MAX_PAGES} pages for {name}: see {self.log_file}"
+        )
 
     def compute_instances(self, name: str) -> list[ClusterInstance]:
         return self.instances(name, "ComputeNode")

@@ -114,13 +114,25 @@ def ssh_config_text(head: Host, head_known_hosts: str, nodes: list[ClusterInstan
     """An ssh_config (for ddpctl and for ``ssh -F``) that reaches each compute node through the head."""
     lines = ["# written by `ddpctl check`: the compute nodes, through the head node, strict host keys"]
     for node in nodes:
-        lines += [f"Host {node_name(node)}", f"    HostName {node.private_ip}", f"    ProxyJump {JUMP_ALIAS}",
-                  f"    UserKnownHostsFile {known_hosts}"]  # fmt: skip
-    lines += [f"Host {JUMP_ALIAS}", f"    HostName {head.address}", f"    Port {head.port}",
-              f"    UserKnownHostsFile {head_known_hosts}"]  # fmt: skip
-    lines += ["Host *", *([f"    User {head.user}"] if head.user else []),
-              *([f"    IdentityFile {head.key_file}", "    IdentitiesOnly yes"] if head.key_file else []),
-              "    StrictHostKeyChecking yes", "    GlobalKnownHostsFile /dev/null"]  # fmt: skip
+        lines += [
+            f"Host {node_name(node)}",
+            f"    HostName {node.private_ip}",
+            f"    ProxyJump {JUMP_ALIAS}",
+            f"    UserKnownHostsFile {known_hosts}",
+        ]
+    lines += [
+        f"Host {JUMP_ALIAS}",
+        f"    HostName {head.address}",
+        f"    Port {head.port}",
+        f"    UserKnownHostsFile {head_known_hosts}",
+    ]
+    lines += [
+        "Host *",
+        *([f"    User {head.user}"] if head.user else []),
+        *([f"    IdentityFile {head.key_file}", "    IdentitiesOnly yes"] if head.key_file else []),
+        "    StrictHostKeyChecking yes",
+        "    GlobalKnownHostsFile /dev/null",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -143,10 +155,18 @@ def compute_node_infos(head: NodeInfo, nodes: list[ClusterInstance], ssh_config:
     dir (all in the /home they share), each reached through the head node."""
     user, key = head.ssh.get("user"), head.ssh.get("key_file")
     return [
-        replace(head, name=node_name(n), host=n.private_ip, ifname=None, nproc=0,
-                ssh=asdict(Host(name=node_name(n), address=node_name(n), user=user, key_file=key, ssh_config=str(ssh_config))))
+        replace(
+            head,
+            name=node_name(n),
+            host=n.private_ip,
+            ifname=None,
+            nproc=0,
+            ssh=asdict(
+                Host(name=node_name(n), address=node_name(n), user=user, key_file=key, ssh_config=str(ssh_config))
+            ),
+        )
         for n in nodes
-    ]  # fmt: skip
+    ]
 
 
 # ---- the adapter -------------------------------------------------------------------------------
@@ -160,7 +180,9 @@ def head_known_hosts(head: Host) -> str:
         found = paramiko.SSHConfig.from_path(head.ssh_config).lookup(head.address).get("userknownhostsfile", "")
         if found:
             return found.split()[0]
-    raise DdpctlError(f"no known_hosts recorded for the head node ({head.ssh_config or 'no ssh_config'}): run `ddpctl up` again")
+    raise DdpctlError(
+        f"no known_hosts recorded for the head node ({head.ssh_config or 'no ssh_config'}): run `ddpctl up` again"
+    )
 
 
 def learn_host_keys(head: Host, addresses: list[str]) -> dict[str, list[str]]:
@@ -169,9 +191,14 @@ def learn_host_keys(head: Host, addresses: list[str]) -> dict[str, list[str]]:
 
     conn = connect(head)
     try:
-        out = conn.run(keyscan_command(addresses), hide=True, warn=True, timeout=KEYSCAN_TIMEOUT_S * len(addresses) + 30,
-                       in_stream=False)  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - one line, whatever failed
+        out = conn.run(
+            keyscan_command(addresses),
+            hide=True,
+            warn=True,
+            timeout=KEYSCAN_TIMEOUT_S * len(addresses) + 30,
+            in_stream=False,
+        )
+    except Exception as exc:
         raise DdpctlError(f"ssh-keyscan on the head node failed: {explain(exc)}") from None
     finally:
         conn.close()
@@ -194,7 +221,9 @@ def check_view(
     from ...launch.ssh import SshExecutor
 
     if not state.nodes or not state.nodes[0].ssh:
-        raise DdpctlError(f"cluster {state.name!r} has no head node recorded ({state.status}): bring it up with `ddpctl up`")
+        raise DdpctlError(
+            f"cluster {state.name!r} has no head node recorded ({state.status}): bring it up with `ddpctl up`"
+        )
     head_info = state.nodes[0]
     head = Host(**head_info.ssh)
     nodes = running(instances)

@@ -76,7 +76,9 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
     except ValueError:
         shared_gb = -1
     if shared_gb != 0 and not 1 <= shared_gb <= 16384:
-        raise UsageError(f"invalid {ENV_SHARED_GB}={raw_gb!r}: a size in GB from 1 to 16384 (0 or unset: no shared volume)")
+        raise UsageError(
+            f"invalid {ENV_SHARED_GB}={raw_gb!r}: a size in GB from 1 to 16384 (0 or unset: no shared volume)"
+        )
     bucket = env.get(ENV_S3_BUCKET, "")
     if bucket and not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", bucket):
         raise UsageError(f"invalid {ENV_S3_BUCKET}={bucket!r}: an S3 bucket name (versioning enabled)")

@@ -18,6 +18,7 @@ from ..aws.plan import VPC_CIDR, AwsPlan, subnet_cidr
 
 Progress = Callable[[str], None]
 
+
 def check_subnet(aws: Any, plan: AwsPlan) -> dict[str, Any]:
     """The given --subnet-id exists (and is in --vpc-id / --az when given)."""
     subnet = aws.subnet(plan.subnet_id)
@@ -104,7 +105,9 @@ def delete_own(aws: Any, state: ClusterState, progress: Progress) -> tuple[int, 
                 problems.append(f"network-interface {eni}: {explain(exc, aws.region)}")
     problems += delete_in_order(aws, steps, state)
     if found.instances:
-        progress(f"warning: {len(found.instances)} instance(s) tagged {state.name!r} still run: {', '.join(found.instances)}")
+        progress(
+            f"warning: {len(found.instances)} instance(s) tagged {state.name!r} still run: {', '.join(found.instances)}"
+        )
     return len(steps) - len(problems), problems
 
 

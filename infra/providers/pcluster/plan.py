@@ -107,9 +107,13 @@ class PclusterPlan:
     def fleet(self) -> ComputeFleet:
         a = self.aws
         return ComputeFleet(
-            instance_type=a.instance_type, count=a.count, volume_gb=a.volume_gb, spot=a.spot,
-            placement_group=a.placement_group, ami=a.ami,
-        )  # fmt: skip
+            instance_type=a.instance_type,
+            count=a.count,
+            volume_gb=a.volume_gb,
+            spot=a.spot,
+            placement_group=a.placement_group,
+            ami=a.ami,
+        )
 
     @property
     def tags(self) -> dict[str, str]:
@@ -125,7 +129,9 @@ class PclusterPlan:
         return None if nodes is None or head is None else nodes + head
 
     def config(self, resolved: Resolved) -> dict[str, Any]:
-        return cluster_config(region=self.region, fleet=self.fleet, resolved=resolved, settings=self.settings, tags=self.tags)
+        return cluster_config(
+            region=self.region, fleet=self.fleet, resolved=resolved, settings=self.settings, tags=self.tags
+        )
 
     def resources(self) -> list[Resource]:
         """Everything ``up`` creates, in order, each ``planned``."""
@@ -157,7 +163,11 @@ class PclusterPlan:
             f"  placement: {'a cluster placement group' if a.placement_group else 'none'}",
             f"  network: {network}",
             "  shared storage: /home from the head node (NFS)"
-            + (f"; {s.shared_gb} GB encrypted gp3 EBS at {SHARED_MOUNT}, deleted with the cluster" if s.shared_gb else ""),
+            + (
+                f"; {s.shared_gb} GB encrypted gp3 EBS at {SHARED_MOUNT}, deleted with the cluster"
+                if s.shared_gb
+                else ""
+            ),
             f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
             (
                 f"  configure: playbooks/site.yml ({HEAD_TAGS.replace(',', ', ')}) on the head node, into "

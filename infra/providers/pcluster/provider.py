@@ -99,12 +99,23 @@ class PclusterProvider:
         plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)), settings_from_env(self.env))
         facts = pricing.TYPES.get(spec.instance_type)
         # The login node as the launcher sees it; jobs run on compute nodes, so cpus/gpus are theirs.
-        head = NodeInfo(name="head", host="", workdir=plan.workdir, cpus=facts.vcpus if facts else 1,
-                        gpus=facts.gpus if facts else 0)  # fmt: skip
+        head = NodeInfo(
+            name="head",
+            host="",
+            workdir=plan.workdir,
+            cpus=facts.vcpus if facts else 1,
+            gpus=facts.gpus if facts else 0,
+        )
         return ClusterState(
-            spec=spec, cluster_id=cluster_id, status="planned", shared_dir=plan.shared_dir, nodes=[head],
-            resources=plan.resources(), ephemeral=ephemeral, launcher="sbatch",
-        )  # fmt: skip
+            spec=spec,
+            cluster_id=cluster_id,
+            status="planned",
+            shared_dir=plan.shared_dir,
+            nodes=[head],
+            resources=plan.resources(),
+            ephemeral=ephemeral,
+            launcher="sbatch",
+        )
 
     @staticmethod
     def pcluster_plan(state: ClusterState, store: StateStore) -> PclusterPlan:
@@ -152,7 +163,9 @@ class PclusterProvider:
                 subnet = network.stand_in_subnet(aws, zone)
                 where = f"the default VPC's subnet {subnet} standing in for the new one" if subnet else ""
         resolved = Resolved(
-            subnet_id=subnet or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=plan.aws.ssh_cidr or DRY_RUN_CIDR
+            subnet_id=subnet or PLACEHOLDER_SUBNET,
+            key_name=plan.aws.unique_name,
+            ssh_cidr=plan.aws.ssh_cidr or DRY_RUN_CIDR,
         )
         config = plan.config(resolved)
         text = to_yaml(config)
@@ -161,7 +174,9 @@ class PclusterProvider:
         warnings: tuple[str, ...] = ()
         with self._cli(install, plan) as cli:
             existing = cli.describe(plan.pcluster_name)
-            checks["name"] = "ok" if existing is None else f"would fail: {plan.pcluster_name} already exists ({existing.status})"
+            checks["name"] = (
+                "ok" if existing is None else f"would fail: {plan.pcluster_name} already exists ({existing.status})"
+            )
             if subnet:
                 path = cli.log_file.with_name("cluster-config.yaml")
                 path.write_text(text)
@@ -199,7 +214,9 @@ class PclusterProvider:
             else:
                 zone = network.pick_zone(aws, plan.aws, plan.settings.head_instance_type)
             cidr = plan.aws.ssh_cidr or ssh_cidr_for(self.caller_address())
-            resolved = Resolved(subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=cidr)
+            resolved = Resolved(
+                subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=cidr
+            )
             verdict = schema.validate(to_yaml(plan.config(resolved)), plan.pcluster_name, install)
             with self._cli(install, plan) as cli:
                 self._refuse_existing(cli, plan)
@@ -218,7 +235,9 @@ class PclusterProvider:
         while True:
             info = cli.describe(plan.pcluster_name)
             if info is None:
-                raise DdpctlError(f"{plan.pcluster_name} disappeared while being created: see the CloudFormation console")
+                raise DdpctlError(
+                    f"{plan.pcluster_name} disappeared while being created: see the CloudFormation console"
+                )
             if info.status == "CREATE_COMPLETE":
                 return info
             if info.failed:
@@ -229,10 +248,14 @@ class PclusterProvider:
                 )
             now = time.monotonic()
             if info.status != last or now - last_report > 300:
-                progress(f"{plan.pcluster_name}: {info.status} ({(now - start) / 60:.0f} min; ParallelCluster takes 10-20)")
+                progress(
+                    f"{plan.pcluster_name}: {info.status} ({(now - start) / 60:.0f} min; ParallelCluster takes 10-20)"
+                )
                 last, last_report = info.status, now
             if now - start > self.create_timeout_s:
-                raise DdpctlError(f"{plan.pcluster_name} still {info.status} after {self.create_timeout_s / 60:.0f} min")
+                raise DdpctlError(
+                    f"{plan.pcluster_name} still {info.status} after {self.create_timeout_s / 60:.0f} min"
+                )
             time.sleep(self.poll())
 
     def wait_compute(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> list[ClusterInstance]:
@@ -253,14 +276,18 @@ class PclusterProvider:
             info = cli.describe(plan.pcluster_name)
             if info is None or info.failed:
                 why = "it is gone" if info is None else "; ".join(info.failures) or info.status
-                raise DdpctlError(f"{plan.pcluster_name} failed while its compute nodes started ({why}): "
-                                  f"`ddpctl down --name {plan.cluster}` deletes what is left")  # fmt: skip
+                raise DdpctlError(
+                    f"{plan.pcluster_name} failed while its compute nodes started ({why}): "
+                    f"`ddpctl down --name {plan.cluster}` deletes what is left"
+                )
             if info.fleet_status == "PROTECTED":
                 raise DdpctlError(compute.protected(plan, summary))
             now = time.monotonic()
             if summary != last or now - last_report >= self.report_s:
-                progress(f"{plan.pcluster_name}: compute nodes {summary} ({compute.duration(now - start)}; "
-                         f"waiting up to {compute.duration(timeout)})")  # fmt: skip
+                progress(
+                    f"{plan.pcluster_name}: compute nodes {summary} ({compute.duration(now - start)}; "
+                    f"waiting up to {compute.duration(timeout)})"
+                )
                 last, last_report = summary, now
             if now - start >= timeout:
                 raise DdpctlError(compute.not_started(plan, summary, timeout))
@@ -307,7 +334,9 @@ class PclusterProvider:
         shutil.rmtree(cluster_dir, ignore_errors=True)
         store.delete(name)
         what = f"{plan.pcluster_name} and {made}" if deleted_cluster else f"{made}"
-        progress(f"pcluster cluster {name!r} is down: {what} resource(s) deleted, nothing of it is left in {plan.region}")
+        progress(
+            f"pcluster cluster {name!r} is down: {what} resource(s) deleted, nothing of it is left in {plan.region}"
+        )
 
     def _delete_cluster(self, cli: PclusterCli, plan: PclusterPlan, state: ClusterState, progress: Progress) -> bool:
         info = cli.describe(plan.pcluster_name)
@@ -351,9 +380,15 @@ class PclusterProvider:
         and network found by their tags."""
         spec = with_defaults(ClusterSpec(name=name, provider="pcluster", region=region))
         cluster = pcluster_name(name)
-        progress(f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}")
+        progress(
+            f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}"
+        )
         lost = Resource("cluster", cluster, detail={"region": region, "create_called": True})
-        self.down(ClusterState(spec=spec, cluster_id="", status="deleting", resources=[lost], launcher="sbatch"), store, progress)
+        self.down(
+            ClusterState(spec=spec, cluster_id="", status="deleting", resources=[lost], launcher="sbatch"),
+            store,
+            progress,
+        )
 
     # ---- status ----------------------------------------------------------------------------------
 
@@ -361,8 +396,10 @@ class PclusterProvider:
         """What ParallelCluster says about the cluster now, and what that costs per hour."""
         plan = self.pcluster_plan(state, StateStore())
         info: dict[str, Any] = {
-            "pcluster_name": plan.pcluster_name, "region": plan.region, "instance_type": plan.aws.instance_type,
-        }  # fmt: skip
+            "pcluster_name": plan.pcluster_name,
+            "region": plan.region,
+            "instance_type": plan.aws.instance_type,
+        }
         running = False
         try:
             install = find_pcluster(self.env)
@@ -391,8 +428,14 @@ class PclusterProvider:
         """The head node's site.yml again (``ddpctl configure``), into the shared /home."""
         plan = self.pcluster_plan(state, store)
         cluster_dir = Path(plan.aws.cluster_dir)
-        return configure_head(state, str(configure.inventory_path(cluster_dir)), cluster_dir / "keys", progress,
-                              plan.head_playbook_vars(), tags=tags or HEAD_TAGS)  # fmt: skip
+        return configure_head(
+            state,
+            str(configure.inventory_path(cluster_dir)),
+            cluster_dir / "keys",
+            progress,
+            plan.head_playbook_vars(),
+            tags=tags or HEAD_TAGS,
+        )
 
     def check_targets(
         self, state: ClusterState, progress: Progress
@@ -421,8 +464,16 @@ class PclusterProvider:
 class _Up:
     """One ``up``: each step recorded before it is made and marked after (as the aws provider's)."""
 
-    def __init__(self, state: ClusterState, store: StateStore, progress: Progress, aws: Any, plan: PclusterPlan,
-                 install: Install, provider: PclusterProvider) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state: ClusterState,
+        store: StateStore,
+        progress: Progress,
+        aws: Any,
+        plan: PclusterPlan,
+        install: Install,
+        provider: PclusterProvider,
+    ) -> None:
         self.state, self.store, self.progress, self.aws = state, store, progress, aws
         self.plan, self.install, self.provider = plan, install, provider
 
@@ -441,12 +492,17 @@ class _Up:
             return {}
 
         self.step("dir", make_dir)
-        public_key = self.step("key-file", lambda: {"public_key": keys.ensure_key(Path(a.key_path), a.unique_name)})["public_key"]
+        public_key = self.step("key-file", lambda: {"public_key": keys.ensure_key(Path(a.key_path), a.unique_name)})[
+            "public_key"
+        ]
         if a.new_network:
             vpc_id = self.step("vpc", lambda: {"aws_id": network.create_vpc(aws, a)})["aws_id"]
             igw = self.step(
                 "internet-gateway",
-                lambda: {"aws_id": aws.create_internet_gateway(vpc_id, a.tag_specs("igw", "internet-gateway")), "vpc": vpc_id},
+                lambda: {
+                    "aws_id": aws.create_internet_gateway(vpc_id, a.tag_specs("igw", "internet-gateway")),
+                    "vpc": vpc_id,
+                },
             )["aws_id"]
             self.step("route", lambda: {"route_table": aws.add_default_route(vpc_id, igw)})
             _only(state, "subnet").detail["az"] = zone
@@ -456,7 +512,9 @@ class _Up:
             subnet_id = a.subnet_id
         self.step(
             "key-pair",
-            lambda: {"aws_id": aws.import_key_pair(a.unique_name, public_key, a.cluster_id, a.tag_specs("key", "key-pair"))},
+            lambda: {
+                "aws_id": aws.import_key_pair(a.unique_name, public_key, a.cluster_id, a.tag_specs("key", "key-pair"))
+            },
         )
         text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.unique_name, ssh_cidr=cidr)))
         schema.validate(text, plan.pcluster_name, self.install)  # the final file, as create-cluster gets it
@@ -470,11 +528,14 @@ class _Up:
             cluster = _only(state, "cluster")
             cluster.detail["create_called"] = True  # from here on, `down` asks ParallelCluster
             self.store.save(state)
-            self.progress(f"pcluster create-cluster {plan.pcluster_name}: validating, synthesizing and submitting the stack")
+            self.progress(
+                f"pcluster create-cluster {plan.pcluster_name}: validating, synthesizing and submitting the stack"
+            )
 
             def create() -> dict[str, Any]:
-                result = cli.create(plan.pcluster_name, Path(plan.config_path), dryrun=False,
-                                    suppress=plan.settings.suppress_validators)  # fmt: skip
+                result = cli.create(
+                    plan.pcluster_name, Path(plan.config_path), dryrun=False, suppress=plan.settings.suppress_validators
+                )
                 for warning in result.warnings:
                     self.progress(f"pcluster: {warning}")
                 return {"status": result.message}
@@ -489,7 +550,9 @@ class _Up:
         a = plan.aws
         head = info.head
         if head is None or not head.private_ip:
-            raise DdpctlError(f"describe-cluster reports no head node address for {plan.pcluster_name}: see `pcluster describe-cluster`")
+            raise DdpctlError(
+                f"describe-cluster reports no head node address for {plan.pcluster_name}: see `pcluster describe-cluster`"
+            )
         launched = configure.Launched(
             name="head", instance_id=head.instance_id, private_ip=head.private_ip, public_ip=head.public_ip, zone=""
         )
@@ -499,7 +562,9 @@ class _Up:
             cluster_dir, [launched], user=plan.ssh_user, key_path=a.key_path, private=a.private_ip, host_keys=host_keys
         )
         host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
-        state.nodes = [NodeInfo(**{**asdict(state.nodes[0]), "host": head.private_ip, "python": "python3", "ssh": asdict(host)})]
+        state.nodes = [
+            NodeInfo(**{**asdict(state.nodes[0]), "host": head.private_ip, "python": "python3", "ssh": asdict(host)})
+        ]
         state.launcher = "sbatch"
         self.store.save(state)
         if a.configure:

@@ -57,14 +57,26 @@ def validate(config_yaml: str, cluster_name: str, install: Install) -> SchemaVer
     try:
         with tempfile.TemporaryDirectory(prefix="ddpctl-pcluster-schema-") as tmp:
             # Importing pcluster opens its log file: keep it (and any ~) out of the user's home.
-            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": tmp, "AWS_EC2_METADATA_DISABLED": "true",
-                   "PCLUSTER_LOG_FILE": f"{tmp}/pcluster-cli.log"}  # fmt: skip
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": tmp,
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "PCLUSTER_LOG_FILE": f"{tmp}/pcluster-cli.log",
+            }
             proc = subprocess.run(
                 [install.python, "-c", SCRIPT, cluster_name],
-                input=config_yaml, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, check=False,
-            )  # fmt: skip
+                input=config_yaml,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=TIMEOUT_S,
+                check=False,
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DdpctlError(f"cannot run aws-parallelcluster's schema with {install.python} ({exc}): {INSTALL_HINT}") from None
+        raise DdpctlError(
+            f"cannot run aws-parallelcluster's schema with {install.python} ({exc}): {INSTALL_HINT}"
+        ) from None
     try:
         verdict = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -79,7 +91,9 @@ def validate(config_yaml: str, cluster_name: str, install: Install) -> SchemaVer
         )
     version = f" {verdict['version']}" if verdict.get("version") else ""
     if "crash" in verdict:
-        raise DdpctlError(f"aws-parallelcluster{version} could not check the configuration: {one_line(verdict['crash'], 300)}")
+        raise DdpctlError(
+            f"aws-parallelcluster{version} could not check the configuration: {one_line(verdict['crash'], 300)}"
+        )
     problems = flatten_errors(verdict.get("errors", {}))
     raise UsageError(
         f"the ParallelCluster configuration is invalid (aws-parallelcluster{version} schema): "

@@ -1,0 +1,95 @@
+"""The wheel, installed into a fresh venv outside the repository, carries everything ddpctl needs."""
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_data_folder_is_a_declared_package():
+    """setuptools warns (30 screens of it on a fresh clone) about folders of data it was not told of."""
+    from ddpctl.config_file import tomllib
+
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        "ddpctl." + ".".join(p.relative_to(REPO).parts)
+        for top in ("playbooks", "training")
+        for p in [REPO / top, *(REPO / top).rglob("*")]
+        if p.is_dir() and p.name != "__pycache__"
+    }
+    assert folders - declared == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    # from a copy of the tracked files, as a fresh clone would build it (no egg-info, no caches)
+    src = out / "src"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        dest = src / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_file():
+            dest.write_bytes((REPO / name).read_bytes())
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "Package would be ignored" not in build.stdout + build.stderr  # a folder not declared
+    return next(out.glob("ddpctl-*.whl"))
+
+
+def test_the_wheel_carries_the_playbooks_and_the_training_bundle(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tracked = subprocess.run(
+        ["git", "ls-files", "playbooks", "training"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    missing = {t for t in tracked if f"ddpctl/{t}" not in names and not t.endswith(".gitignore")}
+    assert missing == set()
+
+
+def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # ddpctl's dependencies from this venv (a path in a .pth: its own .pth files, among them the
+    # editable install of the repository, are not read), ddpctl itself from the wheel
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DDPCTL_"))}
+    env["HOME"] = str(tmp_path)
+
+    def ddpctl(*args: str) -> subprocess.CompletedProcess:
+        code = "import sys; from ddpctl.main import cli; sys.exit(cli())"
+        return subprocess.run(
+            [str(venv / "bin" / "python"), "-c", code, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    where = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "from ddpctl.infra import ansible, jobs; print(ansible.PLAYBOOKS); print(jobs.BUNDLE_DIR)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    playbooks, bundle = map(Path, where.stdout.split())
+    assert playbooks.is_relative_to(site) and (playbooks / "site.yml").is_file()
+    assert (playbooks / "roles" / "nvidia" / "meta" / "argument_specs.yml").is_file()
+    assert (bundle / "mnist.py").is_file() and (bundle / "data" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
+    result = ddpctl("--help")
+    assert result.returncode == 0 and "Usage:" in result.stdout, result.stderr
+    result = ddpctl("up", "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
