@@ -1,83 +1,36 @@
 """Run one agent per node, stream their output, fail fast, stop everything on Ctrl-C.
 
 Executor-agnostic: it drives ``NodeProcess`` handles (a local subprocess, an SSH session...), so the
-local and SSH executors share the same fail-fast and clean-up behaviour.
+local and SSH executors share the same fail-fast and clean-up behaviour. ``supervise()`` is the
+entry point; ``Supervisor`` holds one run's state, one method per rule.
 """
 
 from __future__ import annotations
 
 import queue
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any
 
-RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
+# the types live in nodes.py; callers import them from here
+from .nodes import Elastic, NodeProcess, NodeResult, OutputLine, RunResult, parse_line
 
-
-class NodeProcess(Protocol):
-    """One node's torchrun agent, however it was started."""
-
-    node: str
-
-    def lines(self) -> Iterator[str]: ...  # stdout and stderr, merged, until the agent exits
-    def poll(self) -> int | None: ...
-    def terminate(self) -> None: ...  # ask the agent (and so its workers) to stop
-    def kill(self) -> None: ...
+NEVER = float("inf")
 
 
-@dataclass(frozen=True)
-class OutputLine:
-    node: str
-    rank: int | None  # global rank, None for the agent's own lines
-    text: str
+class Clock:
+    """How the supervisor tells and spends time: real time here, a fake one in tests."""
 
+    def now(self) -> float:
+        return time.monotonic()
 
-@dataclass
-class NodeResult:
-    node: str
-    exit_code: int | None
-    status: str  # ok | failed | stopped | lost (elastic: the run went on without it)
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
-
-@dataclass
-class RunResult:
-    run_id: str
-    exit_code: int  # 0 ok, 1 a node failed, 130 interrupted
-    wall_s: float
-    nodes: list[NodeResult] = field(default_factory=list)
-    failed_node: str | None = None
-    interrupted: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-
-def parse_line(node: str, raw: str) -> OutputLine:
-    text = raw.rstrip("\n")
-    match = RANK_LINE.match(text)
-    if match:
-        return OutputLine(node, int(match.group(1)), match.group(2))
-    return OutputLine(node, None, text)
-
-
-@dataclass(frozen=True)
-class Elastic:
-    """An elastic run's rules: which nodes may be lost, and how a lost node is brought back."""
-
-    min_nodes: int
-    #: start a lost node's agent again (it joins the survivors at their next rendezvous); raises if
-    #: the node cannot be reached. None: lost nodes stay lost.
-    relaunch: Callable[[int], NodeProcess] | None = None
-    #: long enough for the survivors to start their smaller round first (plan.ELASTIC_RDZV_CONF)
-    relaunch_after_s: float = 30.0
-    relaunches: int = 3  # per node
-    #: call ``relaunch`` in a thread of its own (it may wait on a network); False for local
-    #: processes, whose PR_SET_PDEATHSIG fires when the thread that started them ends
-    threaded: bool = True
+    def get(self, inbox: queue.Queue, timeout: float) -> Any:
+        """The next item put in ``inbox``, waiting at most ``timeout`` seconds (then ``queue.Empty``)."""
+        return inbox.get(timeout=timeout)
 
 
 def supervise(
@@ -98,144 +51,230 @@ def supervise(
     answers), to join at the next rendezvous. On KeyboardInterrupt every agent is stopped.
     ``cleanup`` runs last, always, to stop any process of the run that outlived its agent.
     """
-    start = time.monotonic()
-    procs = list(procs)
-    lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
-    rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
+    return Supervisor(run_id, procs, sink, cleanup=cleanup, grace_s=grace_s, elastic=elastic).run()
 
-    def pump(i: int) -> None:
-        threading.Thread(target=_pump, args=(i, procs[i], lines), daemon=True).start()
 
-    for i in range(len(procs)):
-        pump(i)
-    open_streams = len(procs)
-    failed: str | None = None
-    interrupted = False
-    stop_at: float | None = None
-    stopped: set[str] = set()
-    lost: dict[int, float] = {}  # node index -> when to try starting it again (inf: never)
-    relaunched: dict[int, int] = {}
-    head_done_at: float | None = None
-    exited_at: float | None = None
+class Supervisor:
+    """One run's supervision (see ``supervise``): a loop of turns, each looking at every node once."""
 
-    def note(i: int, text: str) -> None:
-        sink(OutputLine(procs[i].node, None, f"ddpctl: {text}"))
+    tick_s = 0.05  # how long a turn waits for output
+    stray_pipe_s = 2.0  # every agent gone, how long to wait for a pipe that a stray process holds open
+    rejoin_wait_s = 10.0  # the head done (elastic), how long a node may still wait to rejoin (at least grace_s)
 
-    def stop() -> float:
-        for proc in procs:
-            if proc.poll() is None:
-                stopped.add(proc.node)
-                proc.terminate()
-        return time.monotonic() + grace_s
+    def __init__(
+        self,
+        run_id: str,
+        procs: list[NodeProcess],
+        sink: Callable[[OutputLine], None],
+        *,
+        cleanup: Callable[[], None],
+        grace_s: float = 3.0,
+        elastic: Elastic | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.procs = list(procs)
+        self.sink = sink
+        self.cleanup = cleanup
+        self.grace_s = grace_s
+        self.elastic = elastic
+        self.clock = clock or Clock()
+        self.failed: str | None = None  # the node whose exit failed the run
+        self.interrupted = False
+        self.stopped: set[str] = set()  # nodes the supervisor terminated
+        self.lost: dict[int, float] = {}  # node index -> when to start it again (NEVER: not, or under way)
+        self.relaunched: dict[int, int] = {}  # node index -> relaunch attempts
+        self.kill_at: float | None = None  # when what is still running after a terminate gets SIGKILL
+        self.head_done_at: float | None = None  # elastic: when the head node's agent exited 0
+        self.exited_at: float | None = None  # when every agent had exited
+        self._lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
+        self._rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
+        self._open_streams = 0
 
-    def try_rejoin(i: int) -> None:
-        assert elastic is not None and elastic.relaunch is not None
+    def run(self) -> RunResult:
+        start = self.clock.now()
+        for i in range(len(self.procs)):
+            self._pump(i)
         try:
-            rejoins.put((i, elastic.relaunch(i)))
-        except BaseException as exc:
-            rejoins.put((i, exc))
-
-    try:
-        while True:
-            try:
-                while True:  # drain what is there before looking at exit codes
-                    i, line = lines.get(timeout=0.05)
-                    if line is None:
-                        open_streams -= 1
-                    else:
-                        sink(parse_line(procs[i].node, line))
-            except queue.Empty:
+            while not self._turn():
                 pass
-            while not rejoins.empty():  # a lost node's agent started again, or not
-                i, got = rejoins.get()
-                if isinstance(got, BaseException):
-                    note(i, f"{procs[i].node} does not answer ({got}); trying again later")
-                    lost[i] = time.monotonic() + elastic.relaunch_after_s
-                elif failed or interrupted or head_done_at:
-                    got.kill()
-                else:
-                    procs[i] = got
-                    del lost[i]
-                    open_streams += 1
-                    pump(i)
-                    note(i, f"{procs[i].node} started again: it joins at the next rendezvous")
-            codes = [p.poll() for p in procs]
-            if failed is None and not interrupted:
-                for i, (p, c) in enumerate(zip(procs, codes)):
-                    if c in (None, 0) or i in lost:
-                        continue
-                    if elastic and i > 0 and len(procs) - len(lost) - 1 >= elastic.min_nodes and not head_done_at:
-                        can_retry = elastic.relaunch is not None and relaunched.get(i, 0) < elastic.relaunches
-                        lost[i] = time.monotonic() + elastic.relaunch_after_s if can_retry else float("inf")
-                        left = len(procs) - len(lost)
-                        again = f"; starting it again in {elastic.relaunch_after_s:.0f} s" if can_retry else ""
-                        note(i, f"{p.node} lost (exit {c}); the run goes on with {left} node(s){again}")
-                        continue
-                    failed = p.node
-                    stop_at = stop()
-                    break
-                now = time.monotonic()
-                for i, when in list(lost.items()):
-                    if now >= when and not head_done_at:
-                        lost[i] = float("inf")  # until the attempt reports back
-                        relaunched[i] = relaunched.get(i, 0) + 1
-                        if elastic.threaded:
-                            threading.Thread(target=try_rejoin, args=(i,), daemon=True).start()
-                        else:
-                            try_rejoin(i)
-            if elastic and codes[0] == 0 and head_done_at is None:
-                head_done_at = time.monotonic()  # done: a node still waiting to rejoin has nothing to join
-            if head_done_at and stop_at is None and time.monotonic() - head_done_at > max(grace_s, 10.0):
-                for i, p in enumerate(procs):
-                    if p.poll() is None:
-                        note(i, f"{p.node} is still waiting to rejoin a finished run: stopping it")
-                        lost[i] = float("inf")
-                        p.terminate()
-                stop_at = time.monotonic() + grace_s
-            if stop_at is not None and time.monotonic() > stop_at:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                stop_at = None
-            if all(c is not None for c in codes):
-                exited_at = exited_at or time.monotonic()
-                # Every agent is gone: finish reading, but don't wait on a pipe a stray holds open.
-                if open_streams == 0 or time.monotonic() - exited_at > 2.0:
-                    break
-    except KeyboardInterrupt:
-        interrupted = True
-        stop()
-        deadline = time.monotonic() + grace_s
+        except KeyboardInterrupt:
+            self._interrupt()
+        finally:
+            self.cleanup()
+        return self._result(self.clock.now() - start)
+
+    def _turn(self) -> bool:
+        """Look at everything once; True when the run is over."""
+        self._stream_lines()
+        self._take_rejoins()
+        codes = [p.poll() for p in self.procs]
+        if self.failed is None:
+            self._judge_exits(codes)
+            self._start_due_relaunches()
+        if self.elastic is not None and codes[0] == 0 and self.head_done_at is None:
+            self.head_done_at = self.clock.now()  # done: a node still waiting to rejoin has nothing to join
+        self._stop_late_rejoiners()
+        self._kill_after_grace()
+        return self._over(codes)
+
+    # -- output
+
+    def _pump(self, i: int) -> None:
+        self._open_streams += 1
+        threading.Thread(target=_pump, args=(i, self.procs[i], self._lines), daemon=True).start()
+
+    def _stream_lines(self) -> None:
+        """Pass on every line there is, until none comes for a tick; before looking at exit codes."""
         try:
-            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            while True:
+                i, line = self.clock.get(self._lines, self.tick_s)
+                if line is None:
+                    self._open_streams -= 1
+                else:
+                    self.sink(parse_line(self.procs[i].node, line))
+        except queue.Empty:
+            pass
+
+    def _note(self, i: int, text: str) -> None:
+        self.sink(OutputLine(self.procs[i].node, None, f"ddpctl: {text}"))
+
+    # -- fail fast, or lose a node
+
+    def _judge_exits(self, codes: list[int | None]) -> None:
+        """A node that exited non-zero fails the run and the others are stopped, unless it may be lost."""
+        for i, code in enumerate(codes):
+            if code in (None, 0) or i in self.lost:
+                continue
+            if self._may_lose(i):
+                self._lose(i, code)
+                continue
+            self.failed = self.procs[i].node
+            self._stop_all()
+            return
+
+    def _may_lose(self, i: int) -> bool:
+        """Elastic: any node but the head, while MIN nodes would remain and the head is not done."""
+        if self.elastic is None or i == 0 or self.head_done_at is not None:
+            return False
+        return len(self.procs) - len(self.lost) - 1 >= self.elastic.min_nodes
+
+    def _lose(self, i: int, code: int) -> None:
+        elastic = self.elastic
+        assert elastic is not None
+        can_retry = elastic.relaunch is not None and self.relaunched.get(i, 0) < elastic.relaunches
+        self.lost[i] = self.clock.now() + elastic.relaunch_after_s if can_retry else NEVER
+        left = len(self.procs) - len(self.lost)
+        again = f"; starting it again in {elastic.relaunch_after_s:.0f} s" if can_retry else ""
+        self._note(i, f"{self.procs[i].node} lost (exit {code}); the run goes on with {left} node(s){again}")
+
+    def _stop_all(self) -> None:
+        """SIGTERM to every agent still running; ``_kill_after_grace`` does the rest."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                self.stopped.add(proc.node)
+                proc.terminate()
+        self.kill_at = self.clock.now() + self.grace_s
+
+    def _kill_after_grace(self) -> None:
+        if self.kill_at is not None and self.clock.now() > self.kill_at:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+            self.kill_at = None
+
+    # -- elastic: a lost node started again
+
+    def _start_due_relaunches(self) -> None:
+        now = self.clock.now()
+        for i, when in list(self.lost.items()):
+            if now >= when and self.head_done_at is None:
+                assert self.elastic is not None
+                self.lost[i] = NEVER  # until the attempt reports back
+                self.relaunched[i] = self.relaunched.get(i, 0) + 1
+                if self.elastic.threaded:
+                    threading.Thread(target=self._relaunch, args=(i,), daemon=True).start()
+                else:
+                    self._relaunch(i)
+
+    def _relaunch(self, i: int) -> None:
+        assert self.elastic is not None and self.elastic.relaunch is not None
+        try:
+            self._rejoins.put((i, self.elastic.relaunch(i)))
+        except BaseException as exc:
+            self._rejoins.put((i, exc))
+
+    def _take_rejoins(self) -> None:
+        """A lost node's agent started again (it joins at the next rendezvous), or not (try later)."""
+        while not self._rejoins.empty():
+            i, got = self._rejoins.get()
+            if isinstance(got, BaseException):
+                assert self.elastic is not None
+                self._note(i, f"{self.procs[i].node} does not answer ({got}); trying again later")
+                self.lost[i] = self.clock.now() + self.elastic.relaunch_after_s
+            elif self.failed is not None or self.head_done_at is not None:
+                got.kill()  # too late: nothing to join
+            else:
+                self.procs[i] = got
+                del self.lost[i]
+                self._pump(i)
+                self._note(i, f"{got.node} started again: it joins at the next rendezvous")
+
+    def _stop_late_rejoiners(self) -> None:
+        """The head done, a node still waiting to rejoin is stopped (and counted lost) after a while."""
+        if self.head_done_at is None or self.kill_at is not None:
+            return
+        if self.clock.now() - self.head_done_at <= max(self.grace_s, self.rejoin_wait_s):
+            return
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is None:
+                self._note(i, f"{proc.node} is still waiting to rejoin a finished run: stopping it")
+                self.lost[i] = NEVER
+                proc.terminate()
+        self.kill_at = self.clock.now() + self.grace_s
+
+    # -- the end
+
+    def _over(self, codes: list[int | None]) -> bool:
+        """Every agent gone and its output read (but not waiting on a pipe a stray holds open)."""
+        if any(code is None for code in codes):
+            return False
+        if self.exited_at is None:
+            self.exited_at = self.clock.now()
+        return self._open_streams == 0 or self.clock.now() - self.exited_at > self.stray_pipe_s
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: every agent stopped, SIGKILL after the grace period or at a second Ctrl-C."""
+        self.interrupted = True
+        self._stop_all()
+        try:
+            while any(p.poll() is None for p in self.procs) and self.clock.now() < self.kill_at:
+                self.clock.sleep(self.tick_s)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: kill at once
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    finally:
-        cleanup()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
 
-    results = []
-    for i, proc in enumerate(procs):
-        code = proc.poll()
-        if proc.node in stopped:
-            status = "stopped"
-        elif i in lost:
-            status = "lost"
-        else:
-            status = "ok" if code == 0 else "failed"
-        results.append(NodeResult(proc.node, code, status))
-    exit_code = 130 if interrupted else (0 if failed is None else 1)
-    return RunResult(
-        run_id=run_id,
-        exit_code=exit_code,
-        wall_s=round(time.monotonic() - start, 3),
-        nodes=results,
-        failed_node=failed,
-        interrupted=interrupted,
-    )
+    def _result(self, wall_s: float) -> RunResult:
+        nodes = []
+        for i, proc in enumerate(self.procs):
+            code = proc.poll()
+            if proc.node in self.stopped:
+                status = "stopped"
+            elif i in self.lost:
+                status = "lost"
+            else:
+                status = "ok" if code == 0 else "failed"
+            nodes.append(NodeResult(proc.node, code, status))
+        return RunResult(
+            run_id=self.run_id,
+            exit_code=130 if self.interrupted else (0 if self.failed is None else 1),
+            wall_s=round(wall_s, 3),
+            nodes=nodes,
+            failed_node=self.failed,
+            interrupted=self.interrupted,
+        )
 
 
 def _pump(i: int, proc: NodeProcess, out: queue.Queue) -> None:

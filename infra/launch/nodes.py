@@ -1,0 +1,74 @@
+"""What the supervisor drives and reports: a node's agent, its output lines, the run's result, elastic rules."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
+
+
+class NodeProcess(Protocol):
+    """One node's torchrun agent, however it was started."""
+
+    node: str
+
+    def lines(self) -> Iterator[str]: ...  # stdout and stderr, merged, until the agent exits
+    def poll(self) -> int | None: ...
+    def terminate(self) -> None: ...  # ask the agent (and so its workers) to stop
+    def kill(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    node: str
+    rank: int | None  # global rank, None for the agent's own lines
+    text: str
+
+
+@dataclass
+class NodeResult:
+    node: str
+    exit_code: int | None
+    status: str  # ok | failed | stopped | lost (elastic: the run went on without it)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    exit_code: int  # 0 ok, 1 a node failed, 130 interrupted
+    wall_s: float
+    nodes: list[NodeResult] = field(default_factory=list)
+    failed_node: str | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def parse_line(node: str, raw: str) -> OutputLine:
+    """torchrun's ``[rank3]:text`` (its ``--tee`` with ddpctl's prefix template) or an agent's own line."""
+    text = raw.rstrip("\n")
+    match = RANK_LINE.match(text)
+    if match:
+        return OutputLine(node, int(match.group(1)), match.group(2))
+    return OutputLine(node, None, text)
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """An elastic run's rules: which nodes may be lost, and how a lost node is brought back."""
+
+    min_nodes: int
+    #: start a lost node's agent again (it joins the survivors at their next rendezvous); raises if
+    #: the node cannot be reached. None: lost nodes stay lost.
+    relaunch: Callable[[int], NodeProcess] | None = None
+    #: long enough for the survivors to start their smaller round first (plan.ELASTIC_RDZV_CONF)
+    relaunch_after_s: float = 30.0
+    relaunches: int = 3  # per node
+    #: call ``relaunch`` in a thread of its own (it may wait on a network); False for local
+    #: processes, whose PR_SET_PDEATHSIG fires when the thread that started them ends
+    threaded: bool = True

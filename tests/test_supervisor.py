@@ -1,0 +1,413 @@
+"""The supervisor's rules, on scripted fake agents and a fake clock: no processes, no torch, no waiting."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ddpctl.infra.launch.supervise import Elastic, OutputLine, RunResult, Supervisor, parse_line
+
+
+class FakeClock:
+    """Time that passes only while the supervisor waits with nothing to read: a 3 s grace period
+    costs a few loop turns. It stands still, waiting in real time (microseconds), while a node's
+    scripted lines are on their way from the supervisor's reader thread, and at ``hold`` (a time and
+    a condition) until the condition holds."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.nodes: list[FakeNode] = []
+        self.ctrl_c_in_sleep = False  # a second Ctrl-C while the supervisor waits for agents to stop
+        self.hold: tuple[float, Callable[[], bool]] | None = None
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        if self.ctrl_c_in_sleep:
+            self.ctrl_c_in_sleep = False
+            raise KeyboardInterrupt
+        self.t += seconds
+
+    def get(self, inbox: queue.Queue, timeout: float) -> object:
+        streaming = any(n.polled and not n.streamed for n in self.nodes)
+        held = self.hold is not None and self.t + timeout >= self.hold[0] and not self.hold[1]()
+        if streaming or held:
+            return inbox.get(timeout=0.001)
+        try:
+            return inbox.get_nowait()
+        except queue.Empty:
+            self.t += timeout
+            if self.t > 600:
+                raise TimeoutError("the run is still going after 600 s") from None
+            raise
+
+
+class FakeNode:
+    """A scripted agent: prints ``lines`` at once, exits with ``code`` ``at`` seconds after it started
+    (never, if None); terminate makes it exit -15 unless it ignores it; kill always works (-9)."""
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        node: str,
+        lines: tuple[str, ...] = (),
+        *,
+        code: int = 0,
+        at: float | None = 1.0,
+        ignores_term: bool = False,
+        holds_pipe: bool = False,
+    ) -> None:
+        self.clock, self.node, self.script, self.code = clock, node, lines, code
+        self.exits_at = None if at is None else clock.t + at
+        self.ignores_term = ignores_term
+        self.holds_pipe = holds_pipe  # a stray child keeps its stdout open after it exits
+        self.signals: list[tuple[str, float]] = []  # ("term" | "kill", when)
+        self.polled = self.streamed = False
+        self.released = threading.Event()
+        clock.nodes.append(self)
+
+    def lines(self) -> Iterator[str]:
+        for line in self.script:
+            yield line + "\n"
+        self.streamed = True
+        if self.holds_pipe:
+            self.released.wait(5.0)
+
+    def poll(self) -> int | None:
+        self.polled = True
+        if not self.streamed or self.exits_at is None or self.clock.t < self.exits_at:
+            return None  # running, or its last lines are still in the pipe
+        return self.code
+
+    def terminate(self) -> None:
+        self.signals.append(("term", self.clock.t))
+        if not self.ignores_term:
+            self._exit(-15)
+
+    def kill(self) -> None:
+        self.signals.append(("kill", self.clock.t))
+        self._exit(-9)
+
+    def _exit(self, code: int) -> None:
+        if self.exits_at is None or self.clock.t < self.exits_at:
+            self.code, self.exits_at = code, self.clock.t
+
+
+class Sink:
+    """The lines the supervisor passes on; Ctrl-C when one reads ``interrupt_on``."""
+
+    def __init__(self, interrupt_on: str | None = None) -> None:
+        self.lines: list[OutputLine] = []
+        self.interrupt_on = interrupt_on
+
+    def __call__(self, line: OutputLine) -> None:
+        self.lines.append(line)
+        if line.text == self.interrupt_on:
+            self.interrupt_on = None
+            raise KeyboardInterrupt
+
+    def texts(self, node: str) -> list[str]:
+        return [line.text for line in self.lines if line.node == node]
+
+    def notes(self) -> list[str]:
+        return [line.text.removeprefix("ddpctl: ") for line in self.lines if line.text.startswith("ddpctl: ")]
+
+
+def supervise(
+    clock: FakeClock,
+    nodes: list[FakeNode],
+    sink: Sink | None = None,
+    *,
+    elastic: Elastic | None = None,
+    cleanup: Callable[[], None] = lambda: None,
+) -> RunResult:
+    result = Supervisor("r1", nodes, sink or Sink(), cleanup=cleanup, grace_s=3.0, elastic=elastic, clock=clock).run()
+    for node in clock.nodes:
+        node.released.set()
+    return result
+
+
+def statuses(result: RunResult) -> dict[str, str]:
+    return {n.node: n.status for n in result.nodes}
+
+
+def relaunch_as(clock: FakeClock, *outcomes: dict | Exception) -> Callable[[int], FakeNode]:
+    """A lost node's relaunch: each call raises the next exception or starts a node with the next kwargs."""
+    pending = list(outcomes)
+
+    def relaunch(i: int) -> FakeNode:
+        outcome = pending.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return FakeNode(clock, f"node{i}", **outcome)
+
+    return relaunch
+
+
+@pytest.mark.parametrize(
+    "raw,rank,text",
+    [
+        ("[rank3]: loss 0.25\n", 3, " loss 0.25"),
+        ("[rank12]:epoch 1", 12, "epoch 1"),
+        ("torch.distributed.run: starting\n", None, "torch.distributed.run: starting"),
+        ("[rank]: no number", None, "[rank]: no number"),
+        ("text [rank1]: not at the start", None, "text [rank1]: not at the start"),
+    ],
+)
+def test_rank_lines(raw: str, rank: int | None, text: str) -> None:
+    assert parse_line("node1", raw) == OutputLine("node1", rank, text)
+
+
+def test_all_nodes_ok() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", at=2.0), FakeNode(clock, "node1", at=1.0)]
+    result = supervise(clock, nodes)
+    assert result.ok and result.exit_code == 0 and result.run_id == "r1"
+    assert statuses(result) == {"node0": "ok", "node1": "ok"}
+    assert [n.exit_code for n in result.nodes] == [0, 0]
+    assert result.failed_node is None and not result.interrupted
+    assert 2.0 <= result.wall_s < 2.5  # until the last agent exited
+    assert all(n.signals == [] for n in nodes)
+
+
+def test_every_line_reaches_the_sink_with_its_node_and_rank() -> None:
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", ("agent up", "[rank0]: step 1", "[rank1]: step 1")),
+        FakeNode(clock, "node1", ("[rank2]: step 1", "[rank3]: step 1")),
+    ]
+    sink = Sink()
+    supervise(clock, nodes, sink)
+    assert [line for line in sink.lines if line.node == "node0"] == [
+        OutputLine("node0", None, "agent up"),
+        OutputLine("node0", 0, " step 1"),
+        OutputLine("node0", 1, " step 1"),
+    ]
+    assert [line.rank for line in sink.lines if line.node == "node1"] == [2, 3]
+
+
+def test_a_failed_node_fails_the_run_and_is_named() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", at=None), FakeNode(clock, "node1", code=1, at=1.0)]
+    result = supervise(clock, nodes)
+    assert result.exit_code == 1 and not result.ok
+    assert result.failed_node == "node1"
+    assert statuses(result)["node1"] == "failed" and result.nodes[1].exit_code == 1
+
+
+def test_a_failed_node_stops_the_others() -> None:
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", at=None),
+        FakeNode(clock, "node1", code=1, at=1.0),
+        FakeNode(clock, "node2", at=None),
+    ]
+    result = supervise(clock, nodes)
+    assert statuses(result) == {"node0": "stopped", "node1": "failed", "node2": "stopped"}
+    assert [kind for kind, _ in nodes[0].signals] == ["term"]  # it obeyed: no kill
+    assert [kind for kind, _ in nodes[2].signals] == ["term"]
+    assert nodes[1].signals == []
+    assert result.nodes[0].exit_code == -15
+
+
+def test_a_node_that_ignores_terminate_is_killed_after_the_grace_period() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", at=None, ignores_term=True), FakeNode(clock, "node1", code=1, at=1.0)]
+    result = supervise(clock, nodes)
+    (term, term_t), (kill, kill_t) = nodes[0].signals
+    assert (term, kill) == ("term", "kill")
+    assert kill_t - term_t == pytest.approx(3.0, abs=0.1)  # grace_s
+    assert statuses(result)["node0"] == "stopped" and result.nodes[0].exit_code == -9
+    assert result.failed_node == "node1"
+
+
+def test_a_node_that_ends_early_with_exit_0_is_no_failure() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", at=5.0), FakeNode(clock, "node1", at=1.0)]
+    result = supervise(clock, nodes)
+    assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok"}
+    assert nodes[0].signals == []
+
+
+def test_ctrl_c_stops_every_node() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", ("step 1", "step 2"), at=None), FakeNode(clock, "node1", at=None)]
+    result = supervise(clock, nodes, Sink(interrupt_on="step 2"))
+    assert result.exit_code == 130 and result.interrupted
+    assert statuses(result) == {"node0": "stopped", "node1": "stopped"}
+    assert result.failed_node is None
+    assert all([kind for kind, _ in n.signals] == ["term"] for n in nodes)
+
+
+def test_ctrl_c_kills_a_node_that_ignores_terminate_after_the_grace_period() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", ("step 1",), at=None, ignores_term=True)]
+    result = supervise(clock, nodes, Sink(interrupt_on="step 1"))
+    (_, term_t), (kill, kill_t) = nodes[0].signals
+    assert kill == "kill" and kill_t - term_t == pytest.approx(3.0, abs=0.1)
+    assert result.exit_code == 130 and result.nodes[0].exit_code == -9
+
+
+def test_a_second_ctrl_c_kills_at_once() -> None:
+    clock = FakeClock()
+    clock.ctrl_c_in_sleep = True
+    nodes = [FakeNode(clock, "node0", ("step 1",), at=None, ignores_term=True)]
+    result = supervise(clock, nodes, Sink(interrupt_on="step 1"))
+    (_, term_t), (kill, kill_t) = nodes[0].signals
+    assert kill == "kill" and kill_t == term_t
+    assert result.exit_code == 130 and statuses(result) == {"node0": "stopped"}
+
+
+@pytest.mark.parametrize("how", ["ok", "failed", "ctrl-c"])
+def test_cleanup_runs_once_at_the_end(how: str) -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", ("step 1",), code=1 if how == "failed" else 0, at=None if how == "ctrl-c" else 1)]
+    seen: list[int | None] = []
+    supervise(clock, nodes, Sink("step 1" if how == "ctrl-c" else None), cleanup=lambda: seen.append(nodes[0].poll()))
+    assert len(seen) == 1 and seen[0] is not None  # after the agent was gone
+
+
+def test_a_pipe_held_open_by_a_stray_is_not_waited_on() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", ("done",), at=1.0, holds_pipe=True)]
+    sink = Sink()
+    result = supervise(clock, nodes, sink)
+    assert result.ok and sink.texts("node0") == ["done"]
+    assert 3.0 < result.wall_s < 3.5  # 2 s after the agent exited
+
+
+# -- elastic runs: --nodes MIN:MAX
+
+
+def three_nodes(clock: FakeClock, *, node2_exits: float = 1.0, others_exit: float = 60.0) -> list[FakeNode]:
+    """node2's agent dies (exit -9) while the head and node1 go on."""
+    return [
+        FakeNode(clock, "node0", at=others_exit),
+        FakeNode(clock, "node1", at=others_exit),
+        FakeNode(clock, "node2", code=-9, at=node2_exits),
+    ]
+
+
+def test_elastic_a_lost_node_lets_the_run_go_on() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock)
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2))
+    assert result.ok and result.failed_node is None
+    assert statuses(result) == {"node0": "ok", "node1": "ok", "node2": "lost"}
+    assert sink.notes() == ["node2 lost (exit -9); the run goes on with 2 node(s)"]
+    assert nodes[0].signals == nodes[1].signals == []
+
+
+def test_elastic_too_few_nodes_left_fails_the_run() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock)
+    nodes[1].code, nodes[1].exits_at = 1, 2.0  # after node2: only the head would remain, MIN is 2
+    result = supervise(clock, nodes, elastic=Elastic(2))
+    assert result.exit_code == 1 and result.failed_node == "node1"
+    assert statuses(result) == {"node0": "stopped", "node1": "failed", "node2": "lost"}
+
+
+def test_elastic_the_head_node_is_never_lost() -> None:
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", code=1, at=1.0),
+        FakeNode(clock, "node1", at=None),
+        FakeNode(clock, "node2", at=None),
+    ]
+    result = supervise(clock, nodes, elastic=Elastic(1))  # node0 hosts the rendezvous
+    assert result.failed_node == "node0"
+    assert statuses(result) == {"node0": "failed", "node1": "stopped", "node2": "stopped"}
+
+
+def test_elastic_a_lost_node_is_started_again_after_a_pause() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock)
+    relaunch = relaunch_as(clock, dict(lines=("[rank2]: back",), at=10.0))
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=30.0, threaded=False))
+    assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok", "node2": "ok"}  # the new agent's
+    assert sink.notes() == [
+        "node2 lost (exit -9); the run goes on with 2 node(s); starting it again in 30 s",
+        "node2 started again: it joins at the next rendezvous",
+    ]
+    assert OutputLine("node2", 2, " back") in sink.lines
+    restarted = clock.nodes[3]
+    assert restarted.exits_at == pytest.approx(1.0 + 30.0 + 10.0, abs=0.2)  # lost at 1 s, back 30 s later
+
+
+def test_elastic_a_node_that_does_not_answer_is_tried_again_later() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock, others_exit=90.0)
+    relaunch = relaunch_as(clock, OSError("no route to host"), dict(at=5.0))
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=30.0, threaded=False))
+    assert sink.notes()[1:] == [
+        "node2 does not answer (no route to host); trying again later",
+        "node2 started again: it joins at the next rendezvous",
+    ]
+    assert clock.nodes[3].exits_at == pytest.approx(1.0 + 30.0 + 30.0 + 5.0, abs=0.2)
+    assert result.ok and statuses(result)["node2"] == "ok"
+
+
+def test_elastic_relaunches_are_limited_per_node() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock)
+    relaunch = relaunch_as(clock, dict(code=-9, at=1.0))  # back, and lost again
+    sink = Sink()
+    result = supervise(
+        clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=5.0, relaunches=1, threaded=False)
+    )
+    assert sink.notes() == [
+        "node2 lost (exit -9); the run goes on with 2 node(s); starting it again in 5 s",
+        "node2 started again: it joins at the next rendezvous",
+        "node2 lost (exit -9); the run goes on with 2 node(s)",
+    ]
+    assert result.ok and statuses(result)["node2"] == "lost"
+    assert len(clock.nodes) == 4  # one relaunch only
+
+
+def test_elastic_no_relaunch_once_the_head_is_done() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock)
+    nodes[0].exits_at, nodes[1].exits_at = 10.0, 18.0  # node2's turn to start again comes at 16 s
+    relaunch = relaunch_as(clock)  # would fail the test if called
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=15, threaded=False))
+    assert result.ok and statuses(result)["node2"] == "lost"
+    assert len(clock.nodes) == 3 and len(sink.notes()) == 1
+
+
+def test_elastic_a_node_still_waiting_to_rejoin_a_finished_run_is_stopped() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock, others_exit=40.0)
+    relaunch = relaunch_as(clock, dict(at=None))  # back at 31 s, waits for a rendezvous that never comes
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, threaded=False))
+    assert sink.notes()[-1] == "node2 is still waiting to rejoin a finished run: stopping it"
+    (term, term_t), *_ = clock.nodes[3].signals
+    assert term == "term" and term_t == pytest.approx(40.0 + 10.0, abs=0.2)  # 10 s after the head was done
+    assert result.ok and statuses(result)["node2"] == "lost"
+
+
+def test_elastic_a_relaunch_that_comes_back_after_the_head_is_done_is_killed() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock, others_exit=40.0)
+    nodes[1].exits_at = 45.0  # still running, so the supervisor is still looking
+    late: list[FakeNode] = []
+
+    def slow_relaunch(i: int) -> FakeNode:  # in a thread of its own, as over SSH: it answers at 41 s
+        while clock.t < 41.0:
+            time.sleep(0.0005)
+        late.append(FakeNode(clock, "node2", at=None))
+        return late[0]
+
+    clock.hold = (44.0, lambda: bool(late and (late[0].signals or late[0].polled)))  # until the supervisor saw it
+    result = supervise(clock, nodes, elastic=Elastic(2, relaunch=slow_relaunch, threaded=True))
+    assert [kind for kind, _ in late[0].signals] == ["kill"]
+    assert result.ok and statuses(result)["node2"] == "lost" and result.nodes[2].exit_code == -9
