@@ -152,10 +152,10 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
 
 
 def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace: float = 3.0) -> None:
-    """Signal the processes tagged ``key=value`` on the node behind ``conn`` (see procs.REMOTE_STOP_SCRIPT)."""
-    from .procs import REMOTE_STOP_SCRIPT
+    """Signal the processes tagged ``key=value`` on the node behind ``conn`` (see node_programs/stop.py)."""
+    from .node_programs import source
 
-    cmd = f"python3 -c {shlex.quote(REMOTE_STOP_SCRIPT)} {key} {shlex.quote(value)} {mode} {grace}"
+    cmd = f"python3 -c {shlex.quote(source('stop'))} {key} {shlex.quote(value)} {mode} {grace}"
     try:
         conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
     except Exception:

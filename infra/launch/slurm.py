@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import DdpctlError
 from ..inventory import Host
+from ..node_programs import source
 from ..procs import RUN_KEY
 from ..ssh import connect, remote_stop
 from .sbatch import SbatchPlan
@@ -46,28 +47,6 @@ SLURM_STATES = {
     "CANCELLED": "cancelled",
     "REVOKED": "cancelled",
 }
-
-#: Follows every ddpctl-<job>-<node>.out in DIR, printing "NODE<TAB>LINE" as lines are written.
-TAIL_SCRIPT = r"""
-import os, sys, time
-folder, prefix = sys.argv[1], sys.argv[2]
-offsets, partial = {}, {}
-while True:
-    for name in sorted(os.listdir(folder)):
-        if not (name.startswith(prefix) and name.endswith(".out")):
-            continue
-        node = name[len(prefix):-4]
-        try:
-            with open(os.path.join(folder, name), "rb") as f:
-                f.seek(offsets.get(name, 0)); data = f.read(); offsets[name] = f.tell()
-        except OSError:
-            continue
-        *lines, partial[name] = (partial.get(name, b"") + data).split(b"\n")
-        for line in lines:
-            sys.stdout.write(node + "\t" + line.decode(errors="replace") + "\n")
-    sys.stdout.flush()
-    time.sleep(0.2)
-"""
 
 
 def parse_job_info(text: str) -> tuple[str, int | None]:
@@ -151,7 +130,7 @@ class SlurmExecutor:
     def _start_tail(self, conn: fabric.Connection, plan: SbatchPlan, job_id: str) -> threading.Thread:
         chan = conn.client.get_transport().open_session()
         chan.exec_command(
-            f"exec env {RUN_KEY}={plan.run_id}-tail python3 -u -c {shlex.quote(TAIL_SCRIPT)} "
+            f"exec env {RUN_KEY}={plan.run_id}-tail python3 -u -c {shlex.quote(source('slurm_tail'))} "
             f"{shlex.quote(plan.output_dir)} ddpctl-{job_id}-"
         )
 

@@ -14,35 +14,11 @@ import tempfile
 from dataclasses import dataclass
 
 from ...errors import DdpctlError, UsageError
+from ...node_programs import source
 from .cli import INSTALL_HINT, Install, one_line
 from .config import flatten_errors
 
 TIMEOUT_S = 120.0
-
-#: Runs in the pcluster venv. argv: cluster name; stdin: the YAML. Prints one JSON document.
-SCRIPT = r"""
-import json, os, sys
-import yaml
-doc = yaml.safe_load(sys.stdin.read())
-os.environ["AWS_DEFAULT_REGION"] = (doc or {}).get("Region") or "us-east-1"  # the schema's defaults need one
-try:
-    from marshmallow import ValidationError
-    from pcluster.schemas.cluster_schema import ClusterSchema
-    from pcluster.utils import get_installed_version
-except ImportError as exc:
-    print(json.dumps({"ok": False, "crash": "cannot import aws-parallelcluster: %s" % exc}))
-    sys.exit(0)
-try:
-    config = ClusterSchema(cluster_name=sys.argv[1]).load(doc)
-except ValidationError as exc:
-    print(json.dumps({"ok": False, "version": get_installed_version(), "errors": exc.messages}, default=str))
-except Exception as exc:
-    print(json.dumps({"ok": False, "version": get_installed_version(), "crash": "%s: %s" % (type(exc).__name__, exc)}))
-else:
-    queue = config.scheduling.queues[0]
-    print(json.dumps({"ok": True, "version": get_installed_version(), "scheduler": config.scheduling.scheduler,
-                      "queue": queue.name, "instance_types": [t for r in queue.compute_resources for t in r.instance_types]}))
-"""
 
 
 @dataclass(frozen=True)
@@ -65,7 +41,7 @@ def validate(config_yaml: str, cluster_name: str, install: Install) -> SchemaVer
                 "PCLUSTER_LOG_FILE": f"{tmp}/pcluster-cli.log",
             }
             proc = subprocess.run(
-                [install.python, "-c", SCRIPT, cluster_name],
+                [install.python, "-c", source("pcluster_schema"), cluster_name],
                 input=config_yaml,
                 capture_output=True,
                 text=True,

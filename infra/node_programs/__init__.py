@@ -1,0 +1,26 @@
+"""Programs ddpctl runs on nodes, one module each: no imports from ddpctl, stdlib only, Python 3.8+.
+
+Each is an ordinary module with a ``main()``, linted and tested like the rest of the code, and
+travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter that has no ddpctl.
+
+- ``stop``: signal a run's processes found by the marker in their environment (``infra/ssh.py``).
+- ``reach``: the pairwise reachability probe of ``ddpctl check`` and the head-port precheck (``infra/check.py``).
+- ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
+- ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
+  (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+NAMES = ("stop", "reach", "slurm_tail", "pcluster_schema")
+
+
+@cache
+def source(name: str) -> str:
+    """The text of the program ``name`` (one of ``NAMES``), to run as ``python3 -c``."""
+    if name not in NAMES:
+        raise ValueError(f"no node program {name!r} (one of {', '.join(NAMES)})")
+    return Path(__file__).with_name(f"{name}.py").read_text(encoding="utf-8")

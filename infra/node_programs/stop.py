@@ -1,0 +1,58 @@
+"""Stop a run's processes on a node, found by the marker in their environment.
+
+The same search as ddpctl's ``procs.stop_tagged``, with only the standard library (nodes may not
+have psutil): ``/proc/PID/environ`` holds ``KEY=VALUE``. Zombies count as gone; this process is
+never one of those it signals.
+
+argv: KEY VALUE MODE GRACE. MODE is ``term`` (SIGTERM, no wait), ``kill`` (SIGKILL), or ``stop``
+(SIGTERM, then SIGKILL what is left after GRACE seconds). Prints how many processes it signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+def tagged(marker: bytes, me: int) -> list[int]:
+    """The live processes, other than ``me``, whose environment has the entry ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0") and int(pid) != me:
+                    found.append(int(pid))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def send(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    key, value, mode, grace = args[0], args[1], args[2], float(args[3])
+    marker, me = (key + "=" + value).encode(), os.getpid()
+    pids = tagged(marker, me)
+    send(pids, signal.SIGKILL if mode == "kill" else signal.SIGTERM)
+    if mode == "stop":
+        deadline = time.time() + grace
+        while tagged(marker, me) and time.time() < deadline:
+            time.sleep(0.1)
+        send(tagged(marker, me), signal.SIGKILL)
+    print(len(pids))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""The programs ddpctl runs on nodes, run for real here as the nodes' python3 runs them: ``python -c TEXT``.
+
+With this Python, or the one in ``DDPCTL_TEST_NODE_PYTHON`` (e.g. a Python 3.8, the oldest a node may have;
+the schema probe's tests need PyYAML in it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpctl.infra import node_programs
+from ddpctl.infra.check import REACH_LINE
+
+PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable
+
+
+def run(name: str, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -c TEXT ARGS``, the way the callers send the program."""
+    return subprocess.run(
+        [PYTHON, "-c", node_programs.source(name), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=10,
+    )
+
+
+# --- the package -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", node_programs.NAMES)
+def test_each_program_is_the_module_file_and_parses_as_python_3_8(name: str) -> None:
+    text = node_programs.source(name)
+    assert text == (Path(node_programs.__file__).parent / f"{name}.py").read_text()
+    tree = ast.parse(text, feature_version=(3, 8))
+    assert 'if __name__ == "__main__":' in text
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+
+
+@pytest.mark.parametrize("name", node_programs.NAMES)
+def test_each_program_imports_nothing_of_ddpctl(name: str) -> None:
+    tree = ast.parse(node_programs.source(name))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    allowed = {"__future__", "yaml", "marshmallow", "pcluster"} if name == "pcluster_schema" else {"__future__"}
+    assert imported - allowed <= set(sys.stdlib_module_names)
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
+
+
+def test_an_unknown_program_is_refused() -> None:
+    with pytest.raises(ValueError, match="no node program 'nope'"):
+        node_programs.source("nope")
+
+
+# --- stop ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+def sleeper(env: dict[str, str] | None = None, *, ignore_term: bool = False) -> subprocess.Popen:
+    code = "import signal, sys, time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "print('ready', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline() == "ready\n"  # its handlers are in place
+    return proc
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_stop_terminates_the_tagged_process_and_prints_the_count(procs, marker) -> None:
+    procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}))
+    result = run("stop", "DDPCTL_RUN_ID", marker, "term", "3")
+    assert (result.returncode, result.stdout) == (0, "1\n"), result.stderr
+    assert tagged.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_stop_leaves_a_process_with_another_value_or_key_alone(procs, marker) -> None:
+    procs.append(other_value := sleeper({"DDPCTL_RUN_ID": marker + "-tail"}))
+    procs.append(other_key := sleeper({"DDPCTL_CLUSTER_ID": marker}))
+    procs.append(untagged := sleeper())
+    result = run("stop", "DDPCTL_RUN_ID", marker, "kill", "3")
+    assert result.stdout == "0\n", result.stderr
+    time.sleep(0.1)
+    assert other_value.poll() is other_key.poll() is untagged.poll() is None
+
+
+def test_stop_kill_sends_sigkill(procs, marker) -> None:
+    procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
+    assert run("stop", "DDPCTL_RUN_ID", marker, "kill", "3").stdout == "1\n"
+    assert tagged.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_stop_term_does_not_wait_for_a_process_that_ignores_it(procs, marker) -> None:
+    procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
+    start = time.monotonic()
+    assert run("stop", "DDPCTL_RUN_ID", marker, "term", "10").stdout == "1\n"
+    assert time.monotonic() - start < 5
+    assert tagged.poll() is None
+
+
+def test_stop_kills_what_is_left_after_the_grace_period(procs, marker) -> None:
+    procs.append(stubborn := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
+    procs.append(polite := sleeper({"DDPCTL_RUN_ID": marker}))
+    start = time.monotonic()
+    result = run("stop", "DDPCTL_RUN_ID", marker, "stop", "0.5")
+    assert result.stdout == "2\n", result.stderr
+    assert 0.4 < time.monotonic() - start < 4
+    assert polite.wait(timeout=5) == -signal.SIGTERM
+    assert stubborn.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_stop_returns_at_once_when_the_tagged_processes_are_gone(procs, marker) -> None:
+    """A stopped child that nobody has waited for yet is a zombie: gone, not waited on until the grace ends."""
+    procs.append(sleeper({"DDPCTL_RUN_ID": marker}))
+    start = time.monotonic()
+    assert run("stop", "DDPCTL_RUN_ID", marker, "stop", "10").stdout == "1\n"
+    assert time.monotonic() - start < 5
+
+
+def test_stop_does_not_signal_itself(marker) -> None:
+    result = run("stop", "DDPCTL_RUN_ID", marker, "kill", "3", env={**os.environ, "DDPCTL_RUN_ID": marker})
+    assert (result.returncode, result.stdout) == (0, "0\n"), result.stderr
+
+
+# --- reach ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reach(port: int, me: str, peers: list[str], expect: int, seconds: float, *strict: str) -> subprocess.Popen:
+    argv = [str(port), me, ",".join(peers), str(expect), str(seconds), *strict]
+    return subprocess.Popen([PYTHON, "-c", node_programs.source("reach"), *argv], stdout=subprocess.PIPE, text=True)
+
+
+def test_reach_two_nodes_reach_each_other() -> None:
+    port = free_port()
+    a = reach(port, "127.0.0.1", ["127.0.0.2"], 1, 5)
+    b = reach(port, "127.0.0.2", ["127.0.0.1"], 1, 5)
+    start = time.monotonic()
+    out_a, _ = a.communicate(timeout=10)
+    out_b, _ = b.communicate(timeout=10)
+    assert (a.returncode, b.returncode) == (0, 0)
+    assert out_a == "REACH 127.0.0.1 127.0.0.2 ok\n" and out_b == "REACH 127.0.0.2 127.0.0.1 ok\n"
+    assert time.monotonic() - start < 3  # each leaves once its peer has connected, not at the deadline
+
+
+def test_reach_a_closed_port_is_an_error_line_after_the_time_given() -> None:
+    port = free_port()
+    start = time.monotonic()
+    proc = reach(port, "127.0.0.1", ["127.0.0.2"], 0, 0.5)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0  # not strict: the verdict is in the line
+    assert out == "REACH 127.0.0.1 127.0.0.2 error: Connection refused\n"
+    assert REACH_LINE.match(out.strip()).groups() == ("127.0.0.1", "127.0.0.2", "error: Connection refused")
+    assert 0.5 <= time.monotonic() - start < 4
+
+
+def test_reach_strict_exits_1_when_a_peer_is_unreachable() -> None:
+    proc = reach(free_port(), "127.0.0.1", ["127.0.0.2"], 0, 0.3, "strict")
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 1 and "error: Connection refused" in out
+
+
+def test_reach_a_port_in_use_is_reported_and_not_waited_for() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(8)
+        port = taken.getsockname()[1]
+        proc = reach(port, "127.0.0.1", [], 3, 5, "strict")
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 1
+    assert out.startswith(f"REACH 127.0.0.1 127.0.0.1 error: cannot listen on port {port}: ")
+
+
+def test_reach_the_head_waits_for_the_nodes_expected() -> None:
+    port = free_port()
+    head = reach(port, "127.0.0.1", [], 1, 5)
+    time.sleep(0.3)
+    assert head.poll() is None  # still listening: nobody connected yet
+    node = reach(port, "127.0.0.2", ["127.0.0.1"], 0, 5)
+    assert node.communicate(timeout=10)[0] == "REACH 127.0.0.2 127.0.0.1 ok\n"
+    assert head.communicate(timeout=10) == ("", None) and head.returncode == 0
+
+
+# --- slurm tail ----------------------------------------------------------------------------------
+
+
+class Tail:
+    def __init__(self, folder: Path, prefix: str) -> None:
+        self.proc = subprocess.Popen(
+            [PYTHON, "-u", "-c", node_programs.source("slurm_tail"), str(folder), prefix],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+
+    def take(self, n: int) -> list[str]:
+        return [self.lines.get(timeout=3) for _ in range(n)]
+
+    def nothing_more(self) -> bool:
+        time.sleep(0.5)  # more than two rounds of reading
+        return self.lines.empty()
+
+
+@pytest.fixture
+def tail(tmp_path: Path) -> Iterator[Tail]:
+    t = Tail(tmp_path, "ddpctl-42-")
+    yield t
+    t.proc.kill()
+    t.proc.wait()
+
+
+def append(path: Path, data: str) -> None:
+    with path.open("a") as f:
+        f.write(data)
+
+
+def test_tail_prints_each_nodes_lines_as_they_are_appended(tmp_path: Path, tail: Tail) -> None:
+    append(tmp_path / "ddpctl-42-node0.out", "[rank0]: one\n")
+    assert tail.take(1) == ["node0\t[rank0]: one\n"]
+    append(tmp_path / "ddpctl-42-node0.out", "[rank0]: two\n[rank0]: three\n")
+    assert tail.take(2) == ["node0\t[rank0]: two\n", "node0\t[rank0]: three\n"]
+    assert tail.nothing_more()  # nothing printed twice
+
+
+def test_tail_prints_a_line_once_its_newline_is_written(tmp_path: Path, tail: Tail) -> None:
+    append(tmp_path / "ddpctl-42-node1.out", "half")
+    assert tail.nothing_more()
+    append(tmp_path / "ddpctl-42-node1.out", " and half\n")
+    assert tail.take(1) == ["node1\thalf and half\n"]
+
+
+def test_tail_follows_files_that_appear_later_and_only_the_jobs(tmp_path: Path, tail: Tail) -> None:
+    time.sleep(0.3)
+    append(tmp_path / "ddpctl-41-node0.out", "another job\n")
+    append(tmp_path / "ddpctl-42-node0.err", "not an output file\n")
+    append(tmp_path / "ddpctl-42-node2.out", "late\n")
+    assert tail.take(1) == ["node2\tlate\n"]
+    assert tail.nothing_more()
+
+
+def test_tail_replaces_bytes_that_are_not_utf8(tmp_path: Path, tail: Tail) -> None:
+    (tmp_path / "ddpctl-42-node0.out").write_bytes(b"bad \xff byte\n")
+    assert tail.take(1) == ["node0\tbad \ufffd byte\n"]
+
+
+# --- pcluster schema -----------------------------------------------------------------------------
+
+#: Stand-ins for aws-parallelcluster and marshmallow: ClusterSchema refuses a config with
+#: "Bad", crashes on "Crash", and otherwise loads it into the attributes the program reads.
+STAND_INS = {
+    "marshmallow/__init__.py": """
+        class ValidationError(Exception):
+            def __init__(self, messages):
+                super().__init__(messages)
+                self.messages = messages
+    """,
+    "pcluster/__init__.py": "",
+    "pcluster/utils.py": """
+        def get_installed_version():
+            return "3.99.0"
+    """,
+    "pcluster/schemas/__init__.py": "",
+    "pcluster/schemas/cluster_schema.py": """
+        import os
+        from types import SimpleNamespace as NS
+        from marshmallow import ValidationError
+
+        class ClusterSchema:
+            def __init__(self, cluster_name):
+                self.cluster_name = cluster_name
+
+            def load(self, doc):
+                if "Bad" in doc:
+                    raise ValidationError({"Scheduling": {"SlurmQueues": {0: {"Name": [doc["Bad"]]}}}})
+                if "Crash" in doc:
+                    raise KeyError(doc["Crash"])
+                queues = [
+                    NS(name=q["Name"], compute_resources=[NS(instance_types=[r["InstanceType"]]) for r in q["ComputeResources"]])
+                    for q in doc["Scheduling"]["SlurmQueues"]
+                ]
+                scheduler = doc["Scheduling"]["Scheduler"] + "@" + os.environ["AWS_DEFAULT_REGION"] + "/" + self.cluster_name
+                return NS(scheduling=NS(scheduler=scheduler, queues=queues))
+    """,
+}
+
+CONFIG = """
+Region: eu-west-1
+Scheduling:
+  Scheduler: slurm
+  SlurmQueues:
+    - Name: q0
+      ComputeResources:
+        - {Name: a, InstanceType: g5.xlarge}
+        - {Name: b, InstanceType: g5.2xlarge}
+"""
+
+
+@pytest.fixture
+def stand_ins(tmp_path: Path) -> dict[str, str]:
+    for name, text in STAND_INS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return {**os.environ, "PYTHONPATH": str(tmp_path), "AWS_DEFAULT_REGION": "ap-south-1"}
+
+
+def schema(stdin: str, env: dict[str, str]) -> dict:
+    result = run("pcluster_schema", "mycluster", stdin=stdin, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1  # one JSON document, on one line
+    return json.loads(lines[0])
+
+
+def test_schema_a_loaded_config_is_its_queue_and_instance_types(stand_ins) -> None:
+    assert schema(CONFIG, stand_ins) == {
+        "ok": True,
+        "version": "3.99.0",
+        "scheduler": "slurm@eu-west-1/mycluster",  # the config's region, the cluster name given
+        "queue": "q0",
+        "instance_types": ["g5.xlarge", "g5.2xlarge"],
+    }
+
+
+def test_schema_a_config_without_a_region_is_loaded_in_us_east_1(stand_ins) -> None:
+    verdict = schema(CONFIG.replace("Region: eu-west-1", ""), stand_ins)
+    assert verdict["scheduler"] == "slurm@us-east-1/mycluster"
+
+
+def test_schema_refusals_are_the_schemas_messages(stand_ins) -> None:
+    verdict = schema("Bad: must be lower case", stand_ins)
+    # json's keys are strings: the list index 0 comes back as "0"
+    assert verdict == {
+        "ok": False,
+        "version": "3.99.0",
+        "errors": {"Scheduling": {"SlurmQueues": {"0": {"Name": ["must be lower case"]}}}},
+    }
+
+
+def test_schema_a_crash_is_named_with_its_type(stand_ins) -> None:
+    assert schema("Crash: boom", stand_ins) == {"ok": False, "version": "3.99.0", "crash": "KeyError: 'boom'"}
+
+
+def test_schema_without_aws_parallelcluster_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # PyYAML, but no pcluster
+    verdict = schema(CONFIG, env)
+    assert verdict["ok"] is False and verdict["crash"].startswith("cannot import aws-parallelcluster: ")
+    assert "version" not in verdict
