@@ -44,7 +44,7 @@ class Measurement:
 def measure(nodes: int, home: Path) -> Measurement:
     """One `up` (no configure) and one `down` through ddpctl's library, in this process."""
     from ddpctl.infra import clusters
-    from ddpctl.infra.providers.aws import ec2, lifecycle
+    from ddpctl.infra.providers.aws import ec2
     from ddpctl.infra.spec import ClusterSpec
     from ddpctl.infra.state import StateStore
 
@@ -73,7 +73,7 @@ def measure(nodes: int, home: Path) -> Measurement:
         )
         start = time.perf_counter()
         provider, state = clusters.plan_up(spec, store)
-        lifecycle.up(provider, state, store, quiet)
+        clusters.up(provider, state, store, quiet)
         up_s = time.perf_counter() - start
         phase[0] = "down"
         start = time.perf_counter()

@@ -152,3 +152,101 @@ run_nodes_option = click.option(
     help="Number of nodes; MIN:MAX makes the run elastic: it goes on while MIN nodes remain "
     "(torchrun --nnodes MIN:MAX; implies --max-restarts 3).",
 )
+
+
+EXIT_CODES = """\b
+Exit codes:
+  0    success
+  1    an error ddpctl could not get past, or the job failed on a node
+  2    bad input (a flag, a path, a port, the config file): nothing was created
+  130  interrupted (Ctrl-C); every process of the run was stopped
+"""
+
+
+def open_store():
+    """The state store under DDPCTL_HOME (default ~/.ddpctl)."""
+    from ddpctl.infra.state import StateStore
+
+    return StateStore()
+
+
+AWS_UP_OPTIONS = [
+    click.option(
+        "--region",
+        default=None,
+        metavar="REGION",
+        help="aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else us-east-1]",
+    ),
+    click.option(
+        "--az",
+        default=None,
+        metavar="ZONE",
+        help="aws: launch in this zone only. [default: the first zone with capacity]",
+    ),
+    click.option("--instance-type", default=None, metavar="TYPE", help="aws: EC2 instance type. [default: p3.2xlarge]"),
+    click.option(
+        "--volume-gb",
+        type=click.IntRange(8, 16384),
+        default=None,
+        help="aws: root volume size (gp3, encrypted). [default: 200]",
+    ),
+    click.option(
+        "--ami",
+        default=None,
+        metavar="AMI_ID",
+        help="aws: the image. [default: the newest AWS Deep Learning AMI of the region]",
+    ),
+    click.option(
+        "--spot",
+        is_flag=True,
+        help="aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
+        "terminated, the run fails, and `down` + `up` start over from the last snapshot).",
+    ),
+    click.option(
+        "--ssh-cidr",
+        default=None,
+        metavar="CIDR",
+        help="aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]",
+    ),
+    click.option("--vpc-id", default=None, metavar="VPC_ID", help="aws: an existing VPC (with --subnet-id)."),
+    click.option(
+        "--subnet-id",
+        default=None,
+        metavar="SUBNET_ID",
+        help="aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]",
+    ),
+    click.option("--ssh-user", default=None, metavar="USER", help="aws: the AMI's login user. [default: ubuntu]"),
+    click.option(
+        "--private-ip",
+        is_flag=True,
+        help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC).",
+    ),
+    click.option(
+        "--iam-instance-profile",
+        default=None,
+        metavar="NAME",
+        help="aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
+        "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
+        "nodes get short-lived credentials from it; none are ever copied to them. [default: none]",
+    ),
+    click.option(
+        "--configure/--no-configure",
+        default=True,
+        show_default=True,
+        help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
+        "(not ready for jobs; the tests against moto use it, whose instances are not real hosts).",
+    ),
+    click.option(
+        "--down-on-failure/--no-down-on-failure",
+        default=True,
+        show_default=True,
+        help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how.",
+    ),
+]
+
+
+def aws_up_options(func):
+    """The AWS options of `up` (aws and pcluster)."""
+    for option in reversed(AWS_UP_OPTIONS):
+        func = option(func)
+    return func

@@ -15,44 +15,11 @@ from .errors import DdpctlError
 from .jobs import BUNDLE_DIR
 from .launch.plan import LaunchPlan, NodeLaunch, node_env, plan_torchrun
 from .launch.supervise import OutputLine
+from .node_programs import source
 from .spec import RunSpec, new_run_id
 from .state import ClusterState, NodeInfo
 
-#: Each node listens on PORT, connects to each of PEERS until it succeeds or time runs out, and
-#: stays until EXPECT peers have connected to it. Prints "REACH me peer ok|error: ...".
-REACH_SCRIPT = r"""
-import socket, sys, threading, time
-port, me, peers, expect, seconds = int(sys.argv[1]), sys.argv[2], [p for p in sys.argv[3].split(",") if p], int(sys.argv[4]), float(sys.argv[5])
-strict, failed = sys.argv[6:] == ["strict"], []
-deadline = time.time() + seconds
-accepted = []
-srv = socket.socket()
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    srv.bind((me, port)); srv.listen(64); srv.settimeout(0.05)
-except OSError as e:
-    print("REACH %s %s error: cannot listen on port %d: %s" % (me, me, port, e), flush=True); expect = 0; failed.append(me)
-def serve():
-    while len(accepted) < expect and time.time() < deadline:
-        try:
-            conn, _ = srv.accept(); conn.close(); accepted.append(1)
-        except OSError:
-            pass
-server = threading.Thread(target=serve); server.start()
-for peer in peers:
-    error = "timed out"
-    while time.time() < deadline:
-        try:
-            socket.create_connection((peer, port), timeout=1).close(); error = None; break
-        except OSError as e:
-            error = e.strerror or str(e); time.sleep(0.02)
-    print("REACH %s %s %s" % (me, peer, "ok" if error is None else "error: " + error), flush=True)
-    if error is not None:
-        failed.append(peer)
-server.join()
-srv.close()
-sys.exit(1 if strict and failed else 0)
-"""
+#: What a node of the reachability check prints, per peer (node_programs/reach.py).
 REACH_LINE = re.compile(r"^REACH (\S+) (\S+) (ok|error: .*)$")
 BW_LINE = re.compile(r"busbw_gbps=([\d.]+)")
 
@@ -111,7 +78,7 @@ def plan_reach(
         argv = (
             node.python or cluster.spec.python,
             "-c",
-            REACH_SCRIPT,
+            source("reach"),
             str(port),
             node.host,
             ",".join(peers),
@@ -152,7 +119,6 @@ def run_check(
     size_mb: float = 32,
 ) -> CheckReport:
     report = CheckReport()
-    cluster, executor_for = check_targets(cluster, executor_for, progress)
     nodes = cluster.nodes
     distinct = len({n.host for n in nodes}) == len(nodes)
     if distinct and len(nodes) > 1:
@@ -178,19 +144,6 @@ def run_check(
                 )
             report.bandwidth_gbps[(a.name, b.name)] = found[0]
     return report
-
-
-def check_targets(
-    cluster: ClusterState,
-    executor_for: Callable[[Callable[[OutputLine], None]], object],
-    progress: Callable[[str], None],
-) -> tuple[ClusterState, Callable[[Callable[[OutputLine], None]], object]]:
-    """The nodes to check and the executor that reaches them: the cluster's own, unless its provider
-    has ``check_targets`` (ParallelCluster: the compute nodes behind its login node)."""
-    from .providers import get_provider
-
-    targets = getattr(get_provider(cluster.spec.provider), "check_targets", None)
-    return (cluster, executor_for) if targets is None else targets(cluster, progress)
 
 
 def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> LaunchPlan | None:

@@ -9,7 +9,7 @@ from . import locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import get_provider
 from .providers.base import Progress, Provider
-from .spec import PLAYBOOK_PROVIDERS, ClusterSpec
+from .spec import ClusterSpec
 from .state import ClusterState, StateStore
 
 if TYPE_CHECKING:
@@ -25,17 +25,51 @@ def plan_up(spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) ->
             f"cluster {spec.name!r} already exists: use it, take it down with `ddpctl down --name {spec.name}`, "
             "or pick another --name"
         )
+    provider.check_up(spec)
     return provider, provider.plan(spec, store, ephemeral=ephemeral)
 
 
-def up(provider: Provider, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
-    """Create a planned cluster; if that fails, take down what was made and re-raise."""
+def up(
+    provider: Provider, state: ClusterState, store: StateStore, progress: Progress, *, down_on_failure: bool = True
+) -> ClusterState:
+    """Create a planned cluster, with the provider's policy for failures (``Provider.billed``)."""
+    provider.check_up_flags(down_on_failure=down_on_failure)
+    if not provider.billed:
+        try:
+            return provider.up(state, store, progress)
+        except BaseException:  # Ctrl-C too: nothing billed, nothing worth keeping
+            if store.exists(state.name):
+                progress(f"bringing {state.name!r} up failed: taking down what was created")
+                provider.down(store.load(state.name), store, progress)
+            raise
+    name = state.name
     try:
         return provider.up(state, store, progress)
+    except KeyboardInterrupt:  # stop creating at once; the user decides what happens to what was made
+        if store.exists(name) and state.status == "configuring":
+            progress(
+                f"interrupted while configuring {name!r}: its {len(state.nodes)} instance(s) run (and are billed); "
+                f"finish with `ddpctl configure --name {name}`, or delete everything with `ddpctl down --name {name}`"
+            )
+        elif store.exists(name):
+            progress(
+                f"interrupted: stopped creating {name!r}; what was made is recorded and tagged: "
+                f"delete it with `ddpctl down --name {name}`"
+            )
+        raise
     except BaseException:
-        if store.exists(state.name):
-            progress(f"bringing {state.name!r} up failed: taking down what was created")
-            provider.down(store.load(state.name), store, progress)
+        if not store.exists(name):
+            raise  # failed before anything was recorded: nothing was created
+        if not down_on_failure:
+            progress(
+                f"bringing {name!r} up failed; kept what was made (--no-down-on-failure): `ddpctl down --name {name}` deletes it"
+            )
+            raise
+        progress(f"bringing {name!r} up failed: taking down what was made (--no-down-on-failure keeps it)")
+        try:
+            provider.down(store.load(name), store, progress)
+        except Exception as exc:
+            progress(f"warning: taking it down failed too ({exc}): run `ddpctl down --name {name}`")
         raise
 
 
@@ -58,16 +92,15 @@ def _configure(
     store: StateStore, name: str, progress: Progress, playbook_vars: dict[str, str], tags: str | None
 ) -> tuple[ClusterState, PlayReport]:
     state = store.load(name)
-    if state.spec.provider not in PLAYBOOK_PROVIDERS:
-        raise UsageError(
-            f"{state.spec.provider} clusters run no playbooks: `ddpctl configure` is for {', '.join(PLAYBOOK_PROVIDERS)}"
-        )
+    provider = get_provider(state.spec.provider)
+    if not provider.runs_playbooks:  # its own one-line refusal, before anything else is said
+        provider.configure(state, store, progress, tags)
     if state.status not in ("up", "configuring"):  # configuring: an `up` stopped in its configure step
         raise UsageError(
             f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`"
         )
     state.spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
-    report = get_provider(state.spec.provider).configure(state, store, progress, tags)
+    report = provider.configure(state, store, progress, tags)
     store.save(state)
     return state, report
 

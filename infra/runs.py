@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
 from .providers import get_provider
 from .providers.base import Progress, Provider
-from .spec import ClusterSpec, RunSpec, check_local_python, check_local_ranks, parse_env
+from .spec import ClusterSpec, RunSpec, parse_env
 from .state import ClusterState, StateStore, atomic_write
 
 
@@ -175,16 +174,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         min_nodes=opts.min_nodes,
         snapshot_dir=opts.snapshot_dir,
     )
-    if provider.name == "local":  # every rank on this machine: its CPUs, its Python, its files
-        check_local_ranks(run.nodes, run.nprocs())
-        check_local_snapshot_dir(run.snapshot_dir)
-        if opts.python and store.exists(cluster.name) and opts.python != cluster.spec.python:
-            raise UsageError(
-                f"--python {opts.python}: cluster {cluster.name!r} is up with {cluster.spec.python}, and a run uses its "
-                f"cluster's Python: leave --python out, or `ddpctl down --name {cluster.name}` and `ddpctl up --python ...`"
-            )
-        if opts.python and not store.exists(cluster.name):
-            check_local_python(opts.python)
+    provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":
         if run.elastic:
@@ -194,32 +184,11 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
     port = provider.rdzv_port(cluster, opts.port)
     plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
-    if provider.name != "local":  # nodes on other hosts: first check they reach the head's port
+    if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
         plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
     if resume:
         plan = replace(plan, stop_first=True)
     return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
-
-
-def check_local_snapshot_dir(path: str) -> None:
-    """``--snapshot-dir`` for local nodes (processes of this user on this machine): a directory they can
-    write, or can create (the trainer makes it), found now rather than when the first snapshot fails."""
-    if not path or path.startswith("s3://"):
-        return
-    probe = Path(path)
-    try:
-        while not probe.exists() and probe.parent != probe:
-            probe = probe.parent
-    except OSError as exc:  # a name too long, a loop of links...
-        raise UsageError(
-            f"--snapshot-dir {path}: {exc.strerror or exc}: give a directory the nodes can write"
-        ) from None
-    if not probe.is_dir():
-        raise UsageError(f"--snapshot-dir {path}: {probe} is not a directory: give a directory the nodes can write")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"--snapshot-dir {path}: {probe} is not writable by you (the local nodes run as you): give a directory you can write"
-        )
 
 
 def cluster_nprocs(cluster: ClusterState, nodes: int) -> int | tuple[int, ...]:

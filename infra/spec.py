@@ -6,16 +6,13 @@ input is refused before anything is created.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from .errors import UsageError
 
-PROVIDERS = ("local", "onprem", "aws", "pcluster")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -25,8 +22,6 @@ MAX_NODES = 1024
 MAX_NODES_WHY = "ddpctl starts and watches one agent per node from this machine, one SSH session each"
 MAX_NPROC = 1024
 MAX_NPROC_WHY = "one process per GPU or CPU core of a node"
-#: The local provider runs every rank on this machine: at most this many per CPU it may use.
-LOCAL_RANKS_PER_CPU = 4
 
 
 @dataclass(frozen=True)
@@ -70,13 +65,16 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         check_cluster_name(self.name)
-        if self.provider not in PROVIDERS:
-            raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(PROVIDERS)}")
+        from .providers import NAMES, get_provider
+
+        if self.provider not in NAMES:
+            raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(NAMES)}")
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
         if self.port is not None and (isinstance(self.port, bool) or not 1024 <= self.port <= 65535):
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
         check_env_names(self.env)
+        get_provider(self.provider).check_spec(self)  # what this provider takes
         check_playbook_vars(self)
         check_aws_fields(self)
 
@@ -155,19 +153,12 @@ def check_snapshot_dir(value: str) -> None:
         )
 
 
-#: The providers whose nodes playbooks/site.yml configures (--playbook-var, `ddpctl configure`).
-PLAYBOOK_PROVIDERS = ("onprem", "aws", "pcluster")
 #: Set by ddpctl itself for every site.yml run (infra/configure.py).
 RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
 
 
 def check_playbook_vars(spec: ClusterSpec) -> None:
-    if not spec.playbook_vars:
-        return
-    if spec.provider not in PLAYBOOK_PROVIDERS:
-        raise UsageError(
-            f"--playbook-var is for --provider onprem, aws or pcluster (they run playbooks/site.yml), not {spec.provider}"
-        )
+    """The variables' names (whether the provider runs playbooks at all: ``Provider.check_spec``)."""
     for key in spec.playbook_vars:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
@@ -175,33 +166,11 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
             raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
 
 
-AWS_FLAGS = {
-    "region": "--region",
-    "az": "--az",
-    "instance_type": "--instance-type",
-    "volume_gb": "--volume-gb",
-    "ami": "--ami",
-    "spot": "--spot",
-    "ssh_cidr": "--ssh-cidr",
-    "vpc_id": "--vpc-id",
-    "subnet_id": "--subnet-id",
-    "ssh_user": "--ssh-user",
-    "private_ip": "--private-ip",
-    "iam_instance_profile": "--iam-instance-profile",
-}
-
-
 def check_aws_fields(spec: ClusterSpec) -> None:
-    """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`)."""
+    """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`; which
+    providers take them at all: ``Provider.check_spec``)."""
     import ipaddress
 
-    if spec.iam_instance_profile and spec.provider != "aws":
-        raise UsageError(f"--iam-instance-profile is for --provider aws, not {spec.provider}")
-    if spec.provider not in ("aws", "pcluster"):
-        given = [flag for attr, flag in AWS_FLAGS.items() if getattr(spec, attr)]
-        if given:
-            raise UsageError(f"{', '.join(given)} are for --provider aws or pcluster, not {spec.provider}")
-        return
     checks = [
         ("--region", spec.region, r"^[a-z]{2}(-[a-z]+)+-\d+$", "e.g. us-east-1"),
         ("--az", spec.az, r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$", "e.g. us-east-1a"),
@@ -272,58 +241,6 @@ def check_count(flag: str, value: int, maximum: int, why: str) -> None:
     check_positive(flag, value)
     if value > maximum:
         raise UsageError(f"{flag} {value} is too many: at most {maximum} ({why})")
-
-
-def local_cpus() -> int:
-    """The CPUs this process may use (its affinity mask, as in a container), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def check_local_ranks(nodes: int, nprocs: tuple[int, ...] | int) -> None:
-    """The local provider runs every rank as a process on this machine: a bound tied to its CPUs."""
-    total = sum(nprocs) if isinstance(nprocs, tuple) else nodes * nprocs
-    cpus = local_cpus()
-    limit = LOCAL_RANKS_PER_CPU * cpus
-    if total > limit:
-        raise UsageError(
-            f"{nodes} local node(s) would run {total} ranks on this machine, which has {cpus} CPU(s): at most "
-            f"{limit} ({LOCAL_RANKS_PER_CPU} per CPU, each rank a Python process with torch); use fewer --nodes "
-            "or --nproc-per-node, or a provider with more machines"
-        )
-
-
-def check_local_python(python: str, flag: str = "--python") -> str:
-    """The interpreter the local provider runs torchrun with: it must import torch and say its version.
-
-    Judged by what it prints, not by its exit status (``/bin/true`` exits 0 and runs nothing).
-    Returns the torch version.
-    """
-    probe = "import sys, torch; sys.stdout.write('ddpctl-torch ' + torch.__version__ + chr(10))"
-    try:
-        out = subprocess.run(
-            [python, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError:
-        raise UsageError(f"{flag} {python}: no such file: give the Python that has torch") from None
-    except (PermissionError, IsADirectoryError, OSError) as exc:
-        raise UsageError(
-            f"{flag} {python} cannot be run ({exc.strerror or exc}): give the Python that has torch"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"{flag} {python} did not import torch within 300 s: give the Python that has torch") from None
-    match = re.search(r"^ddpctl-torch (\S+)$", out.stdout, re.MULTILINE)
-    if out.returncode == 0 and match:
-        return match.group(1)
-    if "No module named 'torch'" in out.stderr:
-        raise UsageError(
-            f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment"
-        )
-    last = (out.stderr.strip().splitlines() or [""])[-1][:200]
-    said = f" ({last})" if last else f" (exit status {out.returncode}, no torch version printed)"
-    raise UsageError(f"{flag} {python} is not a Python that imports torch{said}: give the Python that has torch")
 
 
 def new_run_id() -> str:

@@ -656,7 +656,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
 ) -> None:
     """No --ssh-cidr: the provider's address lookup (checkip in real use) is replaced, not the network."""
     from ddpctl.infra import clusters
-    from ddpctl.infra.providers.aws import AwsProvider, lifecycle
+    from ddpctl.infra.providers.aws import AwsProvider
     from ddpctl.infra.spec import ClusterSpec
     from ddpctl.infra.state import StateStore
 
@@ -669,7 +669,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     spec = ClusterSpec(name="c2", provider="aws", nodes=2, spot=True, configure=False)
     state = provider.plan(spec, store)
     messages: list[str] = []
-    lifecycle.up(provider, state, store, messages.append)
+    clusters.up(provider, state, store, messages.append)
     assert any("reclaims" in m for m in messages)
     instances = moto.alive_instances()
     assert [i.get("InstanceLifecycle") for i in instances] == ["spot", "spot"]

@@ -14,8 +14,8 @@ from conftest import ddpctl, tree
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.jobs import resolve_job
-from ddpctl.infra.runs import check_local_snapshot_dir
-from ddpctl.infra.spec import LOCAL_RANKS_PER_CPU, MAX_NPROC, local_cpus
+from ddpctl.infra.providers.local import LOCAL_RANKS_PER_CPU, check_local_snapshot_dir, local_cpus
+from ddpctl.infra.spec import MAX_NPROC
 
 LONG = "a" * 300  # longer than a file name may be (255)
 LOCAL_LIMIT = LOCAL_RANKS_PER_CPU * local_cpus()
@@ -278,7 +278,7 @@ def test_host_without_a_key_file_is_one_line(home: Path, tmp_path: Path) -> None
 
 def test_python_is_checked_by_what_it_prints(tmp_path: Path) -> None:
     """An interpreter that exits 0 without importing torch is refused; the real one gives its version."""
-    from ddpctl.infra.spec import check_local_python
+    from ddpctl.infra.providers.local import check_local_python
 
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nexit 0\n")

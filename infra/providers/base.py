@@ -1,45 +1,196 @@
-"""The verbs every provider implements (after SkyPilot's ``sky/provision``).
+"""The one interface every provider implements (after SkyPilot's ``sky/provision``).
+
+Every verb that any caller uses is declared here once, with a default that either works or raises
+one clear error; a provider overrides what it does differently. What a provider can do is said by
+its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``options``), never by
+comparing its name: nothing outside ``infra/providers/`` looks at a provider's name.
 
 ``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up``
 records that plan before creating anything, then creates resource by resource; ``down`` deletes
-whatever the state (and, for clouds, the tags) says may exist. Providers whose nodes
-playbooks/site.yml configures (onprem, aws, pcluster) also have ``configure(state, store,
-progress, tags) -> PlayReport``: the play again on a cluster that is up (``ddpctl configure``).
+whatever the state (and, for clouds, the tags) says may exist.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..launch.plan import LaunchPlan
-from ..launch.supervise import OutputLine, RunResult
-from ..spec import ClusterSpec
-from ..state import ClusterState, StateStore
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..ansible import PlayReport
+    from ..launch.plan import LaunchPlan
+    from ..launch.supervise import OutputLine, RunResult
+    from ..spec import ClusterSpec, RunSpec
+    from ..state import ClusterState, StateStore
 
 Progress = Callable[[str], None]
+Sink = Callable[["OutputLine"], None]
 
 
 class Executor(Protocol):
     def run(self, plan: LaunchPlan) -> RunResult: ...
 
 
-class Provider(Protocol):
-    name: str
+ExecutorFor = Callable[[Sink], Executor]
+
+#: The cluster-spec fields that only some providers take, with the flag that sets each. A provider
+#: lists the ones it takes in ``options``; ``check_spec`` refuses the others by their flag.
+PROVIDER_FLAGS = {
+    "inventory": "--inventory",
+    "region": "--region",
+    "az": "--az",
+    "instance_type": "--instance-type",
+    "volume_gb": "--volume-gb",
+    "ami": "--ami",
+    "spot": "--spot",
+    "ssh_cidr": "--ssh-cidr",
+    "vpc_id": "--vpc-id",
+    "subnet_id": "--subnet-id",
+    "ssh_user": "--ssh-user",
+    "private_ip": "--private-ip",
+    "iam_instance_profile": "--iam-instance-profile",
+    "configure": "--no-configure",  # True by default: the flag sets it False
+}
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """What a provider's API says runs for a cluster now, and what that costs per hour."""
+
+    summary: str  # one phrase for the status table, e.g. "EC2: 2 running"
+    billed_instances: int
+    cost_per_hour_usd: float | None  # None: the price is not known
+    error: str = ""  # the API could not be asked: why
+    details: dict[str, Any] = field(default_factory=dict)  # the provider's own words, for --json
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {**self.details, "summary": self.summary, "billed_instances": self.billed_instances}
+        doc["cost_per_hour_usd"] = self.cost_per_hour_usd
+        if self.error:
+            doc["error"] = self.error
+        return doc
+
+
+class DryRunReport(Protocol):
+    """What ``up --dry-run`` found beyond the plan (checks against the cloud, cost)."""
+
+    lines: list[str]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Provider:
+    """Base of every provider. Subclasses set ``name`` and implement ``plan``, ``up``, ``down`` and
+    ``executor``; every other verb has a default here."""
+
+    name: ClassVar[str]
+    #: Its nodes are configured by playbooks/site.yml (``--playbook-var``, ``ddpctl configure``).
+    runs_playbooks: ClassVar[bool] = False
+    #: Its nodes are other hosts (reached over SSH): a run first checks they reach the head's port.
+    remote_nodes: ClassVar[bool] = True
+    #: What it creates is billed while it exists. A failed ``up`` deletes it (unless
+    #: ``--no-down-on-failure``); an interrupted one keeps it and says how to finish or delete it.
+    #: Not billed: any failure or Ctrl-C of ``up`` takes down what was made at once.
+    billed: ClassVar[bool] = False
+    #: The ``PROVIDER_FLAGS`` fields it takes.
+    options: ClassVar[frozenset[str]] = frozenset()
+
+    # ---- the life cycle ---------------------------------------------------------------------------
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         """The cluster ``up`` would create, with every resource listed as ``planned``."""
+        raise NotImplementedError
 
     def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
         """Create what ``state`` plans, recording each resource before it is created."""
+        raise NotImplementedError
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         """Delete everything the cluster may have created; safe to repeat."""
+        raise NotImplementedError
 
-    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
-        """A rendezvous port on the head node (``requested`` checked, or a free one)."""
+    def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
+        """``ddpctl down --name X --region R`` with no state file: delete what is found by tag."""
+        raise UsageError(
+            f"{self.name} clusters have no resources to find by tag: --region is for {_who(lambda p: p.billed)}"
+        )
+
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+        """site.yml again on a cluster that is up (``ddpctl configure``)."""
+        raise UsageError(
+            f"{self.name} clusters run no playbooks: `ddpctl configure` is for {_who(lambda p: p.runs_playbooks, ', ')}"
+        )
+
+    # ---- checks before anything is made ------------------------------------------------------------
+
+    def check_spec(self, spec: ClusterSpec) -> None:
+        """Refuse what this provider does not take: another provider's flags, playbook variables
+        where no playbook runs. Cheap: every ``ClusterSpec`` is checked with it as it is made."""
+        if spec.playbook_vars and not self.runs_playbooks:
+            raise UsageError(
+                f"--playbook-var is for --provider {_who(lambda p: p.runs_playbooks)} (they run "
+                f"playbooks/site.yml), not {self.name}"
+            )
+        defaults = {f.name: f.default for f in fields(spec)}
+        given = [f for f in PROVIDER_FLAGS if f not in self.options and getattr(spec, f) != defaults[f]]
+        if given:
+            flags = ", ".join(PROVIDER_FLAGS[f] for f in given)
+            takers = _who(lambda p: all(f in p.options for f in given))
+            verb = "is" if len(given) == 1 else "are"
+            if not takers:  # flags of different providers
+                raise UsageError(f"{flags} are not for --provider {self.name}")
+            raise UsageError(f"{flags} {verb} for --provider {takers}, not {self.name}")
+
+    def check_up(self, spec: ClusterSpec) -> None:
+        """What bringing this spec up needs, found before anything is made (local: CPUs, Python)."""
+
+    def check_up_flags(self, *, down_on_failure: bool) -> None:
+        """The flags of ``up`` that are not part of the spec."""
+        if not down_on_failure and not self.billed:
+            raise UsageError(f"--no-down-on-failure is for --provider {_who(lambda p: p.billed)}, not {self.name}")
+
+    def check_run(self, cluster: ClusterState, run: RunSpec, python: str | None, *, cluster_exists: bool) -> None:
+        """What a run on this provider's nodes needs, found before the launch (local: CPUs, Python)."""
+
+    def default_nodes(self, inventory: str) -> int:
+        """``--nodes`` when not given."""
+        return 1
 
     def preflight(self, state: ClusterState) -> None:
         """Check the nodes can run a job (torch importable...) before anything starts."""
 
-    def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> Executor: ...
+    # ---- reports ----------------------------------------------------------------------------------
+
+    def dry_run(self, state: ClusterState, store: StateStore, progress: Progress) -> DryRunReport | None:
+        """``up --dry-run`` beyond the plan (None: the plan says it all)."""
+        return None
+
+    def status(self, state: ClusterState) -> LiveStatus | None:
+        """What runs now according to the provider's API (None: the state file says it all)."""
+        return None
+
+    # ---- running jobs -----------------------------------------------------------------------------
+
+    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
+        """A rendezvous port on the head node (``requested`` checked, or a free one)."""
+        from ..spec import DEFAULT_PORT
+
+        return requested or state.spec.port or DEFAULT_PORT
+
+    def executor(self, state: ClusterState, sink: Sink) -> Executor:
+        """What runs a launch plan on the nodes, streaming their lines to ``sink``."""
+        raise NotImplementedError
+
+    def check_targets(self, state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
+        """The nodes ``ddpctl check`` tests and the executor that reaches them: the cluster's own."""
+        return state, lambda sink: self.executor(state, sink)
+
+
+def _who(can: Callable[[type[Provider]], bool], sep: str = " or ") -> str:
+    """The providers that ``can``, for a message: "aws or pcluster"."""
+    from . import NAMES, provider_class
+
+    names = [n for n in NAMES if can(provider_class(n))]
+    return ", ".join(names[:-1]) + sep + names[-1] if len(names) > 1 else "".join(names)

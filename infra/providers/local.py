@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,15 +21,33 @@ from ..errors import UsageError
 from ..launch.local import LocalExecutor
 from ..launch.supervise import OutputLine
 from ..procs import CLUSTER_KEY, stop_tagged
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, RunSpec
 from ..state import ClusterState, NodeInfo, Resource, StateStore
-from .base import Progress
+from .base import Progress, Provider
 
 HOST = "127.0.0.1"
+#: Every rank runs on this machine: at most this many per CPU it may use.
+LOCAL_RANKS_PER_CPU = 4
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     name = "local"
+    remote_nodes = False  # every rank on this machine: its CPUs, its Python, its files
+
+    def check_up(self, spec: ClusterSpec) -> None:
+        check_local_ranks(spec.nodes, spec.nproc_per_node)
+        if spec.python != sys.executable:
+            check_local_python(spec.python)
+
+    def check_run(self, cluster: ClusterState, run: RunSpec, python: str | None, *, cluster_exists: bool) -> None:
+        check_local_ranks(run.nodes, run.nprocs())
+        check_local_snapshot_dir(run.snapshot_dir)
+        if python and cluster_exists and python != cluster.spec.python:
+            raise UsageError(
+                f"--python {python}: cluster {cluster.name!r} is up with {cluster.spec.python}, and a run uses its "
+                f"cluster's Python: leave --python out, or `ddpctl down --name {cluster.name}` and `ddpctl up --python ...`"
+            )
+        # a new cluster's Python: check_up
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         root = store.cluster_dir(spec.name)
@@ -114,3 +134,76 @@ def loopback_ifname() -> str | None:
 
 
 PROVIDER = LocalProvider()
+
+
+def local_cpus() -> int:
+    """The CPUs this process may use (its affinity mask, as in a container), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_local_ranks(nodes: int, nprocs: tuple[int, ...] | int) -> None:
+    """The local provider runs every rank as a process on this machine: a bound tied to its CPUs."""
+    total = sum(nprocs) if isinstance(nprocs, tuple) else nodes * nprocs
+    cpus = local_cpus()
+    limit = LOCAL_RANKS_PER_CPU * cpus
+    if total > limit:
+        raise UsageError(
+            f"{nodes} local node(s) would run {total} ranks on this machine, which has {cpus} CPU(s): at most "
+            f"{limit} ({LOCAL_RANKS_PER_CPU} per CPU, each rank a Python process with torch); use fewer --nodes "
+            "or --nproc-per-node, or a provider with more machines"
+        )
+
+
+def check_local_python(python: str, flag: str = "--python") -> str:
+    """The interpreter the local provider runs torchrun with: it must import torch and say its version.
+
+    Judged by what it prints, not by its exit status (``/bin/true`` exits 0 and runs nothing).
+    Returns the torch version.
+    """
+    probe = "import sys, torch; sys.stdout.write('ddpctl-torch ' + torch.__version__ + chr(10))"
+    try:
+        out = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {python}: no such file: give the Python that has torch") from None
+    except (PermissionError, IsADirectoryError, OSError) as exc:
+        raise UsageError(
+            f"{flag} {python} cannot be run ({exc.strerror or exc}): give the Python that has torch"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{flag} {python} did not import torch within 300 s: give the Python that has torch") from None
+    match = re.search(r"^ddpctl-torch (\S+)$", out.stdout, re.MULTILINE)
+    if out.returncode == 0 and match:
+        return match.group(1)
+    if "No module named 'torch'" in out.stderr:
+        raise UsageError(
+            f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment"
+        )
+    last = (out.stderr.strip().splitlines() or [""])[-1][:200]
+    said = f" ({last})" if last else f" (exit status {out.returncode}, no torch version printed)"
+    raise UsageError(f"{flag} {python} is not a Python that imports torch{said}: give the Python that has torch")
+
+
+def check_local_snapshot_dir(path: str) -> None:
+    """``--snapshot-dir`` for local nodes (processes of this user on this machine): a directory they can
+    write, or can create (the trainer makes it), found now rather than when the first snapshot fails."""
+    if not path or path.startswith("s3://"):
+        return
+    probe = Path(path)
+    try:
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+    except OSError as exc:  # a name too long, a loop of links...
+        raise UsageError(
+            f"--snapshot-dir {path}: {exc.strerror or exc}: give a directory the nodes can write"
+        ) from None
+    if not probe.is_dir():
+        raise UsageError(f"--snapshot-dir {path}: {probe} is not a directory: give a directory the nodes can write")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"--snapshot-dir {path}: {probe} is not writable by you (the local nodes run as you): give a directory you can write"
+        )

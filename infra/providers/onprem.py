@@ -23,14 +23,20 @@ from ..inventory import Host, load_inventory
 from ..launch.ssh import SshExecutor
 from ..launch.supervise import OutputLine
 from ..procs import CLUSTER_KEY
-from ..spec import DEFAULT_PORT, ClusterSpec
+from ..spec import ClusterSpec
 from ..ssh import check_reachable, connect, remote_stop
 from ..state import ClusterState, NodeInfo, Resource, StateStore
-from .base import Progress
+from .base import Progress, Provider
 
 
-class OnpremProvider:
+class OnpremProvider(Provider):
     name = "onprem"
+    runs_playbooks = True
+    options = frozenset({"inventory"})
+
+    def default_nodes(self, inventory: str) -> int:
+        """Every host in the inventory."""
+        return len(load_inventory(inventory)) if inventory else 1
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         if not spec.inventory:
@@ -107,9 +113,6 @@ class OnpremProvider:
         progress(f"checking SSH to {len(state.nodes)} host(s)")
         check_reachable([_host(n) for n in state.nodes])
         return reconfigure(state, state.spec.inventory, store.cluster_dir(state.name) / "keys", progress, tags)
-
-    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
-        return requested or state.spec.port or DEFAULT_PORT
 
     def preflight(self, state: ClusterState) -> None:
         """site.yml verified every node's Python env; `run` checks reachability as it connects."""

@@ -6,7 +6,6 @@
     ec2.py        the boto3 adapter (imported lazily) and AWS errors as one line
     provider.py   the verbs: plan, up, down, status, dry_run
     configure.py  inventory + playbooks/site.yml, as for on-prem hosts
-    lifecycle.py  up with --down-on-failure and Ctrl-C handling
     faults.py     DDPCTL_FAULT: test-only fault injection
 
 Importing this package does not import boto3.

@@ -48,7 +48,10 @@ def point(phase: str, step: str) -> None:
         if action == phase:  # "after:vpc" / "before:vpc": a crash
             os.kill(os.getpid(), signal.SIGKILL)
         if phase == "after" and action == "interrupt-after":
-            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode, as on Ctrl-C
+            # KeyboardInterrupt at the next bytecode, as on Ctrl-C, even where ddpctl was started with
+            # SIGINT ignored (a background job, nohup): Python then leaves SIGINT ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.kill(os.getpid(), signal.SIGINT)
         if phase == "after" and action == "fail-after":
             raise DdpctlError(f"injected failure after {step} ({ENV}, test only)")
 

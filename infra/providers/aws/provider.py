@@ -24,9 +24,9 @@ from ...ansible import PlayReport
 from ...configure import reconfigure, record_nodes, run_site, site_command
 from ...errors import DdpctlError, UsageError
 from ...launch.supervise import OutputLine
-from ...spec import DEFAULT_PORT, ClusterSpec
+from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, Resource, StateStore
-from ..base import Progress
+from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
 from . import configure, faults, keys, pricing
 from .plan import (
     DEFAULT_INSTANCE_TYPE,
@@ -115,8 +115,11 @@ class DryRunReport:
         return {"plan": self.plan.to_dict(), "checks": self.checks, "lines": self.lines, "image": self.image}
 
 
-class AwsProvider:
+class AwsProvider(Provider):
     name = "aws"
+    runs_playbooks = True
+    billed = True
+    options = frozenset(PROVIDER_FLAGS) - {"inventory"}
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:
         self.caller_address = caller_address
@@ -467,7 +470,7 @@ class AwsProvider:
         from ..pcluster.config import pcluster_name
         from .ec2 import Aws, aws_errors
 
-        spec = ClusterSpec(name=name, provider="aws", region=region)
+        spec = with_defaults(ClusterSpec(name=name, provider="aws", region=region))  # the region as `up` checks it
         with aws_errors(region):
             stack = Aws(region).stack_tags(pcluster_name(name))
         if stack is not None and stack.get(TAG_CLUSTER) == name:  # its network would be in use
@@ -480,24 +483,28 @@ class AwsProvider:
 
     # ---- status --------------------------------------------------------------------------------
 
-    def status(self, state: ClusterState) -> dict[str, Any]:
+    def status(self, state: ClusterState) -> LiveStatus:
         """What EC2 says runs for the cluster now, and what that costs per hour."""
         from .ec2 import Aws, aws_errors
 
         price = pricing.ON_DEMAND_USD_PER_HOUR.get(state.spec.instance_type)
-        info: dict[str, Any] = {"instance_type": state.spec.instance_type, "region": state.spec.region}
+        details: dict[str, Any] = {"instance_type": state.spec.instance_type, "region": state.spec.region}
+        error = ""
         try:
             with aws_errors(state.spec.region):
                 alive = Aws(state.spec.region).alive_instances(state.name)
         except DdpctlError as exc:
-            info["error"] = str(exc)
+            error = str(exc)
             billed = len(state.nodes) if state.status == "up" else 0
+            summary = error
         else:
-            info["instances"] = dict(Counter(i["State"]["Name"] for i in alive))
+            details["instances"] = dict(Counter(i["State"]["Name"] for i in alive))
             billed = sum(1 for i in alive if i["State"]["Name"] in ("pending", "running"))
-        info["billed_instances"] = billed
-        info["cost_per_hour_usd"] = None if price is None else round(price * billed, 4)
-        return info
+            summary = "EC2: " + (", ".join(f"{n} {st}" for st, n in sorted(details["instances"].items())) or "none")
+        cost = None if price is None else round(price * billed, 4)
+        return LiveStatus(
+            summary=summary, billed_instances=billed, cost_per_hour_usd=cost, error=error, details=details
+        )
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
         """site.yml again (``ddpctl configure``) through the inventory ``up`` wrote."""
@@ -544,9 +551,6 @@ class AwsProvider:
         )
 
     # ---- running jobs --------------------------------------------------------------------------
-
-    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
-        return requested or state.spec.port or DEFAULT_PORT  # the group allows all traffic between nodes
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
         from ...inventory import Host

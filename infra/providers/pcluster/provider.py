@@ -44,12 +44,12 @@ from ...configure import record_nodes, run_site
 from ...errors import DdpctlError, UsageError
 from ...inventory import Host
 from ...launch.supervise import OutputLine
-from ...spec import DEFAULT_PORT, ClusterSpec
+from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, Resource, StateStore, atomic_write
 from ..aws import configure, keys, pricing
 from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, ssh_cidr_for
 from ..aws.provider import lookup_caller_address, record_step, with_defaults
-from ..base import Progress
+from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
 from . import compute, network, schema
 from .cli import ClusterInfo, ClusterInstance, Install, PclusterCli, find_pcluster
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, pcluster_name, settings_from_env, to_yaml
@@ -73,8 +73,11 @@ class DryRunReport:
         return {"plan": self.plan.to_dict(), "config": self.config, "checks": self.checks, "lines": self.lines}
 
 
-class PclusterProvider:
+class PclusterProvider(Provider):
     name = "pcluster"
+    runs_playbooks = True
+    billed = True
+    options = frozenset(PROVIDER_FLAGS) - {"inventory", "iam_instance_profile"}
     poll_s = 30.0
     create_timeout_s = 3600.0
     compute_timeout_s = 1800.0
@@ -392,35 +395,39 @@ class PclusterProvider:
 
     # ---- status ----------------------------------------------------------------------------------
 
-    def status(self, state: ClusterState) -> dict[str, Any]:
+    def status(self, state: ClusterState) -> LiveStatus:
         """What ParallelCluster says about the cluster now, and what that costs per hour."""
         plan = self.pcluster_plan(state, StateStore())
-        info: dict[str, Any] = {
+        details: dict[str, Any] = {
             "pcluster_name": plan.pcluster_name,
             "region": plan.region,
             "instance_type": plan.aws.instance_type,
         }
-        running = False
+        running, error = False, ""
         try:
             install = find_pcluster(self.env)
             with self._cli(install, plan) as cli:
                 described = cli.describe(plan.pcluster_name)
         except DdpctlError as exc:
-            info["error"] = str(exc)
+            error = summary = str(exc)
             running = state.status == "up"
         else:
             if described is None:
-                info["summary"] = "ParallelCluster: not found"
+                summary = "ParallelCluster: not found"
             else:
-                info.update(cluster_status=described.status, compute_fleet_status=described.fleet_status)
-                info["summary"] = f"ParallelCluster: {described.status}" + (
+                details.update(cluster_status=described.status, compute_fleet_status=described.fleet_status)
+                summary = f"ParallelCluster: {described.status}" + (
                     f", fleet {described.fleet_status}" if described.fleet_status else ""
                 )
                 running = not described.status.startswith("DELETE")
-        info["billed_instances"] = 1 + plan.aws.count if running else 0
         price = plan.hourly_usd
-        info["cost_per_hour_usd"] = None if price is None else (round(price, 4) if running else 0.0)
-        return info
+        return LiveStatus(
+            summary=summary,
+            billed_instances=1 + plan.aws.count if running else 0,
+            cost_per_hour_usd=None if price is None else (round(price, 4) if running else 0.0),
+            error=error,
+            details=details,
+        )
 
     # ---- running jobs ----------------------------------------------------------------------------
 
@@ -451,9 +458,6 @@ class PclusterProvider:
 
     def preflight(self, state: ClusterState) -> None:
         """Nothing to check from here: Slurm on the head node schedules the job."""
-
-    def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
-        return requested or state.spec.port or DEFAULT_PORT
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
         from ...launch.ssh import SshExecutor

@@ -1,0 +1,281 @@
+"""The commands that make, show, change and remove clusters: ``up``, ``status``, ``configure``, ``down``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
+
+from .options import (
+    EXIT_CODES,
+    aws_up_options,
+    dry_run_option,
+    env_option,
+    json_option,
+    name_option,
+    nproc_option,
+    open_store,
+    port_option,
+    python_option,
+)
+from .plans import print_cluster_plan
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDER_NAMES),
+    default="local",
+    show_default=True,
+    help="Where the nodes come from.",
+)
+@click.option(
+    "--nodes",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Number of nodes. [default: local 1; onprem every host in the inventory]",
+)
+@click.option(
+    "--inventory",
+    "-i",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="onprem: an Ansible inventory (INI or YAML); the [ddp_nodes] group if present, else every host.",
+)
+@nproc_option
+@port_option
+@env_option
+@click.option(
+    "--playbook-var",
+    "playbook_vars",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="onprem, aws, pcluster: a variable for playbooks/site.yml (repeatable; wins over the inventory's), "
+    "e.g. nvidia_cuda_version=12.8 or python_env_mode=existing.",
+)
+@python_option
+@aws_up_options
+@dry_run_option
+@json_option
+def up(
+    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, as_json, **aws
+) -> int:
+    """Provision a cluster of NODES nodes and record it under the state home.
+
+    \b
+    local   N nodes on this machine (no root, no SSH, no cloud)
+    onprem  your hosts from an Ansible inventory: checks SSH to every host,
+            configures them with playbooks/site.yml, then records the cluster
+    aws     EC2 instances (p3.2xlarge, Deep Learning AMI) in a new VPC, SSH only
+            from your address, configured with playbooks/site.yml; every resource
+            is tagged, so `ddpctl down` deletes it all, even after a crash
+    pcluster  an AWS ParallelCluster (Slurm, p3.2xlarge compute nodes) made by the
+            `pcluster` CLI (aws-parallelcluster, in its own venv: PATH or
+            DDPCTL_PCLUSTER); the config is checked by its schema first; then
+            playbooks/site.yml puts torch and the bundle in the head node's
+            /home, which the compute nodes share; jobs go through sbatch there
+
+    \b
+    Examples:
+      ddpctl up --nodes 2                          # two local nodes on this machine
+      ddpctl up --provider onprem -i hosts.ini     # every host in hosts.ini
+      ddpctl up --nodes 2 --dry-run --json         # the plan, as JSON; nothing is created
+      ddpctl up --provider aws --nodes 2 --dry-run # plan, checks and cost per hour
+      ddpctl up --provider aws --nodes 2 --region us-west-2 --spot
+      ddpctl up --provider pcluster --nodes 2 --dry-run   # config, schema, create-cluster --dryrun
+    """
+    from ddpctl.infra import clusters, locks
+    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.spec import ClusterSpec, parse_env
+
+    from .output import Output
+
+    out = Output(as_json)
+    kwargs = {"python": python} if python else {}
+    impl = get_provider(provider)
+    down_on_failure = aws.pop("down_on_failure")
+    impl.check_up_flags(down_on_failure=down_on_failure)
+    kwargs.update({k: v for k, v in aws.items() if v is not None})
+    spec = ClusterSpec(
+        name=name or "default",
+        provider=provider,
+        nodes=impl.default_nodes(inventory or "") if nodes is None else nodes,
+        nproc_per_node=nproc_per_node or 1,
+        port=port,
+        env=parse_env(env),
+        inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
+        **kwargs,
+    )
+    store = open_store()
+    if not dry_run:  # one command at a time changes a cluster
+        click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
+    provider_impl, state = clusters.plan_up(spec, store)
+    if dry_run:
+        report = provider_impl.dry_run(state, store, out.progress)
+        if as_json:
+            doc = {"ok": True, "dry_run": True, "cluster": state.to_dict()}
+            if report is not None:
+                doc[provider] = report.to_dict()
+            out.document(doc)
+        elif report is not None:
+            for line in report.lines:
+                click.echo(line)
+        else:
+            print_cluster_plan(state)
+        return 0
+    state = clusters.up(provider_impl, state, store, out.progress, down_on_failure=down_on_failure)
+    if as_json:
+        out.document({"ok": True, "cluster": state.to_dict()})
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@json_option
+def status(name, as_json) -> int:
+    """Show the clusters under the state home (or just --name)."""
+    from rich.table import Table
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    states = [store.load(name)] if name else [store.load(n) for n in store.names()]
+    from ddpctl.infra.providers import get_provider
+
+    live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
+    if as_json:
+        clusters_doc = [{**s.to_dict(), **({"live": live[s.name].to_dict()} if live[s.name] else {})} for s in states]
+        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
+        return 0
+    if not states:
+        out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
+        return 0
+    table = Table(title=f"clusters under {store.home}", title_justify="left")
+    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "cost/h"):
+        table.add_column(col)
+    for s in states:
+        hosts = ", ".join(sorted({n.host for n in s.nodes}))
+        label = s.status + (" (for one run)" if s.ephemeral else "")
+        cost = ""
+        info = live[s.name]
+        if info is not None:
+            label += f" ({info.summary})"
+            cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
+    out.table(table)
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@click.option("--all", "all_", is_flag=True, help="Take down every cluster under the state home.")
+@click.option(
+    "--region",
+    default=None,
+    metavar="REGION",
+    help="With --name: delete the cluster's resources found by tag in REGION, even with no state file.",
+)
+@click.option(
+    "--provider",
+    "lost_provider",
+    type=click.Choice(PROVIDER_NAMES),
+    default=None,
+    help="With --region: which provider made the cluster whose state file is lost: aws (the default), "
+    "or pcluster (its ParallelCluster first, then the network).",
+)
+@json_option
+def down(name, all_, region, lost_provider, as_json) -> int:
+    """Take a cluster down: stop its processes and delete everything it created.
+
+    Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
+    cleaned up. For aws, resources are also found by their tags, and `down` waits until EC2
+    reports the instances terminated; `ddpctl down --name NAME --region REGION` cleans up an
+    aws cluster whose state file is lost (add `--provider pcluster` for a ParallelCluster one).
+    Running `down` twice is fine.
+    """
+    from ddpctl.infra import clusters, locks
+    from ddpctl.infra.errors import UsageError
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    if lost_provider and region is None:
+        raise UsageError("--provider is for a lost state file: give it with --name and --region")
+    if region is not None:
+        lost_provider = lost_provider or "aws"
+        if not name or all_:
+            raise UsageError("--region needs --name (the cluster to find by tag), and not --all")
+        if not store.exists(name):
+            from ddpctl.infra.providers import get_provider
+
+            click.get_current_context().with_resource(locks.cluster(store, name, "down"))
+            get_provider(lost_provider).down_lost(name, region, store, out.progress)
+            if as_json:
+                out.document({"ok": True, "down": [name]})
+            return 0
+    if all_:
+        names = store.names()
+    else:
+        resolved = clusters.resolve_name(store, name)
+        names = [resolved] if resolved else []
+    if not names:
+        out.progress(f"no cluster is up under {store.home}: nothing to take down")
+    downed = [clusters.down(n, store, out.progress).name for n in names]
+    if as_json:
+        out.document({"ok": True, "down": downed})
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@click.option(
+    "--playbook-var",
+    "playbook_vars",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A variable for playbooks/site.yml (repeatable); recorded with the cluster, so later runs keep it.",
+)
+@click.option(
+    "--tags",
+    default=None,
+    metavar="ROLE[,ROLE]",
+    help="Only these roles: common, ssh_mesh, nvidia, python_env, nccl_env, bundle.",
+)
+@json_option
+def configure(name, playbook_vars, tags, as_json) -> int:
+    """Run playbooks/site.yml again on a cluster's nodes (onprem, aws, pcluster).
+
+    Ansible converges: what is already right is left alone, and the recap says what changed. Use
+    it after changing a playbook variable, after upgrading ddpctl (the training bundle on the
+    nodes), or after a configure step that failed under `up --no-down-on-failure`.
+
+    \b
+    Examples:
+      ddpctl configure                                  # converge; "node0 ok, node1 ok" when nothing changed
+      ddpctl configure --playbook-var nccl_env_debug=INFO --tags nccl_env
+      ddpctl configure --tags bundle                    # the training code only
+    """
+    from ddpctl.infra import clusters
+    from ddpctl.infra.configure import changed_summary
+    from ddpctl.infra.spec import parse_env
+
+    from .output import Output
+
+    out = Output(as_json)
+    state, report = clusters.configure(
+        open_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), tags
+    )
+    summary = changed_summary(report)
+    out.progress(f"cluster {state.name!r} configured: {summary}")
+    if as_json:
+        changed = {host: stats.get("changed", 0) for host, stats in sorted(report.stats.items())}
+        out.document({"ok": True, "cluster": state.to_dict(), "changed": changed})
+    return 0

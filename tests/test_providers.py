@@ -1,0 +1,118 @@
+"""The provider interface: one registry, every verb declared once in the base, capabilities instead of names."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ddpctl.infra.errors import UsageError
+from ddpctl.infra.providers import NAMES, get_provider, provider_class
+from ddpctl.infra.providers.base import PROVIDER_FLAGS, LiveStatus, Provider
+from ddpctl.infra.spec import ClusterSpec
+from ddpctl.infra.state import ClusterState, StateStore
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIRED = ("plan", "up", "down", "executor")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_provider_implements_the_required_verbs(name):
+    cls = provider_class(name)
+    assert issubclass(cls, Provider) and cls.name == name
+    assert [verb for verb in REQUIRED if getattr(cls, verb) is getattr(Provider, verb)] == []
+
+
+def test_no_module_outside_the_providers_compares_a_provider_name():
+    names = "|".join(NAMES)
+    compare = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for top in ("infra", "cli")
+        for path in (REPO / top).rglob("*.py")
+        if "providers" not in path.relative_to(REPO).parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compare.search(line)
+    ]
+    assert found == []
+
+
+def test_the_cli_offers_the_registry():
+    from ddpctl.main import cli
+
+    choices = {p.name: p.type.choices for p in cli.commands["up"].params if p.name == "provider"}
+    assert tuple(choices["provider"]) == NAMES
+
+
+def test_configure_refuses_where_no_playbook_runs(tmp_path):
+    state = ClusterState(spec=ClusterSpec(name="c1"), cluster_id="x", status="up")
+    with pytest.raises(
+        UsageError, match=r"^local clusters run no playbooks: `ddpctl configure` is for onprem, aws, pcluster$"
+    ):
+        get_provider("local").configure(state, StateStore(tmp_path), print, None)
+
+
+@pytest.mark.parametrize("name", ["local", "onprem"])
+def test_a_lost_cluster_is_found_by_tag_only_where_something_is_billed(name, tmp_path):
+    with pytest.raises(
+        UsageError, match=f"^{name} clusters have no resources to find by tag: --region is for aws or pcluster$"
+    ):
+        get_provider(name).down_lost("c1", "us-east-1", StateStore(tmp_path), print)
+
+
+def test_no_configure_is_taken_by_both_aws_providers():
+    """`up --provider pcluster --no-configure` was refused by the CLI although the provider does it."""
+    for name in ("aws", "pcluster"):
+        assert ClusterSpec(name="c1", provider=name, configure=False).configure is False
+    with pytest.raises(UsageError, match="^--no-configure is for --provider aws or pcluster, not onprem$"):
+        ClusterSpec(name="c1", provider="onprem", configure=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"provider": "local", "inventory": "hosts.ini"}, "--inventory is for --provider onprem, not local"),
+        (
+            {"provider": "pcluster", "iam_instance_profile": "p"},
+            "--iam-instance-profile is for --provider aws, not pcluster",
+        ),
+        (
+            {"provider": "local", "region": "us-east-1", "spot": True},
+            "--region, --spot are for --provider aws or pcluster, not local",
+        ),
+        (
+            {"provider": "local", "inventory": "h.ini", "spot": True},
+            "--inventory, --spot are not for --provider local",
+        ),
+        (
+            {"provider": "local", "playbook_vars": {"a": "1"}},
+            "--playbook-var is for --provider onprem, aws or pcluster",
+        ),
+    ],
+)
+def test_a_provider_refuses_the_flags_it_does_not_take(kwargs, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        ClusterSpec(name="c1", **kwargs)
+
+
+def test_every_provider_only_field_is_taken_by_some_provider():
+    taken = set().union(*(provider_class(n).options for n in NAMES))
+    assert taken == set(PROVIDER_FLAGS)
+
+
+def test_down_on_failure_is_a_choice_only_where_something_is_billed():
+    get_provider("aws").check_up_flags(down_on_failure=False)
+    with pytest.raises(UsageError, match="^--no-down-on-failure is for --provider aws or pcluster, not local$"):
+        get_provider("local").check_up_flags(down_on_failure=False)
+
+
+def test_status_is_one_typed_value():
+    live = LiveStatus(summary="EC2: 2 running", billed_instances=2, cost_per_hour_usd=6.12, details={"region": "r"})
+    assert live.to_dict() == {
+        "region": "r",
+        "summary": "EC2: 2 running",
+        "billed_instances": 2,
+        "cost_per_hour_usd": 6.12,
+    }
+    assert "error" in LiveStatus(summary="x", billed_instances=0, cost_per_hour_usd=None, error="x").to_dict()
+    state = ClusterState(spec=ClusterSpec(name="c1"), cluster_id="x", status="up")
+    assert get_provider("local").status(state) is None  # the state file says it all
