@@ -284,12 +284,12 @@ def test_a_pipe_held_open_by_a_stray_is_not_waited_on() -> None:
 # -- elastic runs: --nodes MIN:MAX
 
 
-def three_nodes(clock: FakeClock, *, node2_exits: float = 1.0, others_exit: float = 60.0) -> list[FakeNode]:
-    """node2's agent dies (exit -9) while the head and node1 go on."""
+def three_nodes(clock: FakeClock, *, others_exit: float = 60.0) -> list[FakeNode]:
+    """node2's agent dies (exit -9) at 1 s while the head and node1 go on."""
     return [
         FakeNode(clock, "node0", at=others_exit),
         FakeNode(clock, "node1", at=others_exit),
-        FakeNode(clock, "node2", code=-9, at=node2_exits),
+        FakeNode(clock, "node2", code=-9, at=1.0),
     ]
 
 
