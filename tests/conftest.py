@@ -23,6 +23,21 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.append(report.nodeid)
 
 
+#: Fixtures that use the test cluster (one bridge, fixed node names on this machine): their tests
+#: run one after the other, on one pytest-xdist worker, whatever `-n` says.
+TESTBED_FIXTURES = frozenset({"testbed", "slurm_testbed", "twin"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With `-n N --dist loadgroup` (./dev test): every test that uses the test cluster in one group, the
+    other modules each in a group of their own (so a module's fixtures are set up once)."""
+    for item in items:
+        uses_testbed = TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))
+        group = "testbed" if uses_testbed else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped and os.environ.get("DDPCTL_FAIL_ON_SKIP") == "1":
         sys.stderr.write(f"\nDDPCTL_FAIL_ON_SKIP=1: {len(_skipped)} test(s) skipped: {', '.join(_skipped)}\n")
