@@ -9,15 +9,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from .ansible import ANSIBLE_CFG, PLAYBOOKS, PlayReport, run_playbook
 from .errors import DdpctlError, UsageError
+from .progress import Progress
 from .state import ClusterState, NodeInfo
-
-Progress = Callable[[str], None]
 
 #: The roles of playbooks/site.yml, in order: what ``ddpctl configure --tags`` may name.
 ROLES = ("common", "ssh_mesh", "nvidia", "python_env", "nccl_env", "bundle")

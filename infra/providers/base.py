@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..errors import UsageError
+from ..progress import Progress
 
 if TYPE_CHECKING:
     from ..ansible import PlayReport
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from ..spec import ClusterSpec, RunSpec
     from ..state import ClusterState, StateStore
 
-Progress = Callable[[str], None]
 Sink = Callable[["OutputLine"], None]
 
 

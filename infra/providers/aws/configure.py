@@ -21,9 +21,8 @@ from pathlib import Path
 
 from ...errors import DdpctlError
 from ...inventory import Host
+from ...progress import Progress
 from ...state import NodeInfo, atomic_write
-
-Progress = Callable[[str], None]
 
 HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 HOST_KEYS_END = "-----END SSH HOST KEY KEYS-----"

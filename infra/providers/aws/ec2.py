@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import DdpctlError, UsageError
+from ...progress import Progress
 from . import faults, pricing
 from .plan import (
     CREATED_BY,
@@ -30,8 +31,6 @@ from .plan import (
     TAG_CREATED_BY,
     ImageSource,
 )
-
-Progress = Callable[[str], None]
 
 #: Called with every botocore client ddpctl makes (the benchmark counts API calls this way).
 CLIENT_HOOKS: list[Callable[[Any], None]] = []

@@ -9,14 +9,12 @@ and CloudFormation through the internet gateway; there is no NAT gateway to pay 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ...errors import DdpctlError, UsageError
+from ...progress import Progress
 from ...state import ClusterState
 from ..aws.plan import VPC_CIDR, AwsPlan, subnet_cidr
-
-Progress = Callable[[str], None]
 
 
 def check_subnet(aws: Any, plan: AwsPlan) -> dict[str, Any]:
