@@ -13,7 +13,6 @@ from pathlib import Path
 from . import clusters, locks
 from .check import head_reach_plan
 from .errors import UsageError
-from .inventory import Host
 from .jobs import BUNDLE_DIR, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.sbatch import SbatchPlan, plan_sbatch
@@ -270,7 +269,7 @@ def _execute(
                 sink(line)
 
             if isinstance(prep.plan, SbatchPlan):
-                result = SlurmExecutor(Host(**prep.cluster.nodes[0].ssh), tee).run(prep.plan)
+                result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
             else:
                 result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:

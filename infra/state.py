@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ClusterNotFound, UsageError
+from .inventory import Host
 from .spec import ClusterSpec
 
-STATE_VERSION = 1
+#: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
+STATE_VERSION = 2
 
 
 @dataclass
@@ -44,7 +46,7 @@ class NodeInfo:
     python: str = ""  # the node's Python with torch ("" -> the cluster spec's)
     env_file: str = ""  # KEY=VALUE file the launcher sources first (written by the nccl_env role)
     bundle_dir: str = ""  # where the training bundle is on the node ("" -> this machine's copy)
-    ssh: dict[str, Any] = field(default_factory=dict)  # how to reach it (an inventory Host's fields)
+    ssh: Host | None = None  # how to reach it over SSH (None: it is this machine)
     #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count
     #: (onprem: the inventory's ddpctl_nproc_per_node host variable, e.g. the host's GPU count)
     nproc: int = 0
@@ -81,10 +83,15 @@ class ClusterState:
         data.pop("version", None)
         return cls(
             spec=ClusterSpec(**data.pop("spec")),
-            nodes=[NodeInfo(**n) for n in data.pop("nodes")],
+            nodes=[_node(n) for n in data.pop("nodes")],
             resources=[Resource(**r) for r in data.pop("resources")],
             **data,
         )
+
+
+def _node(data: dict[str, Any]) -> NodeInfo:
+    ssh = data.get("ssh")  # version 1 wrote {} for "none"
+    return NodeInfo(**{**data, "ssh": Host(**ssh) if ssh else None})
 
 
 def default_home() -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,11 +79,27 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
     assert store.load("c") == saved
     path = store.path("c")
     assert path.stat().st_mode & 0o777 == 0o600
-    assert json.loads(path.read_text())["version"] == 1
+    assert json.loads(path.read_text())["version"] == 2
     assert not list(path.parent.glob(".*.tmp"))  # no temp file left behind
     store.delete("c")
     with pytest.raises(ClusterNotFound, match="no cluster named 'c'"):
         store.load("c")
+
+
+def test_a_node_reached_over_ssh_is_a_typed_host_and_version_1_files_still_load(tmp_path: Path) -> None:
+    from ddpctl.infra.inventory import Host
+
+    store = StateStore(tmp_path)
+    saved = state()
+    saved.nodes[1] = replace(saved.nodes[1], ssh=Host("node1", "10.0.0.2", user="ubuntu", key_file="/k"))
+    store.save(saved)
+    assert store.load("c").nodes[1].ssh == Host("node1", "10.0.0.2", user="ubuntu", key_file="/k")
+    old = json.loads(store.path("c").read_text())
+    old["version"] = 1
+    old["nodes"][0]["ssh"] = {}  # what version 1 wrote for a local node
+    store.path("c").write_text(json.dumps(old))
+    loaded = store.load("c")
+    assert loaded.nodes[0].ssh is None and loaded.nodes[1].ssh.user == "ubuntu"
 
 
 def test_state_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

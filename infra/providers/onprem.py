@@ -13,7 +13,6 @@ import shutil
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 from ..ansible import PlayReport
@@ -50,7 +49,7 @@ class OnpremProvider(Provider):
         hosts = hosts[: spec.nodes]
         root = store.cluster_dir(spec.name)
         cluster_id = uuid.uuid4().hex[:12]
-        nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=asdict(h), nproc=host_nproc(h)) for h in hosts]
+        nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=h, nproc=host_nproc(h)) for h in hosts]
         resources = [Resource("dir", str(root)), Resource("dir", str(root / "keys"))]
         resources += [Resource("host-config", h.name, detail={"address": h.address}) for h in hosts]
         resources += [Resource("processes", f"{CLUSTER_KEY}={cluster_id}")]
@@ -148,7 +147,7 @@ def host_nproc(host: Host) -> int:
 
 
 def _host(node: NodeInfo) -> Host:
-    return Host(**node.ssh)
+    return node.ssh
 
 
 PROVIDER = OnpremProvider()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import DdpctlError
@@ -120,8 +120,7 @@ def ssh_host(node: Launched, files: SshFiles, *, user: str, key_path: str, priva
 def node_infos(nodes: list[Launched], hosts: list[Host], *, cpus: int, gpus: int) -> list[NodeInfo]:
     """Nodes before configuration: reachable at their private address by the other nodes."""
     return [
-        NodeInfo(name=n.name, host=n.private_ip, workdir="", cpus=cpus, gpus=gpus, ssh=asdict(h))
-        for n, h in zip(nodes, hosts)
+        NodeInfo(name=n.name, host=n.private_ip, workdir="", cpus=cpus, gpus=gpus, ssh=h) for n, h in zip(nodes, hosts)
     ]
 
 

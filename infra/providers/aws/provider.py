@@ -508,7 +508,6 @@ class AwsProvider(Provider):
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
         """site.yml again (``ddpctl configure``) through the inventory ``up`` wrote."""
-        from ...inventory import Host
 
         cluster_dir = store.cluster_dir(state.name)
         inventory = configure.inventory_path(cluster_dir)
@@ -517,7 +516,7 @@ class AwsProvider(Provider):
                 f"{inventory} is missing: take the cluster down and up again (`ddpctl down --name {state.name}`)"
             )
         self._collect_missing_host_keys(state, store, progress)
-        configure.wait_for_ssh([Host(**n.ssh) for n in state.nodes], progress)
+        configure.wait_for_ssh([n.ssh for n in state.nodes], progress)
         report = reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
         for res in state.resources:
             if res.kind == "configure":  # an `up` stopped in its configure step is finished now
@@ -536,7 +535,7 @@ class AwsProvider(Provider):
                 name=n.name,
                 instance_id=ids.get(n.name, ""),
                 private_ip=n.host,
-                public_ip="" if plan.private_ip else n.ssh.get("address", ""),
+                public_ip="" if plan.private_ip or n.ssh is None else n.ssh.address,
                 zone="",
             )
             for n in state.nodes
@@ -553,10 +552,9 @@ class AwsProvider(Provider):
     # ---- running jobs --------------------------------------------------------------------------
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
-        from ...inventory import Host
         from ...launch.ssh import SshExecutor
 
-        return SshExecutor({n.name: Host(**n.ssh) for n in state.nodes}, sink)
+        return SshExecutor({n.name: n.ssh for n in state.nodes}, sink)
 
 
 class _Up:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import DdpctlError
@@ -153,7 +153,7 @@ def parse_keyscan(text: str, addresses: list[str]) -> dict[str, list[str]]:
 def compute_node_infos(head: NodeInfo, nodes: list[ClusterInstance], ssh_config: Path) -> list[NodeInfo]:
     """The compute nodes as the launcher sees them: the head node's Python, env file, bundle and work
     dir (all in the /home they share), each reached through the head node."""
-    user, key = head.ssh.get("user"), head.ssh.get("key_file")
+    user, key = head.ssh.user, head.ssh.key_file
     return [
         replace(
             head,
@@ -161,9 +161,7 @@ def compute_node_infos(head: NodeInfo, nodes: list[ClusterInstance], ssh_config:
             host=n.private_ip,
             ifname=None,
             nproc=0,
-            ssh=asdict(
-                Host(name=node_name(n), address=node_name(n), user=user, key_file=key, ssh_config=str(ssh_config))
-            ),
+            ssh=Host(name=node_name(n), address=node_name(n), user=user, key_file=key, ssh_config=str(ssh_config)),
         )
         for n in nodes
     ]
@@ -225,7 +223,7 @@ def check_view(
             f"cluster {state.name!r} has no head node recorded ({state.status}): bring it up with `ddpctl up`"
         )
     head_info = state.nodes[0]
-    head = Host(**head_info.ssh)
+    head = head_info.ssh
     nodes = running(instances)
     if not nodes:
         listed = len(in_queue(instances))
@@ -246,4 +244,4 @@ def check_view(
     atomic_write(ssh_config, ssh_config_text(head, head_known_hosts(head), nodes, known_hosts))
     compute = compute_node_infos(head_info, nodes, ssh_config)
     view = replace(state, nodes=compute)
-    return view, lambda sink: SshExecutor({n.name: Host(**n.ssh) for n in compute}, sink)
+    return view, lambda sink: SshExecutor({n.name: n.ssh for n in compute}, sink)

@@ -35,14 +35,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ...ansible import PlayReport
 from ...configure import record_nodes, run_site
 from ...errors import DdpctlError, UsageError
-from ...inventory import Host
 from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, Resource, StateStore, atomic_write
@@ -462,7 +461,7 @@ class PclusterProvider(Provider):
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]):
         from ...launch.ssh import SshExecutor
 
-        return SshExecutor({n.name: Host(**n.ssh) for n in state.nodes}, sink)
+        return SshExecutor({n.name: n.ssh for n in state.nodes}, sink)
 
 
 class _Up:
@@ -566,9 +565,7 @@ class _Up:
             cluster_dir, [launched], user=plan.ssh_user, key_path=a.key_path, private=a.private_ip, host_keys=host_keys
         )
         host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
-        state.nodes = [
-            NodeInfo(**{**asdict(state.nodes[0]), "host": head.private_ip, "python": "python3", "ssh": asdict(host)})
-        ]
+        state.nodes = [replace(state.nodes[0], host=head.private_ip, python="python3", ssh=host)]
         state.launcher = "sbatch"
         self.store.save(state)
         if a.configure:
@@ -601,7 +598,7 @@ def configure_head(
     node then stands for the compute nodes: the play's Python, env file, bundle and work dir, with the
     CPUs and GPUs of the compute instance type."""
     head = state.nodes[0]
-    configure.wait_for_ssh([Host(**head.ssh)], progress)
+    configure.wait_for_ssh([head.ssh], progress)
     report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=tags)
     [node] = record_nodes([head], report, {})
     state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
