@@ -13,14 +13,12 @@ from dataclasses import dataclass, field, replace
 
 from .errors import DdpctlError
 from .jobs import BUNDLE_DIR
-from .launch.plan import LaunchPlan, NodeLaunch, node_env, plan_torchrun
+from .launch.plan import LaunchPlan, plan_torchrun
+from .launch.reach import parse_reach, plan_reach
 from .launch.supervise import OutputLine
-from .node_programs import source
 from .spec import RunSpec, new_run_id
 from .state import ClusterState, NodeInfo
 
-#: What a node of the reachability check prints, per peer (node_programs/reach.py).
-REACH_LINE = re.compile(r"^REACH (\S+) (\S+) (ok|error: .*)$")
 BW_LINE = re.compile(r"busbw_gbps=([\d.]+)")
 
 
@@ -49,56 +47,6 @@ class CheckReport:
             else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
             "ok": not self.unreachable,
         }
-
-
-def plan_reach(
-    cluster: ClusterState,
-    nodes: list[NodeInfo],
-    port: int,
-    *,
-    all_pairs: bool,
-    seconds: float = 10.0,
-    strict: bool = False,
-) -> LaunchPlan:
-    """Every node to every other (``all_pairs``), or every node to the head only (before a run).
-
-    ``strict``: a node's check exits 1 when it could not listen or connect (so that a launch that
-    follows it on the same line does not start).
-    """
-    run = RunSpec(job="check-reach", nodes=len(nodes), run_id=new_run_id())
-    hosts = [n.host for n in nodes]
-    launches = []
-    for i, node in enumerate(nodes):
-        if all_pairs:
-            peers = [h for h in hosts if h != node.host]
-            expect = len(peers)
-        else:
-            peers = [] if i == 0 else [hosts[0]]
-            expect = len(nodes) - 1 if i == 0 else 0
-        argv = (
-            node.python or cluster.spec.python,
-            "-c",
-            source("reach"),
-            str(port),
-            node.host,
-            ",".join(peers),
-            str(expect),
-            str(seconds),
-            *(["strict"] if strict else []),
-        )
-        launches.append(
-            NodeLaunch(
-                node=node.name,
-                host=node.host,
-                node_rank=i,
-                argv=argv,
-                env=node_env(cluster, run, 1, None),
-                cwd=node.workdir,
-                log_dir="",
-                env_file=node.env_file,
-            )
-        )
-    return LaunchPlan(run.run_id, run.job, cluster.name, f"{hosts[0]}:{port}", len(nodes), tuple(launches))
 
 
 def plan_bandwidth(cluster: ClusterState, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> LaunchPlan:
@@ -144,36 +92,3 @@ def run_check(
                 )
             report.bandwidth_gbps[(a.name, b.name)] = found[0]
     return report
-
-
-def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> LaunchPlan | None:
-    """Before a run: the plan that checks every node reaches the head on ``port`` (None: nothing to check)."""
-    if len(nodes) < 2 or len({n.host for n in nodes}) < len(nodes):
-        return None
-    return plan_reach(cluster, nodes, port, all_pairs=False, strict=True)
-
-
-def parse_reach(plan: LaunchPlan, lines: list[OutputLine]) -> dict[tuple[str, str], str]:
-    """A reach plan's output -> {(from node, to node): "ok" | "error: ..."}."""
-    names = {n.host: n.node for n in plan.nodes}
-    reach = {}
-    for line in lines:
-        m = REACH_LINE.match(line.text.strip())
-        if m:
-            reach[(names.get(m.group(1), m.group(1)), names.get(m.group(2), m.group(2)))] = m.group(3)
-    return reach
-
-
-def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine]) -> None:
-    """Judge a ``head_reach_plan``'s output (after a failed launch): the one-line reason, if a node
-    could not listen on or reach the head's port. A node whose check said nothing failed for
-    another reason, which the run's own output shows."""
-    head = plan.nodes[0].node
-    reach = parse_reach(plan, lines)
-    problems = [f"{a} -> {b}: {r}" for (a, b), r in sorted(reach.items()) if r != "ok"]
-    if problems:
-        port = plan.rdzv_endpoint.rsplit(":", 1)[1]
-        raise DdpctlError(
-            f"nodes cannot reach the head node {head} on port {port}: {'; '.join(problems)} "
-            "(open the port between nodes, or pick another with --port)"
-        )

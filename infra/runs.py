@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import clusters, locks
-from .check import head_reach_plan
 from .errors import UsageError
 from .jobs import BUNDLE_DIR, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
+from .launch.reach import head_reach_plan
 from .launch.sbatch import SbatchPlan, plan_sbatch
 from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ddpctl.infra.ansible import PlayReport, TaskLines
-from ddpctl.infra.check import REACH_LINE, plan_reach
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.inventory import hosts_from_list
+from ddpctl.infra.launch.reach import REACH_LINE, plan_reach
 from ddpctl.infra.spec import ClusterSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 

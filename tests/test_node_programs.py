@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra import node_programs
-from ddpctl.infra.check import REACH_LINE
+from ddpctl.infra.launch.reach import REACH_LINE
 
 PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable
 

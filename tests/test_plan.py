@@ -7,7 +7,8 @@ import shlex
 import pytest
 
 from ddpctl.infra.errors import UsageError
-from ddpctl.infra.launch.plan import RANK_PREFIX_TEMPLATE, plan_torchrun
+from ddpctl.infra.launch.plan import plan_torchrun
+from ddpctl.infra.launch.torchrun import RANK_PREFIX_TEMPLATE
 from ddpctl.infra.spec import ClusterSpec, RunSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 
@@ -186,3 +187,24 @@ def test_elastic_runs() -> None:
 def test_restarts_get_a_fresh_worker_store_per_round() -> None:
     plan = plan_torchrun(cluster(2), RunSpec(job="m", nodes=2, max_restarts=1, run_id="r1"), script="s.py", port=1)
     assert all(n.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" for n in plan.nodes)
+
+
+def test_one_torchrun_builder_for_every_launcher() -> None:
+    from ddpctl.infra.launch.torchrun import ShellVar, literal, shell_join, torchrun_argv
+
+    run = RunSpec(job="mnist", nodes=2, run_id="r1", args=("--epochs", "1"))
+    argv = torchrun_argv(
+        "python3",
+        run,
+        nproc=1,
+        rdzv_endpoint=ShellVar("DDPCTL_RDZV"),
+        rdzv_id=ShellVar("SLURM_JOB_ID"),
+        log_dir="/o/logs",
+        script="/b/m.py",
+    )
+    line = shell_join(argv)
+    assert '--rdzv-endpoint "$DDPCTL_RDZV" --rdzv-id "$SLURM_JOB_ID"' in line  # expanded by the node's shell
+    assert "--rdzv-conf" not in line and "--local-addr" not in line
+    assert shell_join(["a b", "$HOME"]) == "'a b' '$HOME'"  # a value that only looks like a variable is quoted
+    with pytest.raises(ValueError, match="cannot expand a ShellVar"):
+        literal(argv)

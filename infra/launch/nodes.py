@@ -66,7 +66,7 @@ class Elastic:
     #: start a lost node's agent again (it joins the survivors at their next rendezvous); raises if
     #: the node cannot be reached. None: lost nodes stay lost.
     relaunch: Callable[[int], NodeProcess] | None = None
-    #: long enough for the survivors to start their smaller round first (plan.ELASTIC_RDZV_CONF)
+    #: long enough for the survivors to start their smaller round first (torchrun.ELASTIC_RDZV_CONF)
     relaunch_after_s: float = 30.0
     relaunches: int = 3  # per node
     #: call ``relaunch`` in a thread of its own (it may wait on a network); False for local

@@ -14,15 +14,11 @@ from ..errors import UsageError
 from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
 from ..state import ClusterState
+from .torchrun import literal, torchrun_argv
 
-#: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back.
-RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 DEFAULT_NCCL_DEBUG = "WARN"
-#: Elastic runs: a round with MIN nodes waits 5 s for more before it starts (torchrun: 30 s), and a
-#: node whose heartbeat (every 2 s) is missed 3 times is dropped (torchrun: 5 s x 3). Recovery
-#: from a lost node is then about 15 s (bench/recovery.py).
+#: Elastic runs: a collective that waits longer than this on a silent peer fails (a lost link).
 ELASTIC_COLLECTIVE_TIMEOUT_S = 120
-ELASTIC_RDZV_CONF = ",last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"
 
 
 @dataclass(frozen=True)
@@ -97,42 +93,23 @@ def plan_torchrun(
             else:
                 node_script = f"{node.workdir}/scripts/{run.run_id}/{posixpath.basename(script)}"
                 uploads = ((script, node_script),)
-        argv = (
+        argv = torchrun_argv(
             node.python or cluster.spec.python,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            f"{run.min_nodes}:{run.nodes}" if run.elastic else str(run.nodes),
-            "--nproc-per-node",
-            str(run.nprocs()[rank]),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            endpoint,
-            "--rdzv-id",
-            run.run_id,
-            # The head node hosts the c10d store; saying so avoids guessing from host names.
-            "--rdzv-conf",
-            f"is_host={int(rank == 0)}" + (ELASTIC_RDZV_CONF if run.elastic else ""),
-            "--local-addr",
-            node.host,
-            "--max-restarts",
-            str(run.max_restarts),
-            "--log-dir",
-            log_dir,
-            "--tee",
-            "3",
-            "--log-line-prefix-template",
-            RANK_PREFIX_TEMPLATE,
-            node_script,
-            *run.args,
+            run,
+            nproc=run.nprocs()[rank],
+            rdzv_endpoint=endpoint,
+            rdzv_id=run.run_id,
+            log_dir=log_dir,
+            script=node_script,
+            is_host=rank == 0,  # the head node hosts the c10d store
+            local_addr=node.host,
         )
         launches.append(
             NodeLaunch(
                 node=node.name,
                 host=node.host,
                 node_rank=rank,
-                argv=argv,
+                argv=literal(argv),
                 env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
                 cwd=node.workdir,
                 log_dir=log_dir,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
-from .plan import DEFAULT_NCCL_DEBUG, RANK_PREFIX_TEMPLATE
+from .plan import DEFAULT_NCCL_DEBUG
+from .torchrun import ShellVar, shell_join, torchrun_argv
 
 
 @dataclass(frozen=True)
@@ -80,33 +81,16 @@ def plan_sbatch(
         f"#SBATCH --output={output_dir}/ddpctl-%j.out",
         "#SBATCH --wait-all-nodes=1",
     ]
-    torchrun = [
+    torchrun = torchrun_argv(
         python,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        str(run.nodes),
-        "--nproc-per-node",
-        str(run.nprocs()[0]),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        '"$DDPCTL_RDZV"',
-        "--rdzv-id",
-        '"$SLURM_JOB_ID"',
-        "--max-restarts",
-        str(run.max_restarts),
-        "--log-dir",
-        f"{output_dir}/logs/{run.run_id}",
-        "--tee",
-        "3",
-        "--log-line-prefix-template",
-        RANK_PREFIX_TEMPLATE,
-        script,
-        *run.args,
-    ]
-    # Each task's bash expands only the two variables in double quotes; everything else is quoted.
-    torchrun_line = " ".join(a if a.startswith('"$') else shlex.quote(a) for a in torchrun)
+        run,
+        nproc=run.nprocs()[0],
+        rdzv_endpoint=ShellVar("DDPCTL_RDZV"),  # set by the script below, on the head node's address
+        rdzv_id=ShellVar("SLURM_JOB_ID"),
+        log_dir=f"{output_dir}/logs/{run.run_id}",
+        script=script,
+    )
+    torchrun_line = shell_join(torchrun)
     source = f"set -a; . {shlex.quote(env_file)}; set +a; " if env_file else ""
     # after the env file, so that explicit values win over the file's
     reexport = "".join(f"export {k}={shlex.quote(v)}; " for k, v in explicit.items()) if env_file else ""

@@ -19,6 +19,7 @@ from ..inventory import Host
 from ..procs import RUN_KEY
 from ..ssh import connect, remote_stop
 from .plan import LaunchPlan, NodeLaunch
+from .reach import REACH_LINE, raise_if_head_unreachable
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,8 +84,6 @@ class SshExecutor:
             if plan.precheck is not None:
                 # Every node reaches the head's port? Checked on the launch's own line, just before
                 # torchrun starts (`check && exec torchrun`): one SSH exec per node, not two.
-                from ..check import REACH_LINE
-
                 marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
                 commands = [
                     f"{replace(check, env={**check.env, **marked}).shell(last=False)} && {command}"
@@ -116,8 +115,6 @@ class SshExecutor:
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
             result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
             if plan.precheck is not None and not result.ok and not result.interrupted:
-                from ..check import raise_if_head_unreachable
-
                 raise_if_head_unreachable(plan.precheck, checked)  # the one-line reason, if that was it
             return result
         finally:
