@@ -2,7 +2,7 @@
 
     python bench/startup.py [--repeat 20]
 
-Also times a bare Click group, the floor for any Click CLI. Goal: ddpctl/python <= 6x.
+Also times a bare Click group, the floor for any Click CLI. Goal: ddpctl/python <= 3x (issue 14).
 """
 
 from __future__ import annotations
