@@ -142,19 +142,30 @@ def status(name, as_json) -> int:
     """Show the clusters under the state home (or just --name)."""
     from rich.table import Table
 
+    from ddpctl.infra.state import DamagedState
+
     from .output import Output
 
     out = Output(as_json)
     store = open_store()
-    states = [store.load(name)] if name else [store.load(n) for n in store.names()]
+    states, damaged = [], []
+    for each in [name] if name else store.names():
+        try:
+            states.append(store.load(each))
+        except DamagedState as exc:  # shown as such: `down` still cleans it up
+            damaged.append(exc)
     from ddpctl.infra.providers import get_provider
 
     live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
     if as_json:
         clusters_doc = [{**s.to_dict(), **({"live": live[s.name].to_dict()} if live[s.name] else {})} for s in states]
+        clusters_doc += [
+            {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
+            for d in damaged
+        ]
         out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
         return 0
-    if not states:
+    if not states and not damaged:
         out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
     table = Table(title=f"clusters under {store.home}", title_justify="left")
@@ -169,7 +180,11 @@ def status(name, as_json) -> int:
             label += f" ({info.summary})"
             cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
         table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
+    for d in damaged:
+        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
     out.table(table)
+    for d in damaged:
+        out.progress(f"{d.name}: {d}")
     return 0
 
 
@@ -187,8 +202,8 @@ def status(name, as_json) -> int:
     "lost_provider",
     type=click.Choice(PROVIDER_NAMES),
     default=None,
-    help="With --region: which provider made the cluster whose state file is lost: aws (the default), "
-    "or pcluster (its ParallelCluster first, then the network).",
+    help="Which provider made a cluster whose state file is lost (with --region: aws, the default, or pcluster) "
+    "or damaged (where the file no longer says).",
 )
 @json_option
 def down(name, all_, region, lost_provider, as_json) -> int:
@@ -198,7 +213,8 @@ def down(name, all_, region, lost_provider, as_json) -> int:
     cleaned up. For aws, resources are also found by their tags, and `down` waits until EC2
     reports the instances terminated; `ddpctl down --name NAME --region REGION` cleans up an
     aws cluster whose state file is lost (add `--provider pcluster` for a ParallelCluster one).
-    Running `down` twice is fine.
+    A damaged state file is cleaned up from what can still be read of it (processes by their
+    marker, cloud resources by tag). Running `down` twice is fine.
     """
     from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
@@ -207,20 +223,19 @@ def down(name, all_, region, lost_provider, as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
-    if lost_provider and region is None:
-        raise UsageError("--provider is for a lost state file: give it with --name and --region")
-    if region is not None:
-        lost_provider = lost_provider or "aws"
-        if not name or all_:
-            raise UsageError("--region needs --name (the cluster to find by tag), and not --all")
-        if not store.exists(name):
+    if (region is not None or lost_provider) and (not name or all_):
+        raise UsageError("--region and --provider are for one cluster whose state is lost or damaged: give --name")
+    if not store.exists(name or ""):
+        if region is not None:
             from ddpctl.infra.providers import get_provider
 
             click.get_current_context().with_resource(locks.cluster(store, name, "down"))
-            get_provider(lost_provider).down_lost(name, region, store, out.progress)
+            get_provider(lost_provider or "aws").down_lost(name, region, store, out.progress)
             if as_json:
                 out.document({"ok": True, "down": [name]})
             return 0
+        if lost_provider:
+            raise UsageError("--provider is for a lost state file: add --region REGION (aws, pcluster)")
     if all_:
         names = store.names()
     else:
@@ -228,7 +243,7 @@ def down(name, all_, region, lost_provider, as_json) -> int:
         names = [resolved] if resolved else []
     if not names:
         out.progress(f"no cluster is up under {store.home}: nothing to take down")
-    downed = [clusters.down(n, store, out.progress).name for n in names]
+    downed = [clusters.down(n, store, out.progress, provider=lost_provider, region=region) for n in names]
     if as_json:
         out.document({"ok": True, "down": downed})
     return 0

@@ -6,6 +6,7 @@ them are imported only when used).
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -36,6 +37,13 @@ class DdpctlGroup(click.Group):
             _fail(str(exc), exc.exit_code)
         except (click.Abort, KeyboardInterrupt):
             _fail("interrupted", 130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            from ddpctl.infra.state import default_home
+
+            where = f" writing {exc.filename}" if exc.filename else f" (the state home is {default_home()})"
+            _fail(f"no space left on the device{where}: free some space and try again (`ddpctl down` still works)", 1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -88,8 +88,9 @@ env_option = click.option(
     "--env",
     "-e",
     multiple=True,
-    metavar="KEY=VALUE",  # checked by infra.spec.parse_env, for run and up alike
-    help="Extra environment for every rank (repeatable); KEY is letters, digits and '_', not starting with a digit.",
+    metavar="KEY=VALUE",  # checked by infra.spec.parse_env / run_env, for run and up alike
+    help="Extra environment for every rank (repeatable); KEY is letters, digits and '_', not starting with a digit. "
+    "run: a bare -e KEY passes your environment's value as a secret (recorded and shown by name only).",
 )
 python_option = click.option(
     "--python",

@@ -27,6 +27,6 @@ def print_launch_plan(plan) -> None:
     for node in plan.nodes:
         click.echo(f"  {node.node} ({node.host}):")
         click.echo(f"    cwd:  {node.cwd}")
-        for key, value in node.env.items():
+        for key, value in node.shown_env().items():
             click.echo(f"    env:  {key}={value}")
         click.echo(f"    argv: {shlex.join(node.argv)}")

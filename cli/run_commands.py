@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Any
 
 import click
@@ -71,6 +72,15 @@ from .plans import print_cluster_plan, print_launch_plan
     "crashed): what is left of it is stopped, and the job resumes from its snapshot.",
 )
 @env_option
+@click.option(
+    "--env-file",
+    "env_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Secrets for every rank from FILE (KEY=VALUE lines, # comments; repeatable): recorded by name only, "
+    "read again by --resume.",
+)
 @python_option
 @dry_run_option
 @json_option
@@ -89,6 +99,7 @@ def run(
     snapshot_dir,
     resume_id,
     env,
+    env_files,
     python,
     dry_run,
     as_json,
@@ -105,6 +116,7 @@ def run(
       ddpctl run mnist --nodes 2
       ddpctl run mnist --nodes 2 -- --epochs 1
       ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
+      ddpctl run ./train.py --nodes 2 -e WANDB_API_KEY   # a secret from your environment
       ddpctl run mingpt --nodes 2 --dry-run
       ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
       ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
@@ -145,6 +157,7 @@ def run(
             port=port,
             run_id=run_id,
             env=tuple(env),
+            env_files=tuple(str(Path(f).resolve()) for f in env_files),
             python=python,
             launcher=launcher,
             min_nodes=min_nodes,

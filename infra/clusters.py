@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from . import locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
-from .providers import get_provider
+from .providers import NAMES, get_provider
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec
-from .state import ClusterState, StateStore
+from .state import ClusterState, DamagedState, DownStore, StateStore
 
 if TYPE_CHECKING:
     from .ansible import PlayReport
@@ -105,11 +105,34 @@ def _configure(
     return state, report
 
 
-def down(name: str, store: StateStore, progress: Progress) -> ClusterState:
+def down(
+    name: str, store: StateStore, progress: Progress, *, provider: str | None = None, region: str | None = None
+) -> str:
+    """Take cluster ``name`` down. A damaged state file is cleaned up from what can still be read of
+    it (``provider``/``region``: what the user says where it cannot be read)."""
+    store = DownStore(store.home, progress)  # a full disk does not stop `down`
     with locks.cluster(store, name, "down"):
-        state = store.load(name)
+        try:
+            state = store.load(name)
+        except DamagedState:
+            _down_damaged(name, store, progress, provider, region)
+            return name
         get_provider(state.spec.provider).down(state, store, progress)
-    return state
+    return name
+
+
+def _down_damaged(name: str, store: StateStore, progress: Progress, provider: str | None, region: str | None) -> None:
+    found = store.salvage(name)
+    found = replace(found, provider=provider or found.provider, region=region or found.region)
+    if found.provider not in NAMES:
+        raise UsageError(
+            f"the state file of {name!r} is damaged ({found.reason}) and does not say which provider made it: "
+            f"`ddpctl down --name {name} --provider PROVIDER` (with --region REGION for aws and pcluster)"
+        )
+    read = ", ".join(f"{k} {v}" for k, v in found.to_dict().items() if k != "reason" and v) or "nothing"
+    progress(f"the state file of {name!r} is damaged ({found.reason}); cleaning up from what it still says: {read}")
+    get_provider(found.provider).down_damaged(name, found, store, progress)
+    store.delete(name)
 
 
 def resolve_name(store: StateStore, name: str | None) -> str | None:

@@ -72,7 +72,10 @@ class _Lock:
             if same:
                 self.fd = fd
                 me = Holder(command, os.getpid(), time.time())
-                self._holder_file(me.pid).write_text(json.dumps(asdict(me)))
+                try:  # who holds it, for others' messages; not needed to hold it (a full disk)
+                    self._holder_file(me.pid).write_text(json.dumps(asdict(me)))
+                except OSError:
+                    self._holder_file(me.pid).unlink(missing_ok=True)
                 return True
             os.close(fd)  # removed by its last holder after we opened it: lock the new one
         raise DdpctlError(f"could not lock {self.path}: it keeps being replaced")

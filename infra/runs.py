@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -20,8 +21,8 @@ from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
 from .providers import get_provider
 from .providers.base import Progress, Provider
-from .spec import ClusterSpec, RunSpec, parse_env
-from .state import ClusterState, StateStore, atomic_write
+from .spec import ClusterSpec, RunSpec, run_env
+from .state import ClusterState, DownStore, StateStore, atomic_write
 
 
 @dataclass
@@ -46,7 +47,8 @@ class RunOptions:
     name: str | None = None
     port: int | None = None
     run_id: str = ""
-    env: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()  # as given: KEY=VALUE, or a bare KEY (a secret from the caller's environment)
+    env_files: tuple[str, ...] = ()  # --env-file: every value a secret, read again by `run --resume`
     python: str | None = None
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
     min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
@@ -57,7 +59,7 @@ class RunOptions:
 
     @classmethod
     def from_dict(cls, doc: dict) -> RunOptions:
-        doc = dict(doc, args=tuple(doc["args"]), env=tuple(doc["env"]))
+        doc = dict(doc, args=tuple(doc["args"]), env=tuple(doc["env"]), env_files=tuple(doc.get("env_files", ())))
         if isinstance(doc["nproc_per_node"], list):
             doc["nproc_per_node"] = tuple(doc["nproc_per_node"])
         return cls(**doc)
@@ -79,34 +81,63 @@ class RunRecord:
 
 
 def list_runs(store: StateStore) -> list[RunRecord]:
-    """Every recorded run, oldest first; an unfinished one is what `run --resume` is for."""
+    """Every recorded run, oldest first; an unfinished one is what `run --resume` is for, a
+    damaged one (a record that cannot be read) is listed as such."""
     records = []
-    for path in (store.home / "runs").glob("*/options.json"):
+    for run_dir in (store.home / "runs").glob("*/"):
+        path = run_dir / "options.json"
+        if not path.exists():
+            continue  # not a run (or one that never got going)
         try:
-            doc = json.loads(path.read_text())
-            opts = doc["options"]
-        except (OSError, ValueError, KeyError):
-            continue  # a half-written or foreign file: not a run
+            doc, opts = _read_options(path)
+        except UsageError as exc:
+            records.append(
+                RunRecord(
+                    run_dir.name, "?", "?", "?", _mtime(path), f"damaged (options.json: {_reason(exc.__cause__)})"
+                )
+            )
+            continue
         result = "unfinished"
         done = path.with_name("run.json")
         if done.is_file():
             try:
                 outcome = json.loads(done.read_text())["result"]
-            except (OSError, ValueError, KeyError):
-                outcome = {}
-            code = outcome.get("exit_code")
-            result = (
-                "interrupted" if outcome.get("interrupted") else "succeeded" if code == 0 else f"failed (exit {code})"
-            )
-        nodes = opts.get("nodes", 1)
-        if opts.get("min_nodes"):
-            nodes = f"{opts['min_nodes']}:{nodes}"
-        records.append(
-            RunRecord(
-                path.parent.name, opts.get("job", "?"), nodes, doc.get("cluster", "?"), path.stat().st_mtime, result
-            )
-        )
+                code = outcome.get("exit_code")
+                result = (
+                    "interrupted"
+                    if outcome.get("interrupted")
+                    else "succeeded"
+                    if code == 0
+                    else f"failed (exit {code})"
+                )
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                result = f"damaged (run.json: {_reason(exc)})"
+        nodes = opts.nodes if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
+        records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result))
     return sorted(records, key=lambda r: r.started)
+
+
+def _read_options(path: Path) -> tuple[dict, RunOptions]:
+    """A run's recorded options; UsageError (caused by what is wrong) if the record cannot be read."""
+    try:
+        doc = json.loads(path.read_bytes().decode())
+        return doc, RunOptions.from_dict(doc["options"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"the record of run {path.parent.name!r} ({path}) is damaged ({_reason(exc)}): start the job again "
+            "with `ddpctl run`"
+        ) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, (KeyError, TypeError, AttributeError)) else str(exc)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, bool]:
@@ -116,8 +147,10 @@ def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, bool]:
         known = [r.run_id for r in list_runs(store)]
         hint = f" (runs recorded: {', '.join(known[-5:])})" if known else ""
         raise UsageError(f"no run {run_id!r} to resume under {store.home}{hint}: `ddpctl runs` lists them")
-    doc = json.loads(path.read_text())
-    return replace(RunOptions.from_dict(doc["options"]), name=doc["cluster"]), doc["ephemeral"]
+    doc, opts = _read_options(path)
+    if not isinstance(doc.get("cluster"), str) or not isinstance(doc.get("ephemeral"), bool):
+        raise UsageError(f"the record of run {run_id!r} ({path}) is damaged (no cluster): start the job again")
+    return replace(opts, name=doc["cluster"]), doc["ephemeral"]
 
 
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
@@ -142,7 +175,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     ``owned``: the run owns its cluster even if that is up already (a resumed run that brought it up).
     """
     job = resolve_job(opts.job)
-    env = parse_env(opts.env)
+    env, secret_env = run_env(opts.env, opts.env_files)
     store.check_writable()
     name = clusters.resolve_name(store, opts.name)
     if name is not None and store.exists(name):
@@ -170,6 +203,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         max_restarts=opts.max_restarts,
         run_id=opts.run_id,
         env=env,
+        secret_env=secret_env,
         min_nodes=opts.min_nodes,
         snapshot_dir=opts.snapshot_dir,
     )
@@ -180,6 +214,11 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
         if resume:
             raise UsageError("--resume is for torchrun launches: on Slurm, resubmit the job with the same --run-id")
+        if run.secret_env:
+            raise UsageError(
+                "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
+                "use --launcher torchrun, or keep them in the job's environment on the cluster"
+            )
         return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
     port = provider.rdzv_port(cluster, opts.port)
     plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
@@ -250,7 +289,7 @@ def _execute(
 ) -> RunResult:
     run_dir = store.run_dir(prep.run.run_id)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        store.make_run_dir(prep.run.run_id)  # private: only this user reads a run's output
         job = prep.options.job
         job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
         recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
@@ -261,7 +300,8 @@ def _execute(
             f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
             f"process(es), {where}; output also in {run_dir / 'output.log'}"
         )
-        with open(run_dir / "output.log", "a", buffering=1) as log:
+        log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(log_fd, "a", buffering=1) as log:
 
             def tee(line: OutputLine) -> None:
                 rank = "" if line.rank is None else f" r{line.rank}"
@@ -275,7 +315,7 @@ def _execute(
     finally:
         if prep.ephemeral:
             if hold.try_exclusive():
-                prep.provider.down(store.load(prep.cluster.name), store, progress)
+                prep.provider.down(store.load(prep.cluster.name), DownStore(store.home, progress), progress)
             else:
                 users = ", ".join(h.describe() for h in hold.others()) or "another run"
                 progress(

@@ -6,10 +6,13 @@ input is refused before anything is created.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .errors import UsageError
 
@@ -92,6 +95,8 @@ class RunSpec:
     max_restarts: int | None = None
     run_id: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    #: names in ``env`` whose values are secrets: never recorded or shown (``run_env``)
+    secret_env: frozenset[str] = frozenset()
     #: elastic (``--nodes MIN:MAX``): the run goes on while at least this many nodes remain; 0: not elastic
     min_nodes: int = 0
     #: where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory or s3://bucket/prefix;
@@ -248,6 +253,48 @@ def new_run_id() -> str:
     return "r" + secrets.token_hex(5)
 
 
+def run_env(
+    pairs: tuple[str, ...] | list[str], env_files: tuple[str, ...] = (), environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], frozenset[str]]:
+    """``run``'s environment and which of its names are secrets.
+
+    ``KEY=VALUE`` is recorded and shown as given. A bare ``KEY`` takes the caller's value (as
+    ``docker run -e KEY`` does), and every value of an ``--env-file`` (``KEY=VALUE`` lines, ``#``
+    comments, a bare ``KEY`` from the caller's environment too) is a secret: it reaches the ranks,
+    but run records, ``--dry-run`` and ddpctl's own command line show only its name.
+    """
+    environ = os.environ if environ is None else environ
+    env: dict[str, str] = {}
+    secret: set[str] = set()
+
+    def take(item: str, flag: str, from_file: bool) -> None:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise UsageError(f"{flag} {item!r} is not KEY=VALUE (or KEY, for a value from your environment)")
+        check_env_name(key, flag)
+        if not sep:
+            if key not in environ:
+                raise UsageError(f"{flag} {key}: {key} is not set in your environment: export it, or give {key}=VALUE")
+            value = environ[key]
+        env[key] = value
+        if from_file or not sep:
+            secret.add(key)
+        else:
+            secret.discard(key)
+
+    for path in env_files:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--env-file {path}: cannot read it ({exc}): give a readable KEY=VALUE file") from None
+        for line in lines:
+            if line.strip() and not line.lstrip().startswith("#"):
+                take(line.strip() if "=" not in line else line.lstrip(), f"--env-file {path}", True)
+    for pair in pairs:
+        take(pair, "--env", False)
+    return env, frozenset(secret)
+
+
 def parse_env(pairs: tuple[str, ...] | list[str], flag: str = "--env") -> dict[str, str]:
     """``("A=1", "B=x")`` -> ``{"A": "1", "B": "x"}``; anything without '=' is refused.
 
@@ -258,6 +305,11 @@ def parse_env(pairs: tuple[str, ...] | list[str], flag: str = "--env") -> dict[s
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        if flag == "--env" and not sep and key:
+            raise UsageError(
+                f"--env {key}: a value from your environment (a secret) is for `ddpctl run -e {key}`, which records "
+                f"only its name; `up` records the values it is given: use {key}=VALUE"
+            )
         if not sep or not key:
             raise UsageError(f"{flag} {pair!r} is not KEY=VALUE")
         if flag == "--env":

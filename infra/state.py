@@ -7,20 +7,51 @@ can clean up after a crash at any point: whatever is recorded may exist, whateve
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
+import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ClusterNotFound, UsageError
+from .errors import ClusterNotFound, DdpctlError, UsageError
 from .inventory import Host
 from .spec import ClusterSpec
 
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
 STATE_VERSION = 2
+#: A temp file of an interrupted write (``atomic_write``) this old is left over, not being written.
+STALE_TMP_S = 60.0
+
+
+class DamagedState(DdpctlError):
+    """A cluster's state file exists but cannot be read (truncated, garbled, not ddpctl's shape)."""
+
+    def __init__(self, name: str, path: Path, reason: str) -> None:
+        self.name, self.path, self.reason = name, path, reason
+        super().__init__(
+            f"the state file of cluster {name!r} ({path}) is damaged ({reason}): "
+            f"`ddpctl down --name {name}` cleans up what it can find"
+        )
+
+
+@dataclass(frozen=True)
+class Salvage:
+    """What could still be read from a damaged state file (None: not readable)."""
+
+    reason: str
+    provider: str | None = None
+    region: str | None = None
+    cluster_id: str | None = None
+    inventory: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -140,22 +171,97 @@ class StateStore:
         return self.path(name).is_file()
 
     def load(self, name: str) -> ClusterState:
+        """The cluster's state; ``DamagedState`` if its file cannot be read as one."""
+        path = self.path(name)
         try:
-            data = json.loads(self.path(name).read_text())
+            data = json.loads(path.read_bytes().decode())
         except FileNotFoundError:
             known = ", ".join(self.names()) or "none"
             raise ClusterNotFound(
                 f"no cluster named {name!r} under {self.home} (clusters: {known}); `ddpctl status` lists them"
             ) from None
-        return ClusterState.from_dict(data)
+        except UnicodeDecodeError:
+            raise DamagedState(name, path, "not UTF-8 text") from None
+        except ValueError as exc:
+            raise DamagedState(name, path, f"not JSON: {exc}") from None
+        try:
+            state = ClusterState.from_dict(data)
+        except (TypeError, KeyError, AttributeError, ValueError, UsageError) as exc:
+            raise DamagedState(name, path, f"not a ddpctl cluster state: {type(exc).__name__}: {exc}") from None
+        if state.name != name:
+            raise DamagedState(name, path, f"it records a cluster named {state.name!r}")
+        return state
+
+    def salvage(self, name: str) -> Salvage:
+        """What ``down`` can still learn from a damaged state file: the provider, region, cluster
+        id and inventory, read as text (the file may be cut anywhere)."""
+        path = self.path(name)
+        try:
+            self.load(name)
+            return Salvage(reason="readable")
+        except DamagedState as exc:
+            reason = exc.reason
+        text = path.read_bytes().decode(errors="replace")
+
+        def read(key: str) -> str | None:
+            m = re.search(rf'"{key}"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+            return json.loads(f'"{m.group(1)}"') if m else None
+
+        return Salvage(reason, read("provider"), read("region"), read("cluster_id"), read("inventory"))
 
     def save(self, state: ClusterState) -> None:
         self.check_writable()
-        self.clusters_dir.mkdir(parents=True, exist_ok=True)
+        self.private_dirs()
         atomic_write(self.path(state.name), json.dumps(state.to_dict(), indent=2) + "\n")
+        self._remove_stale_tmp(state.name, STALE_TMP_S)
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+        self._remove_stale_tmp(name, 0.0)
+
+    def _remove_stale_tmp(self, name: str, age_s: float) -> None:
+        """Temp files that an interrupted ``atomic_write`` left beside the state file."""
+        now = time.time()
+        for tmp in self.clusters_dir.glob(f".{glob.escape(name)}.json.*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime >= age_s:
+                    tmp.unlink()
+            except FileNotFoundError:
+                pass
+
+    def private_dirs(self) -> None:
+        """The state home's folders, readable by this user only (run logs, keys, node dirs)."""
+        if not self.home.exists():
+            self.home.mkdir(parents=True, mode=0o700)
+        for sub in (self.clusters_dir, self.home / "runs"):
+            sub.mkdir(exist_ok=True, mode=0o700)
+            if sub.stat().st_mode & 0o077:
+                sub.chmod(0o700)
+
+    def make_run_dir(self, run_id: str) -> Path:
+        self.private_dirs()
+        path = self.run_dir(run_id)
+        path.mkdir(exist_ok=True, mode=0o700)
+        return path
+
+
+class DownStore(StateStore):
+    """The store as ``down`` uses it: a state write that fails for want of space is skipped, with a
+    warning (``down`` deletes what the state records either way, and removes the file at the end)."""
+
+    def __init__(self, home: Path, progress: Callable[[str], None]) -> None:
+        super().__init__(home)
+        self._progress, self._warned = progress, False
+
+    def save(self, state: ClusterState) -> None:
+        try:
+            super().save(state)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if not self._warned:
+                self._progress(f"warning: no space left to record progress in {self.path(state.name)}: going on")
+                self._warned = True
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o600) -> None:

@@ -76,7 +76,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["run", "mnist", "--max-restarts", "-2"], 2, "-2 is not in the range x>=0"),
         (["run", "mnist", "--nodes", "3", "--nproc-per-node", "2,1"], 2, "gives 2 value(s) for --nodes 3"),
         (["run", "mnist", "--nproc-per-node", "two"], 2, "'two' is not a count"),
-        (["run", "mnist", "--env", "NOEQUALS"], 2, "--env 'NOEQUALS' is not KEY=VALUE"),
+        (["run", "mnist", "--env", "NOEQUALS"], 2, "NOEQUALS is not set in your environment"),
         (["down", "--name", "ghost"], 1, "no cluster named 'ghost'"),
         (["status", "--name", "ghost"], 1, "no cluster named 'ghost'"),
         (["configure", "--tags", "python_env,cuda"], 2, "--tags 'python_env,cuda': give roles of playbooks/site.yml"),

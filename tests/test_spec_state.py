@@ -43,8 +43,10 @@ def test_run_spec_refuses() -> None:
 
 def test_parse_env() -> None:
     assert parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(UsageError, match="is for `ddpctl run -e A`"):
+        parse_env(["A"])  # up: a secret is run's
     with pytest.raises(UsageError, match="not KEY=VALUE"):
-        parse_env(["A"])
+        parse_env(["=x"])
 
 
 def test_resolve_job(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from ..state import ClusterState
 from .torchrun import literal, torchrun_argv
 
 DEFAULT_NCCL_DEBUG = "WARN"
+#: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
+SECRET_SHOWN = "<secret>"
 #: Elastic runs: a collective that waits longer than this on a silent peer fails (a lost link).
 ELASTIC_COLLECTIVE_TIMEOUT_S = 120
 
@@ -34,6 +36,11 @@ class NodeLaunch:
     log_dir: str
     env_file: str = ""  # sourced before the env above, so explicit values win
     uploads: tuple[tuple[str, str], ...] = ()  # (local, remote) files to copy first
+    secret: tuple[str, ...] = ()  # names in env whose values are never recorded or shown
+
+    def shown_env(self) -> dict[str, str]:
+        """``env`` as records and ``--dry-run`` show it: secrets by name only."""
+        return {k: SECRET_SHOWN if k in self.secret else v for k, v in self.env.items()}
 
     def shell(self, *, last: bool = True) -> str:
         """The same launch as one shell line (what the SSH executor runs; what --dry-run shows).
@@ -62,7 +69,11 @@ class LaunchPlan:
     min_nodes: int = 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As run records and ``--json`` keep it: no secret values."""
+        doc = asdict(self)
+        for node, launch in zip(doc["nodes"], self.nodes):
+            node["env"] = launch.shown_env()
+        return doc
 
 
 def plan_torchrun(
@@ -115,6 +126,7 @@ def plan_torchrun(
                 log_dir=log_dir,
                 env_file=node.env_file,
                 uploads=uploads,
+                secret=tuple(sorted(run.secret_env)),
             )
         )
     return LaunchPlan(

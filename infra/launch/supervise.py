@@ -99,7 +99,11 @@ class Supervisor:
             while not self._turn():
                 pass
         except KeyboardInterrupt:
-            self._interrupt()
+            self.interrupted = True
+            self._stop_and_wait()
+        except BaseException:  # any other failure here (a full disk under the sink...): no agent outlives us
+            self._stop_and_wait()
+            raise
         finally:
             self.cleanup()
         return self._result(self.clock.now() - start)
@@ -243,9 +247,8 @@ class Supervisor:
             self.exited_at = self.clock.now()
         return self._open_streams == 0 or self.clock.now() - self.exited_at > self.stray_pipe_s
 
-    def _interrupt(self) -> None:
-        """Ctrl-C: every agent stopped, SIGKILL after the grace period or at a second Ctrl-C."""
-        self.interrupted = True
+    def _stop_and_wait(self) -> None:
+        """Ctrl-C (or an error): every agent stopped, SIGKILL after the grace period or at a second Ctrl-C."""
         self._stop_all()
         try:
             while any(p.poll() is None for p in self.procs) and self.clock.now() < self.kill_at:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..launch.plan import LaunchPlan
     from ..launch.supervise import OutputLine, RunResult
     from ..spec import ClusterSpec, RunSpec
-    from ..state import ClusterState, StateStore
+    from ..state import ClusterState, Salvage, StateStore
 
 Sink = Callable[["OutputLine"], None]
 
@@ -116,6 +116,18 @@ class Provider:
         raise UsageError(
             f"{self.name} clusters have no resources to find by tag: --region is for {_who(lambda p: p.billed)}"
         )
+
+    def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
+        """``ddpctl down`` of a cluster whose state file cannot be read, from what could be read of it.
+
+        Default: what is found by tag in the region (``down_lost``); the caller deletes the state file.
+        """
+        if not found.region:
+            raise UsageError(
+                f"the state file of {name!r} is damaged ({found.reason}) and does not say its region: "
+                f"`ddpctl down --name {name} --region REGION` finds its resources by tag"
+            )
+        self.down_lost(name, found.region, store, progress)
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
         """site.yml again on a cluster that is up (``ddpctl configure``)."""

@@ -22,7 +22,7 @@ from ..launch.local import LocalExecutor
 from ..launch.supervise import OutputLine
 from ..procs import CLUSTER_KEY, stop_tagged
 from ..spec import ClusterSpec, RunSpec
-from ..state import ClusterState, NodeInfo, Resource, StateStore
+from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
 from .base import Progress, Provider
 
 HOST = "127.0.0.1"
@@ -96,6 +96,19 @@ class LocalProvider(Provider):
             res.status = "deleted"
         store.delete(state.name)
         progress(f"local cluster {state.name!r} is down")
+
+    def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
+        """Stop the processes by their marker (the cluster id, else the shared directory every
+        rank is given), then remove the cluster's directory, which holds all it made."""
+        root = store.cluster_dir(name)
+        if found.cluster_id:
+            stopped = stop_tagged(CLUSTER_KEY, found.cluster_id)
+        else:
+            stopped = stop_tagged("DDPCTL_SHARED_DIR", str(root / "shared"))
+        if stopped:
+            progress(f"stopped {stopped} process(es) of cluster {name!r}")
+        shutil.rmtree(root, ignore_errors=True)
+        progress(f"local cluster {name!r} is down")
 
     def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
         port = requested or state.spec.port

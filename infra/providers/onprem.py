@@ -24,7 +24,7 @@ from ..launch.supervise import OutputLine
 from ..procs import CLUSTER_KEY
 from ..spec import ClusterSpec
 from ..ssh import check_reachable, connect, remote_stop
-from ..state import ClusterState, NodeInfo, Resource, StateStore
+from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
 from .base import Progress, Provider
 
 
@@ -85,27 +85,31 @@ class OnpremProvider(Provider):
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         state.status = "deleting"
         store.save(state)
-
-        def clean(node: NodeInfo) -> str | None:
-            try:
-                conn = connect(_host(node))
-            except DdpctlError as exc:
-                return str(exc)
-            try:
-                remote_stop(conn, CLUSTER_KEY, state.cluster_id, "stop")
-                if node.workdir:
-                    conn.run(f"rm -rf {shlex.quote(node.workdir)}", hide=True, warn=True, in_stream=False)
-            finally:
-                conn.close()
-            return None
-
-        with ThreadPoolExecutor(max_workers=min(16, len(state.nodes))) as pool:
-            problems = [p for p in pool.map(clean, state.nodes) if p]
-        for problem in problems:
-            progress(f"warning: could not clean up {problem}; processes of this cluster may still run there")
+        _clean_hosts([(_host(n), n.workdir) for n in state.nodes], state.cluster_id, progress)
         shutil.rmtree(store.cluster_dir(state.name), ignore_errors=True)
         store.delete(state.name)
         progress(f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)")
+
+    def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
+        """Stop the cluster's processes on the inventory's hosts by their marker, if the damaged
+        file still names the inventory and the cluster id; its work directories stay."""
+        try:
+            hosts = load_inventory(found.inventory) if found.inventory else []
+        except DdpctlError as exc:
+            hosts = []
+            progress(f"warning: cannot read the inventory {found.inventory}: {exc}")
+        if hosts and found.cluster_id:
+            _clean_hosts([(h, "") for h in hosts], found.cluster_id, progress)
+        else:
+            progress(
+                f"warning: the damaged state of {name!r} no longer says its {'cluster id' if hosts else 'inventory'}: "
+                "processes of its runs may still run on its hosts (their environment has DDPCTL_CLUSTER_ID)"
+            )
+        progress(
+            f"warning: ddpctl's work directories on the hosts of {name!r} were named in the damaged file: they stay"
+        )
+        shutil.rmtree(store.cluster_dir(name), ignore_errors=True)
+        progress(f"on-prem cluster {name!r} is down (what the playbooks installed stays)")
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
         """site.yml again (``ddpctl configure``), after the same SSH check as ``up``."""
@@ -118,6 +122,28 @@ class OnpremProvider(Provider):
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: _host(n) for n in state.nodes}, sink)
+
+
+def _clean_hosts(hosts: list[tuple[Host, str]], cluster_id: str, progress: Progress) -> None:
+    """On every host at once: stop the cluster's processes and remove its work directory ("": none)."""
+
+    def clean(host: Host, workdir: str) -> str | None:
+        try:
+            conn = connect(host)
+        except DdpctlError as exc:
+            return str(exc)
+        try:
+            remote_stop(conn, CLUSTER_KEY, cluster_id, "stop")
+            if workdir:
+                conn.run(f"rm -rf {shlex.quote(workdir)}", hide=True, warn=True, in_stream=False)
+        finally:
+            conn.close()
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        problems = [p for p in pool.map(lambda hw: clean(*hw), hosts) if p]
+    for problem in problems:
+        progress(f"warning: could not clean up {problem}; processes of this cluster may still run there")
 
 
 def slurm_answers(login: Host, tries: int = 3) -> bool:
