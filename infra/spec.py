@@ -276,6 +276,8 @@ def run_env(
             if key not in environ:
                 raise UsageError(f"{flag} {key}: {key} is not set in your environment: export it, or give {key}=VALUE")
             value = environ[key]
+        if (from_file or not sep) and ("\n" in value or "\r" in value):
+            raise UsageError(f"{flag} {key}: a secret's value must be one line (it travels as one)")
         env[key] = value
         if from_file or not sep:
             secret.add(key)

@@ -365,3 +365,29 @@ def test_disk_filling_up_mid_run_leaves_no_process(small_disk: Path, monkeypatch
         time.sleep(0.2)
     assert find_tagged(RUN_KEY, "rfull00002") == []
     assert not (home / "clusters" / "default.json").exists()  # the run's cluster went down
+
+
+def test_secrets_travel_on_stdin_not_on_the_launch_line(tmp_path: Path) -> None:
+    """The SSH launch line reads secrets from the session's stdin: run here with bash, as sshd would."""
+    from ddpctl.infra.launch.plan import NodeLaunch
+
+    printer = "import os; print(os.environ['TOKEN'], os.environ['OTHER'], os.environ['PLAIN'])"
+    launch = NodeLaunch(
+        node="n0",
+        host="127.0.0.1",
+        node_rank=0,
+        argv=(sys.executable, "-c", printer),
+        env={"TOKEN": f"{SECRET} with 'quotes' $HOME", "OTHER": "b", "PLAIN": "p"},
+        cwd=str(tmp_path / "work"),
+        log_dir=str(tmp_path / "logs"),
+        secret=("OTHER", "TOKEN"),
+    )
+    line = launch.shell()
+    assert SECRET not in line and "PLAIN=p" in line
+    result = subprocess.run(["bash", "-c", line], input=launch.secret_input(), capture_output=True, check=True)
+    assert result.stdout.decode().split("\n")[0] == f"{SECRET} with 'quotes' $HOME b p"
+
+
+def test_secret_values_are_one_line() -> None:
+    with pytest.raises(UsageError, match="must be one line"):
+        run_env(("K",), (), environ={"K": "a\nb"})

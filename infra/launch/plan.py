@@ -47,10 +47,19 @@ class NodeLaunch:
 
         ``last=False``: without ``exec``, so that another command can follow it (``a && b``).
         """
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items() if k not in self.secret)
         source = f"set -a && . {shlex.quote(self.env_file)} && set +a && " if self.env_file else ""
+        # secrets come on the session's stdin (secret_input), never on a command line
+        secrets = "".join(f"IFS= read -r {k} && export {k} && " for k in self.secret)
         run = "exec env" if last else "env"
-        return f"mkdir -p {shlex.quote(self.cwd)} && cd {shlex.quote(self.cwd)} && {source}{run} {env} {shlex.join(self.argv)}"
+        return (
+            f"mkdir -p {shlex.quote(self.cwd)} && cd {shlex.quote(self.cwd)} && {source}{secrets}"
+            f"{run} {env} {shlex.join(self.argv)}"
+        )
+
+    def secret_input(self) -> bytes:
+        """What the launch line reads on stdin: the secrets' values, one line each, in ``secret`` order."""
+        return "".join(f"{self.env[k]}\n" for k in self.secret).encode()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ class SshNodeProcess:
         self._chan = conn.client.get_transport().open_session()
         self._chan.set_combine_stderr(True)
         self._chan.exec_command(command or launch.shell())
+        if launch.secret:  # read by the launch line: secrets never ride on a command line
+            self._chan.sendall(launch.secret_input())
+            self._chan.shutdown_write()
 
     def lines(self) -> Iterator[str]:
         pending = b""
