@@ -11,16 +11,12 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
-from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
 from ..state import ClusterState
-from .torchrun import literal, torchrun_argv
+from .torchrun import literal, rank_env, torchrun_argv
 
-DEFAULT_NCCL_DEBUG = "WARN"
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
 SECRET_SHOWN = "<secret>"
-#: Elastic runs: a collective that waits longer than this on a silent peer fails (a lost link).
-ELASTIC_COLLECTIVE_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -152,33 +148,14 @@ def plan_torchrun(
 def node_env(
     cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
 ) -> dict[str, str]:
-    """Env for one node's agent (and so its ranks): defaults, then the cluster's, then the run's.
-
-    A node with an env file (playbooks' nccl_env) gets NCCL_DEBUG from it, as the admin set it.
-
-    No AWS credentials are ever put here (they would land in run records and process listings): an
-    s3:// snapshot dir is read with the node's own credentials, on AWS its instance profile.
-    """
-    env = {"OMP_NUM_THREADS": str(max(1, cpus // nproc)), "PYTHONUNBUFFERED": "1"}
-    if not env_file:
-        env["NCCL_DEBUG"] = DEFAULT_NCCL_DEBUG
-    if ifname:
-        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
-    if cluster.shared_dir:
-        env["DDPCTL_SHARED_DIR"] = cluster.shared_dir
-    if run.elastic:  # a silent peer (a lost link) fails a collective in 2 min, not torch's 10-30
-        env["DDPCTL_COLLECTIVE_TIMEOUT_S"] = str(ELASTIC_COLLECTIVE_TIMEOUT_S)
-    if run.max_restarts or run.elastic:
-        # torchrun shares its rendezvous TCPStore with the workers across restart rounds, with no
-        # per-round key prefix: a new round can read the last round's gloo addresses and barrier
-        # counts (Connection refused in connectFullMesh, or a hang). A fresh store per round avoids
-        # it, at the price of a second port on the head node, picked free per round.
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    env.update(cluster.spec.env)
-    if run.snapshot_dir:  # where the jobs' default snapshot path points (trainer.default_snapshot_path)
-        env["DDPCTL_SNAPSHOT_DIR"] = run.snapshot_dir
-    env.update(run.env)
-    # Markers last: they are how a run's processes are found and stopped.
-    env[RUN_KEY] = run.run_id
-    env[CLUSTER_KEY] = cluster.cluster_id
-    return env
+    """Env for one node's agent (and so its ranks): ``rank_env`` for a node of ``cluster``."""
+    return rank_env(
+        run,
+        cluster_id=cluster.cluster_id,
+        cluster_env=cluster.spec.env,
+        env_file=env_file,
+        cpus=cpus,
+        nproc=nproc,
+        ifname=ifname,
+        shared_dir=cluster.shared_dir,
+    ).merged()

@@ -12,10 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
-from .plan import DEFAULT_NCCL_DEBUG
-from .torchrun import ShellVar, shell_join, torchrun_argv
+from .torchrun import ShellVar, rank_env, shell_join, torchrun_argv
 
 
 @dataclass(frozen=True)
@@ -55,14 +53,9 @@ def plan_sbatch(
     base_port: int = 20000,
 ) -> SbatchPlan:
     """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
-    snapshots = {"DDPCTL_SNAPSHOT_DIR": run.snapshot_dir} if run.snapshot_dir else {}
-    explicit = {**(env or {}), **snapshots, **run.env}  # the cluster's and the run's: they win
-    exports = {"PYTHONUNBUFFERED": "1"}
-    if not env_file:  # else NCCL_DEBUG comes from the node's env file (playbooks' nccl_env), as set there
-        exports["NCCL_DEBUG"] = DEFAULT_NCCL_DEBUG
-        exports.update(explicit)
-    exports[RUN_KEY] = run.run_id
-    exports[CLUSTER_KEY] = cluster_id
+    layers = rank_env(run, cluster_id=cluster_id, cluster_env=env or {}, env_file=env_file)
+    explicit = layers.explicit  # with an env file: exported again after it is sourced, so they win
+    exports = {**layers.defaults, **({} if env_file else explicit), **layers.markers}
     header = [
         "#!/bin/bash",
         f"#SBATCH --job-name=ddpctl-{run.job}-{run.run_id}",

@@ -1,5 +1,5 @@
-"""torchrun's command line, built in one place for every launcher: the SSH/local planner
-(``plan.py``) and the sbatch script (``sbatch.py``).
+"""torchrun's command line and its ranks' environment, built in one place for every launcher: the
+SSH/local planner (``plan.py``) and the sbatch script (``sbatch.py``).
 
 A value the node's shell must expand at launch (on Slurm: the rendezvous address and the job id)
 is a ``ShellVar``, written as ``"$NAME"`` by ``shell_join``; everything else is quoted.
@@ -8,9 +8,10 @@ is a ``ShellVar``, written as ``"$NAME"`` by ``shell_join``; everything else is 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
 
 #: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back.
@@ -19,6 +20,61 @@ RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 #: node whose heartbeat (every 2 s) is missed 3 times is dropped (torchrun: 5 s x 3). Recovery
 #: from a lost node is then about 15 s (bench/recovery.py).
 ELASTIC_RDZV_CONF = ",last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"
+DEFAULT_NCCL_DEBUG = "WARN"
+#: Elastic runs: a collective that waits longer than this on a silent peer fails (a lost link).
+ELASTIC_COLLECTIVE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """The environment of a node's agent and ranks, in the three layers a launcher needs apart."""
+
+    defaults: dict[str, str]  # ddpctl's; a node's env file (playbooks' nccl_env) is sourced over them
+    explicit: dict[str, str]  # the cluster's (up -e), the snapshot dir, the run's (run -e): they win
+    markers: dict[str, str]  # how the run's processes are found and stopped: last, always
+
+    def merged(self) -> dict[str, str]:
+        return {**self.defaults, **self.explicit, **self.markers}
+
+
+def rank_env(
+    run: RunSpec,
+    *,
+    cluster_id: str,
+    cluster_env: Mapping[str, str],
+    env_file: str = "",
+    cpus: int | None = None,
+    nproc: int = 1,
+    ifname: str | None = None,
+    shared_dir: str = "",
+) -> RankEnv:
+    """The ranks' environment. ``env_file``: the node has one, so NCCL_DEBUG comes from it, as the
+    admin set it; ``cpus``: the node's CPUs (None: unknown here, as on Slurm), shared by its ranks.
+
+    No AWS credentials are ever put here (they would land in run records and process listings): an
+    s3:// snapshot dir is read with the node's own credentials, on AWS its instance profile.
+    """
+    env = {"OMP_NUM_THREADS": str(max(1, cpus // nproc))} if cpus is not None else {}
+    env["PYTHONUNBUFFERED"] = "1"
+    if not env_file:
+        env["NCCL_DEBUG"] = DEFAULT_NCCL_DEBUG
+    if ifname:
+        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
+    if shared_dir:
+        env["DDPCTL_SHARED_DIR"] = shared_dir
+    if run.elastic:  # a silent peer (a lost link) fails a collective in 2 min, not torch's 10-30
+        env["DDPCTL_COLLECTIVE_TIMEOUT_S"] = str(ELASTIC_COLLECTIVE_TIMEOUT_S)
+    if run.max_restarts or run.elastic:
+        # torchrun shares its rendezvous TCPStore with the workers across restart rounds, with no
+        # per-round key prefix: a new round can read the last round's gloo addresses and barrier
+        # counts (Connection refused in connectFullMesh, or a hang). A fresh store per round avoids
+        # it, at the price of a second port on the head node, picked free per round.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    explicit = dict(cluster_env)
+    if run.snapshot_dir:  # where the jobs' default snapshot path points (trainer.default_snapshot_path)
+        explicit["DDPCTL_SNAPSHOT_DIR"] = run.snapshot_dir
+    explicit.update(run.env)
+    return RankEnv(env, explicit, {RUN_KEY: run.run_id, CLUSTER_KEY: cluster_id})
 
 
 @dataclass(frozen=True)
