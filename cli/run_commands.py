@@ -71,6 +71,14 @@ from .plans import print_cluster_plan, print_launch_plan
     help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
     "crashed): what is left of it is stopped, and the job resumes from its snapshot.",
 )
+@click.option(
+    "--resume-from",
+    type=RunId("--resume-from"),
+    default=None,
+    metavar="RUN_ID",
+    help="Start from run RUN_ID's snapshot (its kept outputs, its --snapshot-dir, or its folder on this "
+    "cluster), e.g. to train an earlier run's model for more epochs. A new run: its own id and snapshot.",
+)
 @env_option
 @click.option(
     "--env-file",
@@ -98,6 +106,7 @@ def run(
     launcher,
     snapshot_dir,
     resume_id,
+    resume_from,
     env,
     env_files,
     python,
@@ -121,6 +130,7 @@ def run(
       ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
       ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
       ddpctl run --resume ra35cebc6d8   # after ddpctl was killed mid-run (`ddpctl runs` lists ids)
+      ddpctl run mnist --nodes 2 --resume-from ra35cebc6d8 -- --epochs 4   # train that model further
     """
     from click.core import ParameterSource
 
@@ -162,6 +172,7 @@ def run(
             launcher=launcher,
             min_nodes=min_nodes,
             snapshot_dir=snapshot_dir,
+            resume_from=resume_from or "",
         )
         prep = runs.prepare(opts, store)
     if dry_run:
@@ -195,7 +206,8 @@ def runs(as_json) -> int:
 
     A run that ddpctl did not see to its end (ddpctl was killed, the machine went down) shows as
     unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
-    in RUNS_DIR/<run id>/output.log.
+    in RUNS_DIR/<run id>/output.log; a run on a cluster brought up for it keeps its snapshot folder
+    in RUNS_DIR/<run id>/outputs ("kept"), which `ddpctl run JOB --resume-from RUN_ID` starts from.
     """
     import time
 
@@ -215,12 +227,12 @@ def runs(as_json) -> int:
         out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
         return 0
     table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
-    for col in ("run id", "job", "nodes", "cluster", "started", "result"):
+    for col in ("run id", "job", "nodes", "cluster", "started", "result", "kept"):
         table.add_column(col)
     for r in records:
         result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
-        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result)
+        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result, "outputs/" if r.outputs else "")
     out.table(table)
     return 0
 

@@ -19,10 +19,14 @@ from .launch.reach import head_reach_plan
 from .launch.sbatch import SbatchPlan, plan_sbatch
 from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
+from .launch.torchrun import run_snapshot_dir
 from .providers import get_provider
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec, RunSpec, run_env
 from .state import ClusterState, DownStore, StateStore, atomic_write
+
+#: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
+OUTPUTS = "outputs"
 
 
 @dataclass
@@ -53,6 +57,7 @@ class RunOptions:
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
     min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
     snapshot_dir: str = ""  # DDPCTL_SNAPSHOT_DIR for the jobs: a directory or s3://bucket/prefix
+    resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +80,7 @@ class RunRecord:
     cluster: str
     started: float  # epoch seconds
     result: str  # succeeded | failed (exit N) | interrupted | unfinished (ddpctl stopped before the end)
+    outputs: str = ""  # where what the run wrote was kept when its cluster went ("": nothing kept)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,7 +119,8 @@ def list_runs(store: StateStore) -> list[RunRecord]:
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 result = f"damaged (run.json: {_reason(exc)})"
         nodes = opts.nodes if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
-        records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result))
+        kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
+        records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result, kept))
     return sorted(records, key=lambda r: r.started)
 
 
@@ -195,6 +202,9 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         )
         provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
         ephemeral = True
+    # a resumed run whose cluster went with it starts from the snapshot folder it kept
+    kept = resume and opts.run_id and (store.run_dir(opts.run_id) / OUTPUTS).is_dir()
+    source = opts.resume_from or (opts.run_id if kept else "")
     run = RunSpec(
         job=job.name,
         args=opts.args,
@@ -206,6 +216,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         secret_env=secret_env,
         min_nodes=opts.min_nodes,
         snapshot_dir=opts.snapshot_dir,
+        resume_from=resume_source(source, store, cluster, provider) if source else "",
     )
     provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
     launcher = opts.launcher or cluster.launcher
@@ -227,6 +238,26 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if resume:
         plan = replace(plan, stop_first=True)
     return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
+
+
+def resume_source(run_id: str, store: StateStore, cluster: ClusterState, provider: Provider) -> str:
+    """Where the nodes of ``cluster`` find run ``run_id``'s snapshot (``run --resume-from``): its
+    --snapshot-dir, its kept outputs (on this machine's nodes), or its own folder on the same cluster."""
+    path = store.run_dir(run_id) / "options.json"
+    if not path.is_file():
+        raise UsageError(f"--resume-from {run_id}: no such run under {store.home}: `ddpctl runs` lists them")
+    doc, old = _read_options(path)
+    kept = store.run_dir(run_id) / OUTPUTS
+    if old.snapshot_dir:
+        return old.snapshot_dir
+    if kept.is_dir() and not provider.remote_nodes:
+        return str(kept)
+    if doc.get("cluster") == cluster.name and not doc.get("ephemeral"):
+        return run_snapshot_dir(cluster.shared_dir, run_id)
+    raise UsageError(
+        f"--resume-from {run_id}: that run kept no snapshot these nodes can read (it ran on {doc.get('cluster')!r}): "
+        "give runs that must outlive their cluster a --snapshot-dir"
+    )
 
 
 def cluster_nprocs(cluster: ClusterState, nodes: int) -> int | tuple[int, ...]:
@@ -314,6 +345,11 @@ def _execute(
                 result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         if prep.ephemeral:
+            try:
+                if prep.provider.keep_outputs(prep.cluster, prep.run, run_dir / OUTPUTS):
+                    progress(f"run {prep.run.run_id}: its snapshot folder is kept in {run_dir / OUTPUTS}")
+            except OSError as exc:  # a full disk: the cluster still goes
+                progress(f"warning: could not keep the run's snapshot folder in {run_dir / OUTPUTS}: {exc}")
             if hold.try_exclusive():
                 prep.provider.down(store.load(prep.cluster.name), DownStore(store.home, progress), progress)
             else:

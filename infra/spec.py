@@ -100,8 +100,10 @@ class RunSpec:
     #: elastic (``--nodes MIN:MAX``): the run goes on while at least this many nodes remain; 0: not elastic
     min_nodes: int = 0
     #: where the jobs keep their snapshot (DDPCTL_SNAPSHOT_DIR): an absolute directory or s3://bucket/prefix;
-    #: "" = the cluster's shared directory
+    #: "" = a folder of the run's own in the cluster's shared directory (``torchrun.run_snapshot_dir``)
     snapshot_dir: str = ""
+    #: where the nodes find a snapshot to start from, another run's (``run --resume-from``); "": none
+    resume_from: str = ""
 
     def __post_init__(self) -> None:
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)

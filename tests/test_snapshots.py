@@ -70,8 +70,19 @@ def test_snapshot_dir_reaches_every_node_and_an_explicit_env_wins() -> None:
     )
     explicit = replace(run, env={"DDPCTL_SNAPSHOT_DIR": "/mine"})
     assert plan_torchrun(on_cluster, explicit, script="s.py", port=1).nodes[1].env["DDPCTL_SNAPSHOT_DIR"] == "/mine"
-    unset = plan_torchrun(cluster(), RunSpec(job="mnist", nodes=2), script="s.py", port=1)
-    assert "DDPCTL_SNAPSHOT_DIR" not in unset.nodes[0].env
+    # no --snapshot-dir: a folder of the run's own, so that two runs never share a snapshot; a
+    # DDPCTL_SNAPSHOT_DIR the cluster was brought up with (up -e) still holds
+    first, second = (
+        plan_torchrun(cluster(), RunSpec(job="mnist", nodes=2, run_id=r), script="s.py", port=1) for r in ("ra", "rb")
+    )
+    assert first.nodes[1].env["DDPCTL_SNAPSHOT_DIR"] == "/shared/runs/ra"
+    assert second.nodes[0].env["DDPCTL_SNAPSHOT_DIR"] == "/shared/runs/rb"
+    assert (
+        plan_torchrun(on_cluster, RunSpec(job="mnist", nodes=2), script="s.py", port=1)
+        .nodes[0]
+        .env["DDPCTL_SNAPSHOT_DIR"]
+        == "/from-up"
+    )
     sbatch = plan_sbatch(run, python="python3", script="s.py", output_dir="/o", cluster_id="cid")
     assert "DDPCTL_SNAPSHOT_DIR=s3://bkt1/runs/a" in sbatch.script
 

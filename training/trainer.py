@@ -255,9 +255,20 @@ class Trainer:
             model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
         )
 
+    def _read_snapshot(self):
+        """This run's snapshot, else the one it was asked to start from: $DDPCTL_RESUME_FROM, a folder
+        (or s3:// prefix) holding a snapshot of the same name (`ddpctl run --resume-from RUN_ID`)."""
+        snapshot = load_snapshot(self.snapshot_path)
+        start_from = os.environ.get("DDPCTL_RESUME_FROM")
+        if snapshot is None and start_from:
+            snapshot = load_snapshot(f"{start_from.rstrip('/')}/{os.path.basename(self.snapshot_path)}")
+            if snapshot is None:
+                raise FileNotFoundError(f"no snapshot {os.path.basename(self.snapshot_path)} in {start_from}")
+        return snapshot
+
     def _load_snapshot(self):
         # Only rank 0 reads the snapshot and broadcasts it, so a node-local snapshot still resumes every rank.
-        box = [load_snapshot(self.snapshot_path) if self.rank == 0 else None]
+        box = [self._read_snapshot() if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
         snapshot = box[0]
         if snapshot is None:

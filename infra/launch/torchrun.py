@@ -37,6 +37,12 @@ class RankEnv:
         return {**self.defaults, **self.explicit, **self.markers}
 
 
+def run_snapshot_dir(shared_dir: str, run_id: str) -> str:
+    """A run's own snapshot folder: in the cluster's shared directory, else in the head node's work
+    directory (relative: the ranks start there)."""
+    return f"{shared_dir}/runs/{run_id}" if shared_dir else f"runs/{run_id}"
+
+
 def rank_env(
     run: RunSpec,
     *,
@@ -71,8 +77,12 @@ def rank_env(
         # it, at the price of a second port on the head node, picked free per round.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     explicit = dict(cluster_env)
-    if run.snapshot_dir:  # where the jobs' default snapshot path points (trainer.default_snapshot_path)
-        explicit["DDPCTL_SNAPSHOT_DIR"] = run.snapshot_dir
+    # where the jobs' default snapshot path points (trainer.default_snapshot_path): --snapshot-dir,
+    # else a folder of this run's own, so that two runs never share (or resume from) one snapshot
+    if run.snapshot_dir or "DDPCTL_SNAPSHOT_DIR" not in explicit:
+        explicit["DDPCTL_SNAPSHOT_DIR"] = run.snapshot_dir or run_snapshot_dir(shared_dir, run.run_id)
+    if run.resume_from:  # a snapshot to start from when the run has none of its own yet
+        explicit["DDPCTL_RESUME_FROM"] = run.resume_from
     explicit.update(run.env)
     return RankEnv(env, explicit, {RUN_KEY: run.run_id, CLUSTER_KEY: cluster_id})
 

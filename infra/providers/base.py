@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..errors import UsageError
@@ -128,6 +129,12 @@ class Provider:
                 f"`ddpctl down --name {name} --region REGION` finds its resources by tag"
             )
         self.down_lost(name, found.region, store, progress)
+
+    def keep_outputs(self, state: ClusterState, run: RunSpec, dest: Path) -> bool:
+        """Before a cluster brought up for one run is taken down: copy what the run wrote to its own
+        snapshot folder into ``dest`` (under the run's record). Default: nothing (its nodes are not
+        this machine; a run that must keep its results there gives ``--snapshot-dir``)."""
+        return False
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
         """site.yml again on a cluster that is up (``ddpctl configure``)."""

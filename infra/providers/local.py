@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..launch.local import LocalExecutor
 from ..launch.supervise import OutputLine
+from ..launch.torchrun import run_snapshot_dir
 from ..procs import CLUSTER_KEY, stop_tagged
 from ..spec import ClusterSpec, RunSpec
 from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
@@ -109,6 +110,13 @@ class LocalProvider(Provider):
             progress(f"stopped {stopped} process(es) of cluster {name!r}")
         shutil.rmtree(root, ignore_errors=True)
         progress(f"local cluster {name!r} is down")
+
+    def keep_outputs(self, state: ClusterState, run: RunSpec, dest: Path) -> bool:
+        src = Path(run_snapshot_dir(state.shared_dir, run.run_id))
+        if run.snapshot_dir or not src.is_dir() or not any(src.iterdir()):
+            return False
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+        return True
 
     def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
         port = requested or state.spec.port
