@@ -17,7 +17,7 @@ import click
 from ddpctl import __version__
 from ddpctl.infra.errors import DdpctlError
 
-from . import cluster_commands, run_commands
+from . import access_commands, cluster_commands, run_commands
 from .options import EXIT_CODES
 
 # Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
@@ -98,5 +98,7 @@ for command in (
     run_commands.run,
     run_commands.runs,
     run_commands.check,
+    access_commands.ssh,
+    access_commands.logs,
 ):
     cli.add_command(command)

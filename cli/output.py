@@ -31,9 +31,12 @@ class Output:
         self.err.print(Text(message, style="dim"))
 
     def line(self, line: OutputLine) -> None:
-        colour = self._colours.setdefault(line.node, NODE_COLOURS[len(self._colours) % len(NODE_COLOURS)])
-        label = f"[{line.node} r{line.rank}]" if line.rank is not None else f"[{line.node}]"
-        self.jobs.print(Text(label, style=colour), Text(line.text))
+        self.log_line(line.node, line.rank, line.text)
+
+    def log_line(self, node: str, rank: int | None, text: str) -> None:
+        colour = self._colours.setdefault(node, NODE_COLOURS[len(self._colours) % len(NODE_COLOURS)])
+        label = f"[{node} r{rank}]" if rank is not None else f"[{node}]"
+        self.jobs.print(Text(label, style=colour), Text(text))
 
     def document(self, doc: dict[str, Any]) -> None:
         click.echo(json.dumps(doc, indent=2, default=str))

@@ -212,3 +212,8 @@ def _run_busy(run_id: str, lock: _Lock) -> Busy:
     who = holders[0].describe() if holders else "another ddpctl"
     pid = f"`kill {holders[0].pid}`" if holders else "Ctrl-C where it runs"
     return Busy(f"run {run_id} is still running ({who}): let it finish, or stop it ({pid}) before resuming it")
+
+
+def run_alive(store: StateStore, run_id: str) -> bool:
+    """Whether run ``run_id``'s ddpctl still runs (it holds the run's lock); reads, takes nothing."""
+    return bool(_run_lock(store, run_id).holders())

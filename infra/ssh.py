@@ -160,3 +160,22 @@ def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace:
         conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
     except Exception:
         pass
+
+
+def ssh_argv(host: Host, command: tuple[str, ...] = ()) -> list[str]:
+    """OpenSSH's command line for ``host`` as ddpctl connects to it (``ddpctl ssh``): the same user,
+    port, key and ssh config (its ProxyJump, its known_hosts files), host keys checked strictly.
+    ``command``: run it there (quoted as given) instead of a login shell."""
+    argv = ["ssh", "-o", "StrictHostKeyChecking=yes"]
+    if host.ssh_config:
+        argv += ["-F", os.path.expanduser(host.ssh_config)]
+    if host.user:
+        argv += ["-l", host.user]
+    if host.port != 22 or not host.ssh_config:  # 22 with a config: the config's Port, as connect() does
+        argv += ["-p", str(host.port)]
+    if host.key_file:
+        argv += ["-i", os.path.expanduser(host.key_file), "-o", "IdentitiesOnly=yes"]
+    argv.append(host.address)
+    if command:
+        argv.append(shlex.join(command))
+    return argv

@@ -1,0 +1,85 @@
+"""Getting onto nodes and into runs' output: ``ssh`` and ``logs``."""
+
+from __future__ import annotations
+
+import click
+
+from .options import EXIT_CODES, RunId, json_option, name_option, open_store
+
+
+@click.command(epilog=EXIT_CODES, context_settings={"ignore_unknown_options": True})
+@name_option
+@click.option("--print", "print_only", is_flag=True, help="Print the ssh command line instead of running it.")
+@click.argument("node", required=False)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(name, print_only, node, command) -> int:
+    """Open a shell on NODE (default: the head node), or run COMMAND there.
+
+    OpenSSH connects with what ddpctl's own connections use: the node's user, port, key and ssh
+    config (its ProxyJump, its known_hosts), with host keys checked strictly. Nodes are named as
+    `ddpctl status --json` lists them.
+
+    \b
+    Examples:
+      ddpctl ssh                          # a shell on the head node
+      ddpctl ssh node1 -- nvidia-smi      # one command on node1
+      ddpctl ssh --print node1            # the ssh command line, for scripts or scp
+    """
+    import os
+    import shlex
+
+    from ddpctl.infra import clusters
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.ssh import ssh_argv
+
+    state = clusters.load(open_store(), name)
+    names = [n.name for n in state.nodes]
+    if not state.nodes:
+        raise UsageError(f"cluster {state.name!r} has no nodes yet: `ddpctl status` says what it is doing")
+    target = next((n for n in state.nodes if n.name == (node or names[0])), None)
+    if target is None:
+        raise UsageError(f"no node {node!r} in cluster {state.name!r}: its nodes are {', '.join(names)}")
+    if target.ssh is None:
+        raise UsageError(
+            f"{target.name} of cluster {state.name!r} is this machine (no SSH): its work directory is {target.workdir}"
+        )
+    argv = ssh_argv(target.ssh, tuple(command))
+    if print_only:
+        click.echo(shlex.join(argv))
+        return 0
+    os.execvp(argv[0], argv)  # the terminal is ssh's from here; its exit status is the command's
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("run_id", type=RunId("RUN_ID"), required=False)
+@click.option("--node", default=None, metavar="NODE", help="Only this node's lines (e.g. node1).")
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="Only this global rank's lines.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="K", help="Only the last K lines.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines while the run is alive.")
+@json_option
+def logs(run_id, node, rank, tail, follow, as_json) -> int:
+    """Print a run's output from its record (default: the last run started).
+
+    Lines are `[NODE rRANK]` as `ddpctl run` printed them; `--follow` prints a live run's new lines
+    until it ends (another terminal's run, or one that outlived a closed terminal).
+
+    \b
+    Examples:
+      ddpctl logs                         # the last run's output
+      ddpctl logs r3f2a9c1d0e --rank 0    # one rank of one run
+      ddpctl logs --follow --tail 20      # the last 20 lines, then new ones as they come
+    """
+    from ddpctl.infra import logs as run_logs
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    run_id, path = run_logs.log_path(store, run_id)
+    lines = run_logs.read(store, run_id, path, run_logs.LogFilter(node, rank), tail=tail, follow=follow)
+    if as_json:
+        out.document({"ok": True, "run_id": run_id, "log": str(path), "lines": [line.to_dict() for line in lines]})
+        return 0
+    for line in lines:
+        out.log_line(line.node, line.rank, line.text)
+    return 0

@@ -1,0 +1,101 @@
+"""A run's output after the fact (``ddpctl logs``): its record's ``output.log``, read back as the
+lines the run printed, filtered by node and rank, and followed while the run is alive.
+
+Each line of ``output.log`` is ``[NODE rRANK] text`` (a rank's line) or ``[NODE] text`` (the
+node's agent), as ``runs.execute`` writes it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import locks
+from .errors import UsageError
+from .runs import list_runs
+from .state import StateStore
+
+LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class LogLine:
+    node: str
+    rank: int | None
+    text: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    node: str | None = None
+    rank: int | None = None
+
+    def keeps(self, line: LogLine) -> bool:
+        return (self.node is None or line.node == self.node) and (self.rank is None or line.rank == self.rank)
+
+
+def parse(raw: str) -> LogLine:
+    m = LINE.fullmatch(raw.rstrip("\n"))
+    if m is None:  # not a line ddpctl wrote (a hand edit): shown as it is
+        return LogLine("?", None, raw.rstrip("\n"))
+    return LogLine(m["node"], int(m["rank"]) if m["rank"] else None, m["text"])
+
+
+def log_path(store: StateStore, run_id: str | None) -> tuple[str, Path]:
+    """The run meant (``None``: the last one started) and its output.log."""
+    if run_id is None:
+        records = list_runs(store)
+        if not records:
+            raise UsageError(f"no runs under {store.home / 'runs'}: start one with `ddpctl run`")
+        run_id = records[-1].run_id
+    path = store.run_dir(run_id) / "output.log"
+    if not path.is_file():
+        known = [r.run_id for r in list_runs(store)][-5:]
+        hint = f" (recent: {', '.join(known)})" if known else ""
+        raise UsageError(f"run {run_id!r} has no output under {store.home / 'runs'}{hint}: `ddpctl runs` lists them")
+    return run_id, path
+
+
+def read(
+    store: StateStore,
+    run_id: str,
+    path: Path,
+    keep: LogFilter,
+    *,
+    tail: int | None = None,
+    follow: bool = False,
+    alive: Callable[[StateStore, str], bool] = locks.run_alive,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[LogLine]:
+    """The run's lines that ``keep`` keeps (the last ``tail`` of them), then, with ``follow``, new
+    ones as the run writes them, until it has ended."""
+    with open(path, errors="replace") as f:
+        lines: Iterator[LogLine] = (line for line in map(parse, _complete_lines(f)) if keep.keeps(line))
+        yield from deque(lines, maxlen=tail) if tail is not None else lines
+        while follow:
+            running = alive(store, run_id)  # read before the last lines: none is missed at the end
+            yield from (line for line in map(parse, _complete_lines(f)) if keep.keeps(line))
+            if not running:
+                return
+            sleep(POLL_S)
+
+
+def _complete_lines(f) -> Iterator[str]:
+    """Whole lines from where ``f`` stands; a partial last line is left for the next read."""
+    while True:
+        where = f.tell()
+        raw = f.readline()
+        if not raw:
+            return
+        if not raw.endswith("\n"):
+            f.seek(where)
+            return
+        yield raw

@@ -1,0 +1,127 @@
+"""`ddpctl logs` and `ddpctl ssh` (issue 15): a run's output read back from its record, filtered
+and followed, on real local runs; the ssh command line built from a node's SSH details (run over
+SSH on the test cluster in tests/test_onprem.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ddpctl
+
+from ddpctl.infra.inventory import Host
+from ddpctl.infra.logs import LogFilter, LogLine, parse
+from ddpctl.infra.ssh import ssh_argv
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One message-passing run on 2 local nodes (2 ranks each), shared by the tests below."""
+    env = {**os.environ, "DDPCTL_HOME": str(tmp_path_factory.mktemp("logs") / "home")}
+    args = ("run", "message-passing", "--nodes", "2", "--nproc-per-node", "2", "--run-id", "rlogs00001")
+    result = ddpctl(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    return env
+
+
+def test_logs_of_the_last_run(finished_run: dict[str, str]) -> None:
+    result = ddpctl("logs", env=finished_run)
+    assert result.returncode == 0, result.stderr
+    for rank in (1, 2, 3):
+        node = rank // 2
+        assert f"[node{node} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
+
+
+def test_logs_filtered_by_node_rank_and_tail(finished_run: dict[str, str]) -> None:
+    lines = ddpctl("logs", "rlogs00001", "--rank", "3", env=finished_run).stdout.splitlines()
+    assert lines and all(line.startswith("[node1 r3] ") for line in lines)
+    lines = ddpctl("logs", "--node", "node0", env=finished_run).stdout.splitlines()
+    assert {line.split()[0] for line in lines} == {"[node0"}
+    assert len(ddpctl("logs", "--tail", "2", env=finished_run).stdout.splitlines()) == 2
+
+
+def test_logs_as_json(finished_run: dict[str, str]) -> None:
+    doc = json.loads(ddpctl("logs", "--json", "--rank", "0", env=finished_run).stdout)
+    assert doc["ok"] and doc["run_id"] == "rlogs00001"
+    assert doc["lines"] and {(line["node"], line["rank"]) for line in doc["lines"]} == {("node0", 0)}
+
+
+def test_logs_of_an_unknown_run(finished_run: dict[str, str]) -> None:
+    result = ddpctl("logs", "rnothere01", env=finished_run)
+    assert result.returncode == 2
+    assert "run 'rnothere01' has no output" in result.stderr and "(recent: rlogs00001)" in result.stderr
+
+
+def test_logs_follow_a_live_run(home: Path) -> None:
+    """`logs --follow` started while another ddpctl runs: it prints the run's lines as they come and
+    returns when the run ends."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "rfollow001"]
+        + ["--", "--epochs", "1", "--log-every", "10"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:  # started: its record exists
+            if "step 10 |" in line:
+                break
+        follow = ddpctl("logs", "rfollow001", "--follow", "--rank", "0", timeout=300)
+        assert follow.returncode == 0, follow.stderr
+        assert "[node0 r0] step 10 |" in follow.stdout
+        assert "held-out accuracy" in follow.stdout  # the end of the run, written after `logs` started
+        assert run.wait(timeout=60) == 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
+def test_log_lines_parse_back() -> None:
+    assert parse("[node1 r3] loss 0.5 [x]\n") == LogLine("node1", 3, "loss 0.5 [x]")
+    assert parse("[node0] W1124 agent line") == LogLine("node0", None, "W1124 agent line")
+    assert parse("not ddpctl's") == LogLine("?", None, "not ddpctl's")
+    assert LogFilter(node="node1").keeps(LogLine("node1", 3, "")) and not LogFilter(rank=2).keeps(LogLine("n", 3, ""))
+
+
+@pytest.mark.parametrize(
+    ("host", "command", "argv"),
+    [
+        (
+            Host("n0", "10.0.0.5", user="ubuntu", port=2222, key_file="/k/id"),
+            (),
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-l", "ubuntu", "-p", "2222"]
+            + ["-i", "/k/id", "-o", "IdentitiesOnly=yes", "10.0.0.5"],
+        ),
+        (  # a config names the rest (its Port, IdentityFile, ProxyJump, known_hosts)
+            Host("n1", "node1", ssh_config="/c/ssh_config"),
+            ("nvidia-smi", "-q", "it's"),
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/ssh_config", "node1", "nvidia-smi -q 'it'\"'\"'s'"],
+        ),
+        (  # a port the inventory gives wins over the config's
+            Host("n2", "node2", port=2200, ssh_config="/c/cfg"),
+            ("true",),
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/cfg", "-p", "2200", "node2", "true"],
+        ),
+    ],
+)
+def test_ssh_argv(host: Host, command: tuple[str, ...], argv: list[str]) -> None:
+    assert ssh_argv(host, command) == argv
+
+
+def test_ssh_refusals(home: Path) -> None:
+    result = ddpctl("ssh")
+    assert result.returncode == 1 and "no cluster is up" in result.stderr
+    assert ddpctl("up", "--nodes", "2").returncode == 0
+    try:
+        result = ddpctl("ssh", "node1")
+        assert result.returncode == 2 and "node1 of cluster 'default' is this machine (no SSH)" in result.stderr
+        result = ddpctl("ssh", "node7")
+        assert result.returncode == 2 and "its nodes are node0, node1" in result.stderr
+    finally:
+        assert ddpctl("down").returncode == 0
