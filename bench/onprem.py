@@ -163,7 +163,7 @@ def main() -> None:
             start = time.perf_counter()
             procs = []
             for node in plan["nodes"]:
-                line = NodeLaunch(**{**node, "argv": tuple(node["argv"]), "uploads": ()}).shell()  # the same line
+                line = NodeLaunch(**{**node, "argv": tuple(node["argv"])}).shell()  # the same line
                 procs.append(
                     subprocess.Popen(
                         ["ssh", "-F", str(tb.ssh_config), node["host"], line],

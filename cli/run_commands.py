@@ -72,6 +72,14 @@ from .plans import print_cluster_plan, print_launch_plan
     "crashed): what is left of it is stopped, and the job resumes from its snapshot.",
 )
 @click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    metavar="DIR",
+    help="Your script's project (default: the script's directory): remote nodes get a copy of the files git "
+    "would track there (.gitignore honoured), copied again only when they change, and the script starts there.",
+)
+@click.option(
     "--resume-from",
     type=RunId("--resume-from"),
     default=None,
@@ -106,6 +114,7 @@ def run(
     launcher,
     snapshot_dir,
     resume_id,
+    workdir,
     resume_from,
     env,
     env_files,
@@ -173,6 +182,7 @@ def run(
             min_nodes=min_nodes,
             snapshot_dir=snapshot_dir,
             resume_from=resume_from or "",
+            workdir=str(Path(workdir).resolve()) if workdir else "",
         )
         prep = runs.prepare(opts, store)
     if dry_run:

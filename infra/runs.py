@@ -20,6 +20,7 @@ from .launch.sbatch import SbatchPlan, plan_sbatch
 from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
 from .launch.torchrun import run_snapshot_dir
+from .project import LARGE_BYTES, locate, scan
 from .providers import get_provider
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec, RunSpec, run_env
@@ -57,6 +58,7 @@ class RunOptions:
     launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
     min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
     snapshot_dir: str = ""  # DDPCTL_SNAPSHOT_DIR for the jobs: a directory or s3://bucket/prefix
+    workdir: str = ""  # a user's script: its project's directory ("": the script's), shipped to remote nodes
     resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
 
     def to_dict(self) -> dict:
@@ -232,7 +234,11 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             )
         return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
     port = provider.rdzv_port(cluster, opts.port)
-    plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR))
+    project = None
+    if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
+        workdir = Path(opts.workdir) if opts.workdir else None
+        project = (scan if provider.remote_nodes else locate)(job.script, workdir)
+    plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
     if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
         plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
     if resume:
@@ -327,6 +333,12 @@ def _execute(
         options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
         atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
+        project = getattr(prep.plan, "project", None)
+        if project is not None and project.size > LARGE_BYTES:
+            progress(
+                f"warning: the project {project.root} is {project.size / 2**20:,.0f} MB ({len(project.files)} files), "
+                "copied to every node when it changes: leave data out (.gitignore) or give --workdir"
+            )
         progress(
             f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
             f"process(es), {where}; output also in {run_dir / 'output.log'}"

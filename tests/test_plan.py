@@ -9,6 +9,7 @@ import pytest
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.launch.torchrun import RANK_PREFIX_TEMPLATE
+from ddpctl.infra.project import Project
 from ddpctl.infra.spec import ClusterSpec, RunSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 
@@ -128,7 +129,7 @@ def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
     for i, node in enumerate(plan.nodes):
         assert node.argv[0] == "/opt/env/bin/python"
         assert node.argv[-1] == f"/srv/n{i}/bundle/mingpt/main.py"
-        assert node.uploads == ()
+        assert node.project_dir == "" and node.cwd == f"/srv/n{i}"
         line = node.shell()
         # the env file first, then the explicit env: a user's value wins over the file's
         assert f"set -a && . /srv/n{i}/ddpctl.env && set +a && exec env " in line
@@ -136,23 +137,34 @@ def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
         assert "NCCL_DEBUG=" not in line  # from the env file, as the playbooks wrote it
 
 
-def test_users_script_is_uploaded_to_remote_nodes() -> None:
+def test_users_project_is_shipped_to_remote_nodes() -> None:
+    project = Project("/home/me/proj", "src/train.py", ("data.csv", "src/train.py", "src/util.py"), "abc123", 10)
     plan = plan_torchrun(
         remote_cluster(),
         RunSpec(job="train", nodes=2, run_id="r7"),
-        script="/home/me/train.py",
+        script="/home/me/proj/src/train.py",
         port=1,
         bundle_root="/repo/training",
+        project=project,
     )
+    assert plan.project == project and plan.to_dict()["project"]["files"] == 3
     for i, node in enumerate(plan.nodes):
-        remote = f"/srv/n{i}/scripts/r7/train.py"
-        assert node.uploads == (("/home/me/train.py", remote),)
-        assert node.argv[-1] == remote
+        assert node.project_dir == node.cwd == f"/srv/n{i}/projects/abc123"  # named by content
+        assert node.argv[-1] == f"/srv/n{i}/projects/abc123/src/train.py"
 
 
-def test_local_nodes_run_the_script_in_place() -> None:
-    plan = plan_torchrun(cluster(1), RunSpec(job="t"), script="/home/me/train.py", port=1, bundle_root="/repo/training")
-    assert plan.nodes[0].argv[-1] == "/home/me/train.py" and plan.nodes[0].uploads == ()
+def test_local_nodes_run_the_script_in_place_from_its_project() -> None:
+    project = Project("/home/me/proj", "train.py", (), "", 0)
+    plan = plan_torchrun(
+        cluster(1),
+        RunSpec(job="t"),
+        script="/home/me/proj/train.py",
+        port=1,
+        bundle_root="/repo/training",
+        project=project,
+    )
+    assert plan.nodes[0].argv[-1] == "/home/me/proj/train.py" and plan.nodes[0].cwd == "/home/me/proj"
+    assert plan.nodes[0].project_dir == "" and plan.project is None  # nothing to ship
 
 
 def test_heterogeneous_nodes() -> None:

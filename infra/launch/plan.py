@@ -11,6 +11,7 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
+from ..project import Project
 from ..spec import RunSpec
 from ..state import ClusterState
 from .torchrun import literal, rank_env, torchrun_argv
@@ -31,7 +32,7 @@ class NodeLaunch:
     cwd: str
     log_dir: str
     env_file: str = ""  # sourced before the env above, so explicit values win
-    uploads: tuple[tuple[str, str], ...] = ()  # (local, remote) files to copy first
+    project_dir: str = ""  # where the user's project is unpacked on the node first ("": nothing to ship)
     secret: tuple[str, ...] = ()  # names in env whose values are never recorded or shown
 
     def shown_env(self) -> dict[str, str]:
@@ -72,23 +73,34 @@ class LaunchPlan:
     stop_first: bool = False
     #: elastic: the run goes on while this many nodes remain (the head among them); 0: any loss is fatal
     min_nodes: int = 0
+    #: the user's project (``run SCRIPT``), shipped to the nodes whose launch names a ``project_dir``
+    project: Project | None = None
 
     def to_dict(self) -> dict:
-        """As run records and ``--json`` keep it: no secret values."""
+        """As run records and ``--json`` keep it: no secret values, the project's file count."""
         doc = asdict(self)
+        doc["project"] = self.project.to_dict() if self.project else None
         for node, launch in zip(doc["nodes"], self.nodes):
             node["env"] = launch.shown_env()
         return doc
 
 
 def plan_torchrun(
-    cluster: ClusterState, run: RunSpec, *, script: str, port: int, bundle_root: str | None = None
+    cluster: ClusterState,
+    run: RunSpec,
+    *,
+    script: str,
+    port: int,
+    bundle_root: str | None = None,
+    project: Project | None = None,
 ) -> LaunchPlan:
     """Plan ``torchrun`` on the first ``run.nodes`` nodes of ``cluster`` (head node first).
 
-    ``script`` is a path on this machine. On a node with its own ``bundle_dir``, a script from the
-    bundle (under ``bundle_root``) runs from the node's copy; any other script is uploaded to the
-    node's work directory first.
+    ``script`` is a path on this machine. On a node with its own ``bundle_dir`` (a remote node), a
+    script from the bundle (under ``bundle_root``) runs from the node's copy, and a user's script
+    from the node's copy of its ``project`` (``projects/<digest>`` in the node's work directory),
+    which is also where it starts; on this machine's nodes a user's script runs in place, from its
+    project's directory.
     """
     if run.nodes > len(cluster.nodes):
         raise UsageError(
@@ -101,14 +113,18 @@ def plan_torchrun(
     launches = []
     for rank, node in enumerate(nodes):
         log_dir = f"{node.workdir}/logs/{run.run_id}"
-        node_script, uploads = script, ()
+        node_script, cwd, project_dir = script, node.workdir, ""
+        if project is not None:
+            cwd = project.root
         if node.bundle_dir:
             rel = posixpath.relpath(script, bundle_root) if bundle_root else ""
             if bundle_root and not rel.startswith(".."):
-                node_script = f"{node.bundle_dir}/{rel}"
+                node_script, cwd = f"{node.bundle_dir}/{rel}", node.workdir
             else:
-                node_script = f"{node.workdir}/scripts/{run.run_id}/{posixpath.basename(script)}"
-                uploads = ((script, node_script),)
+                if project is None:
+                    raise UsageError(f"{script}: a script for remote nodes ships with its project (infra.project.scan)")
+                project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
+                node_script = f"{project_dir}/{project.script}"
         argv = torchrun_argv(
             node.python or cluster.spec.python,
             run,
@@ -127,10 +143,10 @@ def plan_torchrun(
                 node_rank=rank,
                 argv=literal(argv),
                 env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
-                cwd=node.workdir,
+                cwd=cwd,
                 log_dir=log_dir,
                 env_file=node.env_file,
-                uploads=uploads,
+                project_dir=project_dir,
                 secret=tuple(sorted(run.secret_env)),
             )
         )
@@ -142,6 +158,7 @@ def plan_torchrun(
         world_size=sum(run.nprocs()),
         nodes=tuple(launches),
         min_nodes=run.min_nodes if run.elastic else 0,
+        project=project if any(launch.project_dir for launch in launches) else None,
     )
 
 

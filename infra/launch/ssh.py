@@ -8,6 +8,7 @@ running, and torchrun's workers live in their own sessions anyway.
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..inventory import Host
 from ..procs import RUN_KEY
+from ..project import pack
 from ..ssh import connect, remote_stop
 from .plan import LaunchPlan, NodeLaunch
 from .reach import REACH_LINE, raise_if_head_unreachable
@@ -80,8 +82,10 @@ class SshExecutor:
             if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
-            for conn, launch in zip(conns, plan.nodes):
-                upload(conn, launch)
+            if plan.project is not None:  # the user's project, once per content, on every node at once
+                archive = pack(plan.project)
+                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                    list(pool.map(lambda c, n: ship_project(c, n, archive), conns, plan.nodes))
             commands = [launch.shell() for launch in plan.nodes]
             sink, checked = self.sink, []
             if plan.precheck is not None:
@@ -125,8 +129,20 @@ class SshExecutor:
                 conn.close()
 
 
-def upload(conn: fabric.Connection, launch: NodeLaunch) -> None:
-    """Copy the files the plan says this node needs (a user's own script) before launching."""
-    for local, remote in launch.uploads:
-        conn.run(f"mkdir -p {shlex.quote(os.path.dirname(remote))}", hide=True, in_stream=False)
-        conn.put(local, remote)
+def ship_project(conn: fabric.Connection, launch: NodeLaunch, archive: bytes) -> None:
+    """Unpack the project into the node's ``project_dir`` unless a copy of the same content is there
+    (the directory is named by the content's hash; it appears whole, by a rename)."""
+    if not launch.project_dir:
+        return
+    where = shlex.quote(launch.project_dir)
+    if conn.run(f"test -d {where}", hide=True, warn=True, in_stream=False).ok:
+        return
+    tmp = f"{launch.project_dir}.{os.getpid()}.tmp"
+    conn.run(f"mkdir -p {shlex.quote(tmp)}", hide=True, in_stream=False)
+    conn.put(io.BytesIO(archive), f"{tmp}.tar.gz")
+    conn.run(
+        f"tar -xzf {shlex.quote(tmp)}.tar.gz -C {shlex.quote(tmp)} && rm {shlex.quote(tmp)}.tar.gz && "
+        f"(mv -T {shlex.quote(tmp)} {where} 2>/dev/null || rm -rf {shlex.quote(tmp)})",  # a shared fs: one wins
+        hide=True,
+        in_stream=False,
+    )
