@@ -98,6 +98,16 @@ def site_command(
     return config + shlex.join(argv)
 
 
+def _counted(value: object, recorded: int) -> int:
+    """A count the play reports, or the recorded one where this play did not count (-1: a partial
+    play, e.g. `configure --tags bundle`, which skips the nvidia role)."""
+    try:
+        count = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return recorded
+    return recorded if count < 0 else count
+
+
 def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]) -> list[NodeInfo]:
     """The nodes as the play reported them (the ``ddpctl_node`` fact of playbooks/site.yml)."""
     out = []
@@ -115,7 +125,7 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
                 python=facts["python"],
                 env_file=facts["env_file"],
                 bundle_dir=facts["bundle_dir"],
-                gpus=int(facts.get("gpus", node.gpus)),
+                gpus=_counted(facts.get("gpus"), node.gpus),
             )
         )
     return out

@@ -141,3 +141,16 @@ def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:
     assert env["ANSIBLE_LOCAL_TEMP"].startswith(str(tmp_path)) and env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(
         str(tmp_path)
     )
+
+
+def test_a_partial_play_keeps_the_recorded_gpu_count() -> None:
+    """`configure --tags bundle` skips the nvidia role: its layout reports gpus -1, and the node keeps
+    the count recorded before (a later sbatch script keeps its --gpus-per-node)."""
+    from ddpctl.infra.configure import record_nodes
+
+    layout = {"workdir": "/w", "python": "/p/bin/python", "env_file": "/e", "bundle_dir": "/b"}
+    nodes = [NodeInfo("node0", "10.0.0.1", "/w", gpus=4), NodeInfo("node1", "10.0.0.2", "/w", gpus=4)]
+    report = PlayReport(
+        facts={"node0": {"ddpctl_node": {**layout, "gpus": "-1"}}, "node1": {"ddpctl_node": {**layout, "gpus": 8}}}
+    )
+    assert [n.gpus for n in record_nodes(nodes, report, {})] == [4, 8]
