@@ -81,7 +81,7 @@ CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)
 EXAMPLES = {str: '"text"', int: "2", bool: "true"}
 
 
-def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
+def load_default_map(path: Path) -> DefaultMap:
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
@@ -95,18 +95,54 @@ def load_default_map(path: Path) -> dict[str, dict[str, Any]]:
     unknown = set(data) - {"cluster", "run"}
     if unknown:
         raise UsageError(f"unknown section(s) {sorted(unknown)} in {path}: use [cluster] and [run]")
-    cluster = _section(data.get("cluster", {}), CLUSTER_TYPES, "cluster", path)
-    run = _section(data.get("run", {}), RUN_TYPES, "run", path)
+    sections, errors = {}, {}
+    for title, types in (("cluster", CLUSTER_TYPES), ("run", RUN_TYPES)):
+        try:
+            sections[title] = _section(data.get(title, {}), types, title, path)
+        except UsageError as exc:  # only the commands that read this section fail on it
+            sections[title], errors[title] = {}, exc
+    cluster, run = sections["cluster"], sections["run"]
     # A run that brings its own cluster up takes the cluster's defaults too.
     run_defaults = {k: v for k, v in cluster.items() if k in RUN_KEYS} | run
     down = _only(cluster, {"name", "region"})
-    return {
-        "up": cluster,
-        "run": run_defaults,
-        "down": down,
-        "status": _only(cluster, {"name"}),
-        "check": _only(cluster, {"name"}),
-    }
+    return DefaultMap(
+        {
+            "up": cluster,
+            "run": run_defaults,
+            "down": down,
+            "status": _only(cluster, {"name"}),
+            "check": _only(cluster, {"name"}),
+            "configure": _only(cluster, {"name"}),
+            "ssh": _only(cluster, {"name"}),
+        },
+        {command: [errors[t] for t in titles if t in errors] for command, titles in READS.items()},
+    )
+
+
+#: The sections each command's defaults come from: a mistake in one fails only these commands.
+READS = {
+    "up": ("cluster",),
+    "run": ("cluster", "run"),
+    "down": ("cluster",),
+    "status": ("cluster",),
+    "check": ("cluster",),
+    "configure": ("cluster",),
+    "ssh": ("cluster",),
+}
+
+
+class DefaultMap(dict):
+    """Click's ``default_map``, which raises a section's error when a command that reads it starts
+    (Click looks a command's defaults up with ``get`` as it makes the command's context)."""
+
+    def __init__(self, defaults: dict[str, dict[str, Any]], errors: dict[str, list[UsageError]]) -> None:
+        super().__init__(defaults)
+        self.errors = errors
+
+    def get(self, command: str, default: Any = None) -> Any:
+        if self.errors.get(command):
+            raise self.errors[command][0]
+        return super().get(command, default)
 
 
 def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path: Path) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def test_config_file(tmp_path: Path) -> None:
     assert dm["down"] == {"name": "lab"}
     cfg.write_text("[cluster]\nnodez = 3\n")
     with pytest.raises(UsageError, match=r"unknown key\(s\) \['nodez'\]"):
-        load_default_map(cfg)
+        load_default_map(cfg).get("up")  # raised as `up` starts (test_a_bad_run_section...)
     cfg.write_text("[clusters]\n")
     with pytest.raises(UsageError, match="unknown section"):
         load_default_map(cfg)
@@ -149,7 +149,20 @@ def test_config_file(tmp_path: Path) -> None:
         load_default_map(cfg)
     cfg.write_text("[cluster]\nnodes = 2.7\n")  # refused, not coerced to 2
     with pytest.raises(UsageError, match=r"\[cluster\] nodes in .* is a decimal number \(2.7\): give an integer"):
-        load_default_map(cfg)
+        load_default_map(cfg).get("up")
     cfg.write_text('[run]\nnodes = "2:3"\nnproc_per_node = "2,1"\n[cluster.env]\nOMP_NUM_THREADS = 4\n')
     dm = load_default_map(cfg)  # elastic and per-node counts are text; numbers in env tables become text
     assert dm["run"] == {"nodes": "2:3", "nproc_per_node": "2,1", "env": ["OMP_NUM_THREADS=4"]}
+
+
+def test_a_bad_run_section_fails_only_the_commands_that_read_it(tmp_path: Path) -> None:
+    """`printf '[run]\\nepochs = 3\\n' > ddpctl.toml; ddpctl down` must still take clusters down."""
+    path = tmp_path / "ddpctl.toml"
+    path.write_text('[cluster]\nname = "c1"\n\n[run]\nepochs = 3\n')
+    defaults = load_default_map(path)
+    assert defaults.get("down") == {"name": "c1"} and defaults.get("status") == {"name": "c1"}
+    with pytest.raises(UsageError, match=r"unknown key\(s\) \['epochs'\] in \[run\]"):
+        defaults.get("run")
+    path.write_text("[cluster]\nnodes = 2.5\n")
+    with pytest.raises(UsageError, match="nodes"):
+        load_default_map(path).get("down")  # down reads [cluster]: its mistake is down's too
