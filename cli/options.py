@@ -22,9 +22,15 @@ def _spec_check(check, value, param, ctx, fail):
     return value
 
 
+def _completions(incomplete: str, names: list[str]) -> list:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
 class ClusterName(click.ParamType):
     """A cluster name (``infra.spec.check_cluster_name``): also a file name under the state home, so
-    ``--name ../runs/ID/options`` never reaches a path."""
+    ``--name ../runs/ID/options`` never reaches a path. Completes the recorded clusters."""
 
     name = "NAME"
 
@@ -32,6 +38,9 @@ class ClusterName(click.ParamType):
         from ddpctl.infra.spec import check_cluster_name
 
         return _spec_check(check_cluster_name, value, param, ctx, self.fail)
+
+    def shell_complete(self, ctx, param, incomplete):
+        return _completions(incomplete, open_store().names())
 
 
 class RunId(click.ParamType):
@@ -49,6 +58,25 @@ class RunId(click.ParamType):
         if value == "" and self.allow_empty:
             return value
         return _spec_check(lambda v: check_run_id(v, self.flag), value, param, ctx, self.fail)
+
+    def shell_complete(self, ctx, param, incomplete):
+        """The recorded runs, newest first (``--run-id`` names a new one: nothing to complete)."""
+        if self.allow_empty:
+            return []
+        from ddpctl.infra.runs import list_runs
+
+        return _completions(incomplete, [r.run_id for r in reversed(list_runs(open_store()))])
+
+
+def complete_job(ctx, param, incomplete):
+    """``run JOB``: the bundled jobs, and .py files and folders as a path."""
+    from click.shell_completion import CompletionItem
+
+    from ddpctl.infra.jobs import BUNDLED_JOBS
+
+    if "/" in incomplete or incomplete.startswith("."):
+        return [CompletionItem(incomplete, type="file")]
+    return [*_completions(incomplete, list(BUNDLED_JOBS)), CompletionItem(incomplete, type="file")]
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -12,6 +12,7 @@ from .options import (
     EXIT_CODES,
     FiniteFloatRange,
     RunId,
+    complete_job,
     dry_run_option,
     env_option,
     json_option,
@@ -26,7 +27,7 @@ from .plans import print_cluster_plan, print_launch_plan
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_job)
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 @run_nodes_option
 @run_nproc_option
