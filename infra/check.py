@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from .errors import DdpctlError
@@ -76,19 +77,47 @@ def run_check(
         executor_for(lines.append).run(plan)
         report.reach = parse_reach(plan, lines)
     if bandwidth and not report.unreachable:
-        for a, b in itertools.combinations(nodes, 2):
-            progress(f"all-reduce bandwidth {a.name} <-> {b.name} ({size_mb:g} MB)")
-            found: list[float] = []
-
-            def bw_line(line: OutputLine, found: list[float] = found) -> None:
-                m = BW_LINE.search(line.text)
-                if m:
-                    found.append(float(m.group(1)))
-
-            result = executor_for(bw_line).run(plan_bandwidth(cluster, a, b, port, size_mb))
-            if not result.ok or not found:
-                raise DdpctlError(
-                    f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes"
+        # Disjoint pairs run at once (a round-robin: N-1 rounds at N nodes, not N(N-1)/2 runs one by
+        # one); nodes that share a host (local ones) share its ports too, so their pairs take turns.
+        rounds = (
+            pair_rounds(len(nodes)) if distinct else [[pair] for pair in itertools.combinations(range(len(nodes)), 2)]
+        )
+        for number, pairs in enumerate(rounds, 1):
+            names = ", ".join(f"{nodes[a].name} <-> {nodes[b].name}" for a, b in pairs)
+            progress(f"all-reduce bandwidth ({size_mb:g} MB), round {number}/{len(rounds)}: {names}")
+            with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+                measured = list(
+                    pool.map(
+                        lambda ab: _bandwidth(cluster, executor_for, nodes[ab[0]], nodes[ab[1]], port, size_mb), pairs
+                    )
                 )
-            report.bandwidth_gbps[(a.name, b.name)] = found[0]
+            for (a, b), gbps in zip(pairs, measured):
+                report.bandwidth_gbps[(nodes[a].name, nodes[b].name)] = gbps
     return report
+
+
+def _bandwidth(cluster: ClusterState, executor_for, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> float:
+    found: list[float] = []
+
+    def bw_line(line: OutputLine) -> None:
+        m = BW_LINE.search(line.text)
+        if m:
+            found.append(float(m.group(1)))
+
+    result = executor_for(bw_line).run(plan_bandwidth(cluster, a, b, port, size_mb))
+    if not result.ok or not found:
+        raise DdpctlError(f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes")
+    return found[0]
+
+
+def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Every pair of ``n`` nodes once, in rounds of disjoint pairs (the circle method): n-1 rounds
+    for even n, n for odd n (one node sits each round out)."""
+    players = list(range(n)) + ([None] if n % 2 else [])
+    rounds = []
+    for _ in range(len(players) - 1):
+        half = len(players) // 2
+        pairs = [(players[i], players[-1 - i]) for i in range(half)]
+        rounds.append(sorted(tuple(sorted(p)) for p in pairs if None not in p))
+        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
+    return rounds

@@ -220,3 +220,16 @@ def test_one_torchrun_builder_for_every_launcher() -> None:
     assert shell_join(["a b", "$HOME"]) == "'a b' '$HOME'"  # a value that only looks like a variable is quoted
     with pytest.raises(ValueError, match="cannot expand a ShellVar"):
         literal(argv)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16])
+def test_check_pairs_run_in_rounds_of_disjoint_pairs(n: int) -> None:
+    """`ddpctl check`'s bandwidth pairs: every pair once, no node twice in a round, N-1 rounds (N odd: N)."""
+    import itertools
+
+    from ddpctl.infra.check import pair_rounds
+
+    rounds = pair_rounds(n)
+    assert sorted(p for r in rounds for p in r) == list(itertools.combinations(range(n), 2))
+    assert all(len({x for p in r for x in p}) == 2 * len(r) for r in rounds)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
