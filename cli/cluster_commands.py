@@ -158,7 +158,16 @@ def status(name, as_json) -> int:
 
     live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
     if as_json:
-        clusters_doc = [{**s.to_dict(), **({"live": live[s.name].to_dict()} if live[s.name] else {})} for s in states]
+        from .output_json import iso
+
+        clusters_doc = [
+            {
+                **s.to_dict(),
+                "created_at": iso(s.created_at),
+                **({"live": live[s.name].to_dict()} if live[s.name] else {}),
+            }
+            for s in states
+        ]
         clusters_doc += [
             {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
             for d in damaged

@@ -18,13 +18,22 @@ from ddpctl import __version__
 from ddpctl.infra.errors import DdpctlError
 
 from . import access_commands, cluster_commands, run_commands
-from .options import EXIT_CODES
+from .options import EXIT_CODES, JSON_META
+from .output_json import envelope
 
 # Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
 
 
 class DdpctlGroup(click.Group):
-    """Prints every error as one line ("Error: ...") and exits with its code."""
+    """Prints every error as one line ("Error: ...") and exits with its code; under --json, also
+    as the JSON envelope (``output.envelope``) on stdout."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BaseException as exc:  # which command failed, and whether it was asked for JSON
+            exc.ddpctl_where = (ctx.meta.get(JSON_META, False), ctx.invoked_subcommand)  # type: ignore[attr-defined]
+            raise
 
     def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
         extra.pop("standalone_mode", None)
@@ -32,25 +41,28 @@ class DdpctlGroup(click.Group):
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.ClickException as exc:
             hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
-            _fail(f"{exc.format_message()}{hint}", exc.exit_code)
+            _fail(exc, f"{exc.format_message()}{hint}", exc.exit_code)
         except DdpctlError as exc:
-            _fail(str(exc), exc.exit_code)
-        except (click.Abort, KeyboardInterrupt):
-            _fail("interrupted", 130)
+            _fail(exc, str(exc), exc.exit_code)
+        except (click.Abort, KeyboardInterrupt) as exc:
+            _fail(exc, "interrupted", 130)
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             from ddpctl.infra.state import default_home
 
             where = f" writing {exc.filename}" if exc.filename else f" (the state home is {default_home()})"
-            _fail(f"no space left on the device{where}: free some space and try again (`ddpctl down` still works)", 1)
+            _fail(
+                exc, f"no space left on the device{where}: free some space and try again (`ddpctl down` still works)", 1
+            )
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def _fail(exc: BaseException, message: str, code: int) -> NoReturn:
     click.echo(f"Error: {message}", err=True)
-    if "--json" in sys.argv[1:]:
-        click.echo(json.dumps({"ok": False, "error": message, "exit_code": code}))
+    as_json, command = getattr(exc, "ddpctl_where", (False, None))
+    if as_json:  # from the parsed --json (an eager option), not from a "--json" anywhere in argv
+        click.echo(json.dumps(envelope(command, False, error={"code": code, "message": message}), indent=2))
     sys.exit(code)
 
 

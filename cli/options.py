@@ -90,8 +90,23 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
+#: ``ctx.meta`` key: this command was given --json (errors are then printed as JSON too).
+JSON_META = "ddpctl.json"
+
+
+def _note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
+
+
 json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (progress goes to stderr)."
+    "--json",
+    "as_json",
+    is_flag=True,
+    is_eager=True,  # noted before the other options are checked: their errors come as JSON too
+    callback=_note_json,
+    help="Print one JSON document on stdout (progress goes to stderr).",
 )
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be created and run, and create nothing."

@@ -16,6 +16,8 @@ from rich.text import Text
 
 from ddpctl.infra.launch.supervise import OutputLine, RunResult
 
+from .output_json import envelope
+
 NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
 
@@ -39,7 +41,12 @@ class Output:
         self.jobs.print(Text(label, style=colour), Text(text))
 
     def document(self, doc: dict[str, Any]) -> None:
-        click.echo(json.dumps(doc, indent=2, default=str))
+        """The command's JSON document, in the envelope every command shares (``output_json``)."""
+        doc = dict(doc)
+        ok = doc.pop("ok", True)
+        ctx = click.get_current_context(silent=True)
+        command = ctx.info_name if ctx is not None else None
+        click.echo(json.dumps(envelope(command, ok, **doc), indent=2, default=str))
 
     def table(self, table: Table) -> None:
         self.err.print(table)

@@ -232,7 +232,10 @@ def runs(as_json) -> int:
     store = open_store()
     records = list_runs(store)
     if as_json:
-        out.document({"ok": True, "runs_dir": str(store.home / "runs"), "runs": [r.to_dict() for r in records]})
+        from .output_json import iso
+
+        docs = [{**r.to_dict(), "started": iso(r.started)} for r in records]
+        out.document({"ok": True, "runs_dir": str(store.home / "runs"), "runs": docs})
         return 0
     if not records:
         out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")

@@ -116,7 +116,24 @@ def test_json_error_document(home: Path) -> None:
     result = ddpctl("run", "resnet", "--json")
     assert result.returncode == 2
     doc = json.loads(result.stdout)
-    assert doc["ok"] is False and "unknown job" in doc["error"] and doc["exit_code"] == 2
+    assert doc["ok"] is False and doc["command"] == "run" and doc["schema"] == 1
+    assert "unknown job" in doc["error"]["message"] and doc["error"]["code"] == 2
+    assert doc["at"].endswith("Z")  # ISO 8601, UTC
+
+
+def test_json_is_decided_by_the_parsed_option(home: Path) -> None:
+    """`--json` after `--` is the job's argument: the error is the one line, not a JSON document."""
+    result = ddpctl("run", "resnet", "--", "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    result = ddpctl("run", "mnist", "--nodes", "abc", "--json")  # an option's error, under --json
+    assert result.returncode == 2 and json.loads(result.stdout)["error"]["code"] == 2
+
+
+def test_every_json_document_has_the_same_envelope(home: Path) -> None:
+    keys = {"schema", "command", "ok", "at", "error"}
+    for args in (["status", "--json"], ["runs", "--json"], ["up", "--dry-run", "--json"], ["down", "--json"]):
+        doc = json.loads(ddpctl(*args).stdout)
+        assert keys <= set(doc) and doc["command"] == args[0] and doc["ok"] is True and doc["error"] is None
 
 
 def test_run_dry_run_creates_nothing(home: Path) -> None:
