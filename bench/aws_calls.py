@@ -1,9 +1,10 @@
 """AWS API calls and controller-side time of `ddpctl up` and `ddpctl down` (aws provider), against
 a moto server on a loopback port, for several cluster sizes.
 
-    python bench/aws_calls.py [--nodes 2 16] [--repeat 3]
+    python -m bench.aws_calls [--nodes 2 16] [--repeat 3]     (from the repository's root)
 
-Starts its own moto server (moto[server], from the test extra) unless AWS_ENDPOINT_URL is set.
+Starts its own moto server (moto[server], from the test extra; tests/support/moto.py, seeded with
+the images the tests use) unless AWS_ENDPOINT_URL is set.
 Calls are counted with a botocore ``before-call`` hook on every client ddpctl makes
 (``ec2.CLIENT_HOOKS``): one count per API call, waiter polls and paginator pages included, HTTP
 retries not. up runs with --no-configure (moto's instances are not hosts), so the times are
@@ -15,11 +16,9 @@ TerminateInstances, one DescribeInstances per poll).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.moto import running_moto
 
 
 @dataclass
@@ -95,30 +94,13 @@ def measure(nodes: int, home: Path) -> Measurement:
 PER_NODE = ("GetConsoleOutput",)
 
 
-def start_moto(tmp: Path) -> tuple[subprocess.Popen, str]:
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
+def moto_url(tmp: Path, stack: contextlib.ExitStack) -> str:
+    """AWS_ENDPOINT_URL if set, else a moto server of our own (stopped with ``stack``)."""
+    if url := os.environ.get("AWS_ENDPOINT_URL", ""):
+        return url
+    if not Path(sys.executable).with_name("moto_server").exists():
         sys.exit("moto_server not found next to this Python: pip install 'moto[server]' (the test extra)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_aws import _amis_json  # the same realistic DLAMI list the tests seed
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/moto-api/data.json", timeout=2).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit("moto_server did not start")
+    return stack.enter_context(running_moto(tmp)).url
 
 
 def reset(url: str) -> None:
@@ -130,12 +112,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 16])
     parser.add_argument("--repeat", type=int, default=3, help="runs per size; times are medians")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="ddpctl-bench-aws-") as tmp_dir:
+    with tempfile.TemporaryDirectory(prefix="ddpctl-bench-aws-") as tmp_dir, contextlib.ExitStack() as stack:
         tmp = Path(tmp_dir)
-        proc = None
-        url = os.environ.get("AWS_ENDPOINT_URL", "")
-        if not url:
-            proc, url = start_moto(tmp)
+        url = moto_url(tmp, stack)
         os.environ.update(
             AWS_ENDPOINT_URL=url,
             AWS_ACCESS_KEY_ID="testing",
@@ -146,18 +125,13 @@ def main() -> None:
             AWS_SHARED_CREDENTIALS_FILE=str(tmp / "none"),
         )
         os.environ.pop("DDPCTL_FAULT", None)
-        try:
-            rows = []
-            for n in args.nodes:
-                runs = []
-                for i in range(args.repeat):
-                    reset(url)
-                    runs.append(measure(n, tmp / f"home-{n}-{i}"))
-                rows.append(runs)
-        finally:
-            if proc is not None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=10)
+        rows = []
+        for n in args.nodes:
+            runs = []
+            for i in range(args.repeat):
+                reset(url)
+                runs.append(measure(n, tmp / f"home-{n}-{i}"))
+            rows.append(runs)
     print(f"{'nodes':>5} | {'up calls':>8} | {'down calls':>10} | {'up s':>6} | {'down s':>6}")
     print("-" * 48)
     for runs in rows:

@@ -1,7 +1,7 @@
 """Launch overhead: `ddpctl run message-passing --nodes 2` against the same two torchrun commands
 started by hand, in one script, alternating, as a ratio of median wall times.
 
-    python bench/launch.py [--repeat 5]
+    python -m bench.launch [--repeat 5]     (from the repository's root)
 
 The hand-started pair is what the planner prints for the run (same flags, same env), so the
 difference is ddpctl itself: bringing the local cluster up and down, streaming, the summary.

@@ -1,6 +1,6 @@
-"""On-prem benchmarks on the network-namespace test cluster (root; see tests/testbed/).
+"""On-prem benchmarks on the network-namespace test cluster (root; see tests/support/testbed/).
 
-    sudo .venv/bin/python bench/onprem.py [--repeat 3] [--wheel-dir DIR]
+    sudo .venv/bin/python -m bench.onprem [--repeat 3] [--wheel-dir DIR]     (from the repository's root)
 
 1. playbooks/site.yml on 3 bare nodes: the first run against the second (no-op) run, as a ratio
    (goal: second <= 0.5x first). The first run is a real one for air-gapped nodes: it makes each
@@ -28,14 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from ddpctl.infra.launch.plan import NodeLaunch  # noqa: E402
-from testbed.cluster import Testbed, testbed_down, testbed_up  # noqa: E402
+from ddpctl.infra.launch.plan import NodeLaunch
+from tests.support import REPO
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, testbed_down, testbed_up
 
 VENV = str(Path(sys.executable).parent.parent)
-GROUP_VARS = {"python_env_mode": "existing", "python_env_path": VENV}
 
 TCP_SERVER = (
     "import socket,sys;s=socket.socket();s.bind((sys.argv[1],5299));s.listen(1);c,_=s.accept();n=0\n"

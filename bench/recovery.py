@@ -1,6 +1,6 @@
 """Recovery from a fault: time from a worker's death to training resumed, and the steps redone.
 
-    python bench/recovery.py [--repeat 3]
+    python -m bench.recovery [--repeat 3]     (from the repository's root)
 
 Two faults, each on a 2-node (restart) or 3-node (elastic) MNIST run of the local provider:
 - restart: `--max-restarts 1`, one worker SIGKILLed mid-epoch; torchrun restarts every worker and
@@ -30,9 +30,7 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from conftest import run_processes  # noqa: E402
+from tests.support.processes import run_processes, spawn
 
 STEP = re.compile(r"\] step (\d+) \| loss")
 SAVED = re.compile(r"Epoch \d+ \| step (\d+) \| snapshot saved")
@@ -74,7 +72,7 @@ def one(fault: str, home: Path, n: int) -> dict[str, float]:
     ]
     env = {**os.environ, "DDPCTL_HOME": str(home)}
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # SIGINT stops it
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
     threading.Thread(target=lambda: [lines.put((time.monotonic(), ln)) for ln in proc.stdout], daemon=True).start()
     first_step = saved_step = last_step = killed_at = resumed_at = None

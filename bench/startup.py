@@ -1,6 +1,6 @@
 """Start-up cost of `ddpctl --help`, as a ratio to `python -c pass` in the same venv.
 
-    python bench/startup.py [--repeat 20]
+    python -m bench.startup [--repeat 20]     (from the repository's root)
 
 Also times a bare Click group, the floor for any Click CLI. Goal: ddpctl/python <= 3x (issue 14).
 """

@@ -1,8 +1,8 @@
 """Training speed: the bundled jobs' Trainer set up as the pytorch/examples tutorial is (baseline)
 against its fast path, on the same device, in one script.
 
-    python bench/trainer.py                       # GPU: minGPT at the tutorial's shape, MNIST batch 64 and 512
-    python bench/trainer.py --device cpu --quick  # CPU: 2 gloo ranks, small shapes
+    python -m bench.trainer                       # GPU: minGPT at the tutorial's shape, MNIST batch 64 and 512
+    python -m bench.trainer --device cpu --quick  # CPU: 2 gloo ranks, small shapes
 
 (--repeat 3 reports the median of three rounds; bench/RESULTS-trainer.md has an H100's figures.)
 

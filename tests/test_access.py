@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ddpctl
 
 from ddpctl.infra.inventory import Host
 from ddpctl.infra.logs import LogFilter, LogLine, parse
 from ddpctl.infra.ssh import ssh_argv
+from tests.support.cli import ddpctl
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ddpctl, tree
-from moto_server import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, Moto
 
-SSH_CIDR = "203.0.113.7/32"
+from bench import aws_calls
+from tests.support.cli import ddpctl, tree
+from tests.support.moto import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, SSH_CIDR, Moto
+
 UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--no-configure")
 CONFIGURED_UP = UP[:-1]  # with the configure step: only a dry run can have it here
 
@@ -635,11 +636,6 @@ def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:
 def test_api_calls_do_not_grow_with_nodes(moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """up + down for 2 and 8 nodes make the same number of calls (batched launch/describe/terminate),
     but for one console read per node (the host keys)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    try:
-        import aws_calls
-    finally:
-        sys.path.pop(0)
     for key, value in moto.env(tmp_path / "home", tmp_path).items():
         if key.startswith(("AWS_", "DDPCTL_HOME")):
             monkeypatch.setenv(key, value)

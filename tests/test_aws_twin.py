@@ -1,4 +1,4 @@
-"""The whole AWS path through the `ddpctl` command, on the EC2 twin (tests/testbed/twin.py).
+"""The whole AWS path through the `ddpctl` command, on the EC2 twin (tests/support/testbed/twin.py).
 
 moto in server mode is the EC2 API; the twin in front of it backs every instance with a node of the
 test cluster (a network namespace with its own sshd, user ``ubuntu`` with sudo, host keys in the
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Output
-from moto_server import Moto
 
-from testbed import cluster as test_cluster
-from testbed.twin import TwinProcess, in_test_range
+from tests.support.cli import Output, start_ddpctl
+from tests.support.moto import Moto
+from tests.support.testbed import cluster as test_cluster
+from tests.support.testbed.twin import TwinProcess, in_test_range
 
 CALLER = "10.77.0.1/32"  # the controller's address on the test cluster's bridge, as the nodes see it
 
@@ -80,16 +80,8 @@ class TwinEnv:
         return result
 
     def start(self, *args: str) -> subprocess.Popen:
-        """ddpctl in the background, with SIGINT's default whatever this process inherited."""
-        return subprocess.Popen(
-            [sys.executable, "-m", "ddpctl", *args],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+        """ddpctl in the background (a SIGINT is Ctrl-C), output (merged) on a pipe."""
+        return start_ddpctl(*args, env=self.env, stdin=subprocess.DEVNULL)
 
     def state(self, name: str = "default") -> dict:
         return json.loads((self.home / "clusters" / f"{name}.json").read_text())

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ddpctl, tree
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.jobs import resolve_job
 from ddpctl.infra.providers.local import LOCAL_RANKS_PER_CPU, check_local_snapshot_dir, local_cpus
 from ddpctl.infra.spec import MAX_NPROC
+from tests.support.cli import ddpctl, tree
 
 LONG = "a" * 300  # longer than a file name may be (255)
 LOCAL_LIMIT = LOCAL_RANKS_PER_CPU * local_cpus()

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ddpctl, tree
-from moto_server import Moto
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.inventory import Host
@@ -36,6 +34,8 @@ from ddpctl.infra.procs import RUN_KEY, find_tagged
 from ddpctl.infra.runs import RunOptions, prepare
 from ddpctl.infra.spec import ClusterSpec, run_env
 from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
+from tests.support.cli import ddpctl, tree
+from tests.support.moto import Moto
 
 
 def one_error(result: subprocess.CompletedProcess) -> str:

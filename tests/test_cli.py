@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ddpctl, tree
+
+from tests.support.cli import ddpctl, tree
 
 HEAVY = ("torch", "boto3", "botocore", "ansible", "fabric", "paramiko")
 

@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-from conftest import Output, ddpctl
-from moto_server import Moto
+from tests.support.cli import Output, ddpctl, start_ddpctl
+from tests.support.moto import Moto
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """ddpctl in the background, with SIGINT's default whatever this process inherited."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    """ddpctl in the background (a SIGINT is Ctrl-C), output (merged) on a pipe."""
+    return start_ddpctl(*args, env=env, stdin=subprocess.DEVNULL)
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Output, assert_nothing_left, ddpctl, run_processes, start_run, wait_for_worker
+
+from tests.support.cli import Output, ddpctl, start_run
+from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
 
 pytestmark = pytest.mark.slow
 

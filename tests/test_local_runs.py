@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_nothing_left, ddpctl, run_processes, start_run, tree, wait_for_worker
 
 from ddpctl.infra.procs import CLUSTER_KEY, find_tagged
+from tests.support.cli import ddpctl, start_run, tree
+from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
 
 pytestmark = pytest.mark.slow
 

@@ -11,30 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Output, Testbed, ddpctl, tree
+
+from tests.support.cli import Output, ddpctl, start_ddpctl, tree
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
 
 VENV_PYTHON = str(Path(sys.executable))
-GROUP_VARS = {
-    # the nodes are air-gapped and share this machine's filesystem: verify the controller's venv
-    "python_env_mode": "existing",
-    "python_env_path": str(Path(sys.executable).parent.parent),
-}
-
-
-def run_procs(testbed: Testbed, node: str) -> list[str]:
-    """Command lines of torchrun/python processes inside ``node``'s namespace."""
-    found = []
-    for pid in testbed.netns_pids(node):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and ("torch" in cmd or "python" in cmd):
-            found.append(f"{pid}: {cmd}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +53,7 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
 
 def start_run(onprem, *args: str) -> subprocess.Popen:
     """`ddpctl run ARGS` on the on-prem cluster, in the background, output (merged) on a pipe."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(onprem["env"]),
-    )
+    return start_ddpctl("run", *args, env=_env(onprem["env"]))
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 
 import torch
-from conftest import ddpctl, tree
+
+from tests.support.cli import ddpctl, tree
 
 
 def test_quick_start_keeps_a_loadable_snapshot_and_resume_from_trains_it_further(home: Path) -> None:

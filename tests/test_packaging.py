@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 
 
 def test_every_data_folder_is_a_declared_package():
@@ -54,6 +54,12 @@ def test_the_wheel_carries_the_playbooks_and_the_training_bundle(wheel: Path):
     ).stdout.split()
     missing = {t for t in tracked if f"ddpctl/{t}" not in names and not t.endswith(".gitignore")}
     assert missing == set()
+
+
+def test_the_wheel_leaves_out_the_tests_and_the_benchmarks(wheel: Path):
+    """tests/ and bench/ are packages (their helpers import as `tests.support`), but not ddpctl's."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if n.startswith(("tests/", "bench/", "ddpctl/tests/", "ddpctl/bench/"))] == []
 
 
 def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path):

@@ -19,13 +19,11 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-from conftest import REPO, TESTBED_DIR
 
-if TYPE_CHECKING:  # imported by name, pytest would try to collect the class as tests
-    from conftest import Testbed
+from tests.support import REPO
+from tests.support.testbed.cluster import TESTBED_DIR, Testbed
 
 VENV = Path(sys.prefix)  # the venv running the tests: ansible, ansible-lint and torch
 VENV_BIN = VENV / "bin"
@@ -59,7 +57,7 @@ def ansible_env(tmp: Path) -> dict[str, str]:
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOME": str(tmp / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-local"),
-        # tests/testbed/down.sh closes the SSH control masters it finds here
+        # tests/support/testbed/down.sh closes the SSH control masters it finds here
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(TESTBED_DIR / "ansible-cp"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",

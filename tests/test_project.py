@@ -13,10 +13,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ddpctl
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.project import locate, pack, scan
+from tests.support.cli import ddpctl
 
 TRAIN = """\
 import os

@@ -8,14 +8,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import Testbed, ddpctl
-from test_onprem import GROUP_VARS, run_procs
+
+from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
 
@@ -64,13 +64,7 @@ def test_mnist_through_sbatch(slurm_cluster) -> None:
 
 
 def start(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--", "--epochs", "20"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    return start_ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "20", env=env)
 
 
 def wait_for_worker(testbed: Testbed, node: str) -> int:

@@ -18,8 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import ddpctl, tree
-from moto_server import Moto
 
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
@@ -27,6 +25,8 @@ from ddpctl.infra.launch.sbatch import plan_sbatch
 from ddpctl.infra.runs import RunOptions
 from ddpctl.infra.spec import ClusterSpec, RunSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
+from tests.support.cli import ddpctl, tree
+from tests.support.moto import Moto
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"
 BUCKET = "ddpctl-snapshots"

@@ -1,7 +1,8 @@
-"""A moto server for the AWS tests: one per test session, on a loopback port (see tests/test_aws.py).
+"""A moto server for the AWS tests: one per test session, on a loopback port (see tests/test_aws.py),
+seeded with a realistic list of images; and the constants the AWS tests share.
 
 The fixtures ``moto_server`` (the process) and ``moto`` (reset before each test) are in conftest.py,
-so every test module shares one server.
+so every test module shares one server; bench/aws_calls.py and `./dev twin up` start their own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 REGION = "us-east-1"
+#: The caller's address the AWS tests give `--ssh-cidr` (TEST-NET-3: never a real host).
+SSH_CIDR = "203.0.113.7/32"
 NEWEST_DLAMI = "ami-0c5e1b2f3a4d5e6f7"
 NEWEST_UBUNTU = "ami-0f3a4b5c6d7e8f901"
 DLAMI_OWNER = "898082745236"  # the owner of AWS's Deep Learning AMIs (moto aliases every seeded image "amazon")
@@ -65,7 +68,8 @@ AMIS = [
 ]
 
 
-def _amis_json(path: Path) -> Path:
+def amis_json(path: Path) -> Path:
+    """Write ``AMIS`` to ``path`` in the format moto reads from MOTO_AMIS_PATH."""
     common = {
         "public": True,
         "virtualization_type": "hvm",
@@ -170,7 +174,7 @@ def running_moto(tmp: Path) -> Iterator[Moto]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["MOTO_AMIS_PATH"] = str(_amis_json(tmp / "amis.json"))
+    env["MOTO_AMIS_PATH"] = str(amis_json(tmp / "amis.json"))
     log = open(tmp / "moto.log", "wb")  # noqa: SIM115 - closed in the finalizer
     proc = subprocess.Popen(
         [str(exe), "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT

@@ -25,8 +25,8 @@ the bridge; placement groups and capacity are whatever moto does; instances are 
 (moto) and the node is up before RunInstances answers; /tmp and the host's packages are shared.
 
 Use: ``Twin.start(moto_url)`` in tests (tests/test_aws_twin.py), or ``./dev twin up`` by hand
-(``python tests/testbed/twin.py serve --moto URL --port P`` runs the proxy in the foreground).
-Needs root and a test cluster bridge (tests/testbed/up.sh with NODES=0).
+(``python tests/support/testbed/twin.py serve --moto URL --port P`` runs the proxy in the
+foreground). Needs root and a test cluster bridge (tests/support/testbed/up.sh with NODES=0).
 """
 
 from __future__ import annotations
@@ -534,8 +534,7 @@ class TwinProcess:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            start_new_session=True,  # serve() handles SIGTERM and SIGINT itself, whatever it inherited
         )
         out.close()
         deadline = time.monotonic() + 30

@@ -1,11 +1,12 @@
 """The test cluster: N "nodes" as network namespaces on this machine, each with a real sshd
-(up.sh / down.sh beside this file). Used by the tests' fixture and by bench/onprem.py."""
+(up.sh / down.sh beside this file). Used by the tests' fixtures and by bench/onprem.py."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -19,6 +20,12 @@ NODE_VARS = {
     "common_hostname_file": "{{ ddpctl_node_dir }}/hostname",
     "ssh_mesh_ssh_dir": "{{ ddpctl_node_dir }}/home/.ssh",
     "ssh_mesh_host_key_file": "{{ ddpctl_node_dir }}/ssh_host_ed25519_key.pub",
+}
+#: Inventory variables of an on-prem cluster on the test cluster: the nodes are air-gapped and share
+#: this machine's filesystem, so python_env verifies the controller's own venv.
+GROUP_VARS = {
+    "python_env_mode": "existing",
+    "python_env_path": str(Path(sys.executable).parent.parent),
 }
 
 
@@ -61,6 +68,20 @@ class Testbed:
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout
         return [int(p) for p in out.split()]
+
+
+def run_procs(testbed: Testbed, node: str) -> list[str]:
+    """Command lines of torchrun/python processes inside ``node``'s namespace ("PID: CMDLINE")."""
+    found = []
+    for pid in testbed.netns_pids(node):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and ("torch" in cmd or "python" in cmd):
+            found.append(f"{pid}: {cmd}")
+    return found
 
 
 def testbed_missing() -> str | None:

@@ -1,0 +1,1 @@
+"""ddpctl's test suite: a package so that its modules import helpers as ``tests.support.*``."""
