@@ -49,7 +49,8 @@ class Output:
         click.echo(json.dumps(envelope(command, ok, **doc), indent=2, default=str))
 
     def table(self, table: Table) -> None:
-        self.err.print(table)
+        """A listing (status, runs, check): the command's output, on stdout (stderr under --json)."""
+        self.jobs.print(table)
 
     def run_summary(self, result: RunResult) -> None:
         table = Table(title=f"run {result.run_id}: {_verdict(result)} in {result.wall_s:.1f} s", title_justify="left")

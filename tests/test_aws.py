@@ -463,7 +463,7 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
 
     status = json.loads(aws.ok("status", "--json").stdout)["clusters"][0]
     assert status["live"]["instances"] == {"running": 2} and status["live"]["cost_per_hour_usd"] == pytest.approx(6.12)
-    assert "$6.12" in aws.ok("status").stderr
+    assert "$6.12" in aws.ok("status").stdout  # the table
 
     aws.ok("down")
     aws.assert_clean()

@@ -100,7 +100,7 @@ def test_damaged_cluster_state(home: Path, damage: str) -> None:
     try:
         path.write_bytes(DAMAGES[damage](path.read_bytes()))
 
-        shown = ok("status").stderr  # the table: on stderr, as progress (issue 17 moves it)
+        shown = ok("status").stdout + ok("status").stderr  # the table, then what is damaged
         assert "damaged" in shown and "ddpctl down --name default" in shown
         doc = json.loads(ok("status", "--json").stdout)
         assert doc["clusters"][0]["status"] == "damaged"
@@ -186,7 +186,7 @@ def test_damaged_run_records(home: Path) -> None:
     assert listed["rgood00001"] == "succeeded"
     assert listed["rbad000001"].startswith("damaged (options.json")
     assert listed["rbad000002"].startswith("damaged (run.json")
-    assert "damaged" in ok("runs").stderr
+    assert "damaged" in ok("runs").stdout
 
     result = ddpctl("run", "--resume", "rbad000001")
     assert result.returncode == 2

@@ -183,7 +183,7 @@ def test_up_status_down(home: Path) -> None:
     status = ddpctl("status", "--json")
     doc = json.loads(status.stdout)
     assert [c["spec"]["name"] for c in doc["clusters"]] == ["default"]
-    assert "default" in ddpctl("status").stderr
+    assert "default" in ddpctl("status").stdout
 
     # a run on the cluster that is up: too many nodes is a usage error, nothing started
     too_many = ddpctl("run", "message-passing", "--nodes", "3")

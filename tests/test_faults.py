@@ -78,7 +78,7 @@ def test_resume_after_the_controller_crashed(home: Path) -> None:
     assert (home / "clusters" / "default.json").is_file()  # the run's own cluster survived the crash
     listed = json.loads(ddpctl("runs", "--json").stdout)["runs"]
     assert [(r["run_id"], r["result"]) for r in listed] == [("crash2", "unfinished")]
-    assert "unfinished" in ddpctl("runs").stderr  # the table
+    assert "unfinished" in ddpctl("runs").stdout  # the table
     resumed = ddpctl("run", "--resume", "crash2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout

@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.support import REPO
-from tests.support.cli import ddpctl, tree
-from tests.support.moto import NEWEST_DLAMI, REGION, SSH_CIDR, Moto
-from tests.support.testbed.cluster import GROUP_VARS, Testbed
+from conftest import REPO, Testbed, ddpctl, tree
+from moto_server import NEWEST_DLAMI, REGION, Moto
+from test_aws import SSH_CIDR
+from test_onprem import GROUP_VARS
 
 MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
 SECRET = "ddpctlSecretMarker0123456789abcdefABCDEF"
@@ -846,7 +845,7 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, 
 
     status = json.loads(pc.ok("status", "--json").stdout)["clusters"][0]["live"]
     assert status["cluster_status"] == "CREATE_IN_PROGRESS" and status["pcluster_name"] == "ddpctl-c1"
-    assert "creating (ParallelCluster: CREATE_IN_PROGRESS" in pc.ok("status", COLUMNS="200").stderr
+    assert "creating (ParallelCluster: CREATE_IN_PROGRESS" in pc.ok("status", COLUMNS="200").stdout
 
     down = pc.ok("down")
     assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr
@@ -1242,7 +1241,7 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     )
     assert plain.returncode == 0 and plain.stdout.strip() == "node1", plain.stderr  # the file works for OpenSSH too
     text = ddpctl("check", "--no-bandwidth", env=env, timeout=120)
-    assert text.returncode == 0 and f"{names[0]} <-> {names[1]}" in text.stderr, text.stderr
+    assert text.returncode == 0 and f"{names[0]} <-> {names[1]}" in text.stdout, text.stderr
 
     # strict through the jump: a compute node's key that is not the one read on node0 is refused
     (cluster_dir / "compute_known_hosts").write_text(
