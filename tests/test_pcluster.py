@@ -50,10 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, Testbed, ddpctl, tree
-from moto_server import NEWEST_DLAMI, REGION, Moto
-from test_aws import SSH_CIDR
-from test_onprem import GROUP_VARS
+
+from tests.support import REPO
+from tests.support.cli import ddpctl, tree
+from tests.support.moto import NEWEST_DLAMI, REGION, SSH_CIDR, Moto
+from tests.support.testbed.cluster import GROUP_VARS, Testbed
 
 MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
 SECRET = "ddpctlSecretMarker0123456789abcdefABCDEF"
