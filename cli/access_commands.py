@@ -1,4 +1,4 @@
-"""Getting onto nodes and into runs' output: ``ssh`` and ``logs``."""
+"""Getting onto nodes, into runs' output, and stopping a run from anywhere: ``ssh``, ``logs``, ``stop``."""
 
 from __future__ import annotations
 
@@ -82,4 +82,27 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
         return 0
     for line in lines:
         out.log_line(line.node, line.rank, line.text)
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("run_id", type=RunId("RUN_ID"))
+@json_option
+def stop(run_id, as_json) -> int:
+    """Stop run RUN_ID as Ctrl-C would, from any terminal: every process of the run on every node,
+    and the cluster if the run brought it up. For a `run --detach`, or a run in another terminal.
+
+    \b
+    Examples:
+      ddpctl stop r3f2a9c1d0e
+    """
+    from ddpctl.infra.detach import stop_run
+
+    from .output import Output
+
+    out = Output(as_json)
+    stop_run(open_store(), run_id, out.progress)
+    out.progress(f"run {run_id} stopped")
+    if as_json:
+        out.document({"ok": True, "run_id": run_id, "stopped": True})
     return 0

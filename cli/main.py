@@ -112,5 +112,6 @@ for command in (
     run_commands.check,
     access_commands.ssh,
     access_commands.logs,
+    access_commands.stop,
 ):
     cli.add_command(command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,12 @@ from .plans import print_cluster_plan, print_launch_plan
     "read again by --resume.",
 )
 @python_option
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run in the background: the command returns once the run has started, and the run goes on after "
+    "the terminal closes (`ddpctl logs --follow RUN_ID`, `ddpctl stop RUN_ID`, `ddpctl runs`).",
+)
 @dry_run_option
 @json_option
 @click.pass_context
@@ -120,6 +127,7 @@ def run(
     env,
     env_files,
     python,
+    detach,
     dry_run,
     as_json,
 ) -> int:
@@ -141,6 +149,7 @@ def run(
       ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
       ddpctl run --resume ra35cebc6d8   # after ddpctl was killed mid-run (`ddpctl runs` lists ids)
       ddpctl run mnist --nodes 2 --resume-from ra35cebc6d8 -- --epochs 4   # train that model further
+      ddpctl run mnist --nodes 2 --detach -- --epochs 20   # in the background: logs --follow, stop
     """
     from click.core import ParameterSource
 
@@ -196,6 +205,19 @@ def run(
             if prep.ephemeral:
                 print_cluster_plan(prep.cluster, note=" (for this run; taken down after it)")
             print_launch_plan(prep.plan)
+        return 0
+    if detach:  # checked and planned here (bad input is this command's one line); run by a ddpctl of its own
+        from ddpctl.infra.detach import controller_log, start_detached
+
+        chosen = None if resume_id or run_id else prep.run.run_id  # the background ddpctl must use this id
+        run_id = prep.run.run_id
+        pid = start_detached(_detached_argv(sys.argv[1:], chosen), store, run_id)
+        out.progress(
+            f"run {run_id} goes on in the background (pid {pid}; its own messages in {controller_log(store, run_id)}): "
+            f"`ddpctl logs --follow {run_id}` follows it, `ddpctl stop {run_id}` stops it"
+        )
+        if as_json:
+            out.document({"ok": True, "run_id": run_id, "pid": pid, "detached": True})
         return 0
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -312,6 +334,17 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
         out.progress("unreachable: " + "; ".join(report.unreachable))
         return 1
     return 0
+
+
+def _detached_argv(argv: list[str], new_run_id: str | None) -> list[str]:
+    """This command's arguments for the background ddpctl: without --detach (the job's own
+    arguments after `--` are left alone), with the run id already chosen."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    head = [a for a in argv[:end] if a != "--detach"]
+    if new_run_id is not None:
+        at = head.index("run") + 1
+        head[at:at] = ["--run-id", new_run_id]
+    return head + argv[end:]
 
 
 def _raise_interrupt(signum: int, _frame: Any) -> None:

@@ -214,6 +214,11 @@ def _run_busy(run_id: str, lock: _Lock) -> Busy:
     return Busy(f"run {run_id} is still running ({who}): let it finish, or stop it ({pid}) before resuming it")
 
 
+def run_holders(store: StateStore, run_id: str) -> list[Holder]:
+    """Who holds run ``run_id`` (its ddpctl, while it runs); reads, takes nothing."""
+    return _run_lock(store, run_id).holders()
+
+
 def run_alive(store: StateStore, run_id: str) -> bool:
     """Whether run ``run_id``'s ddpctl still runs (it holds the run's lock); reads, takes nothing."""
-    return bool(_run_lock(store, run_id).holders())
+    return bool(run_holders(store, run_id))

@@ -105,7 +105,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 )
             )
             continue
-        result = "unfinished"
+        result = "running" if locks.run_alive(store, run_dir.name) else "unfinished"
         done = path.with_name("run.json")
         if done.is_file():
             try:

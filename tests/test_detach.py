@@ -1,0 +1,79 @@
+"""Detached runs and `ddpctl stop` (issue 15), on the local provider with real runs: `run --detach`
+returns once the run has started, the run goes on in a session of its own (no terminal reaches it),
+`runs` shows it running, `logs --follow` reattaches, and `stop` stops it everywhere as Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.support.cli import ddpctl, tree
+from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
+
+
+def run_result(run_id: str) -> str:
+    return {r["run_id"]: r["result"] for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}[run_id]
+
+
+def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
+    started = time.monotonic()
+    result = ddpctl(
+        "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach001", "--", "--epochs", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["detached"] and doc["run_id"] == "rdetach001"
+    assert time.monotonic() - started < 60  # back at once, not after the training
+    controller = psutil.Process(doc["pid"])
+    assert os.getsid(controller.pid) == controller.pid  # a session of its own: no terminal's signals reach it
+    assert run_result("rdetach001") == "running"
+
+    follow = ddpctl("logs", "rdetach001", "--follow", "--rank", "0", timeout=300)
+    assert follow.returncode == 0, follow.stderr
+    assert "held-out accuracy" in follow.stdout  # the whole run, to its end
+    controller.wait(timeout=60)
+    assert run_result("rdetach001") == "succeeded"
+    assert (home / "runs" / "rdetach001" / "outputs" / "mnist_snapshot.pt").is_file()
+    assert_nothing_left("rdetach001", home)
+
+
+def test_stop_stops_a_detached_run_everywhere(home: Path) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--run-id", "rdetach002", "--", "--epochs", "5")
+    assert result.returncode == 0, result.stderr
+    assert "ddpctl stop rdetach002" in result.stderr
+    wait_for_worker("rdetach002", 1)  # training on both nodes
+    stopped = ddpctl("stop", "rdetach002", timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "run rdetach002 stopped" in stopped.stderr
+    assert run_processes("rdetach002") == []
+    assert run_result("rdetach002") == "interrupted"
+    assert tree(home / "clusters") == []  # the run's own cluster went with it
+
+
+def test_stop_a_run_in_another_terminal(home: Path) -> None:
+    """`ddpctl stop` works on a run that is not detached too (it holds the same lock)."""
+    from tests.support.cli import start_run
+
+    run = start_run("rdetach003", "--epochs", "5")
+    try:
+        wait_for_worker("rdetach003", 0)
+        assert ddpctl("stop", "rdetach003", timeout=120).returncode == 0
+        assert run.wait(timeout=60) == 130  # as Ctrl-C
+        assert_nothing_left("rdetach003", home)
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGKILL)
+
+
+def test_detach_refusals(home: Path) -> None:
+    result = ddpctl("run", "nosuchjob", "--detach")
+    assert result.returncode == 2 and "unknown job" in result.stderr  # checked before anything starts
+    assert tree(home) == []
+    result = ddpctl("stop", "rnotrunning")
+    assert result.returncode == 2 and "run 'rnotrunning' is not running" in result.stderr
