@@ -60,6 +60,8 @@ class Output:
             style = {"ok": "green", "failed": "red"}.get(node.status, "yellow")
             table.add_row(node.node, str(node.exit_code), Text(node.status, style=style))
         self.err.print(table)
+        if result.hint:
+            self.err.print(Text(f"hint: {result.hint}", style="bold"))
 
 
 def _verdict(result: RunResult) -> str:

@@ -411,3 +411,49 @@ def test_elastic_a_relaunch_that_comes_back_after_the_head_is_done_is_killed() -
     result = supervise(clock, nodes, elastic=Elastic(2, relaunch=slow_relaunch, threaded=True))
     assert [kind for kind, _ in late[0].signals] == ["kill"]
     assert result.ok and statuses(result)["node2"] == "lost" and result.nodes[2].exit_code == -9
+
+
+# ---- failures explained (launch/diagnose.py): each signature through the supervisor ---------------
+
+SIGNATURES = [
+    ("[rank1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "lower the per-rank batch"),
+    (
+        "[rank0]:RuntimeError: [enforce fail at device.cc:84] ifa != nullptr. Unable to find address for: eth9",
+        "SOCKET_IFNAME",
+    ),
+    ("[rank1]:RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", "NCCL_DEBUG=INFO"),
+    (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+        "--port",
+    ),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "`ddpctl check`"),
+    ("torch.distributed.DistNetworkError: Failed to connect to 10.0.0.5:29500 (Connection refused)", "reach the head"),
+    ("  exitcode  : -9 (pid: 4242)", "OOM killer"),
+    ("terminate called without an active exception", "destroy_process_group"),
+]
+
+
+@pytest.mark.parametrize(("line", "hint"), SIGNATURES, ids=[h for _, h in SIGNATURES])
+def test_a_failure_is_explained_by_its_signature(line: str, hint: str) -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, "node0", ("starting",), at=None), FakeNode(clock, "node1", ("starting", line), code=1)]
+    result = supervise(clock, nodes)
+    assert result.failed_node == "node1" and hint in result.hint
+
+
+def test_the_failing_nodes_own_cause_wins() -> None:
+    """node1 ran out of memory; node0 then lost its peer: the hint is node1's, not node0's echo."""
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", ("[rank0]:RuntimeError: Connection refused by peer 10.0.0.2",), at=None),
+        FakeNode(clock, "node1", ("x", "[rank1]:torch.OutOfMemoryError: CUDA out of memory."), code=1, at=2.0),
+    ]
+    assert "batch size" in supervise(clock, nodes).hint
+
+
+def test_no_hint_for_an_unknown_failure_or_a_success_or_ctrl_c() -> None:
+    clock = FakeClock()
+    assert supervise(clock, [FakeNode(clock, "node0", ("ValueError: mine",), code=1)]).hint == ""
+    clock = FakeClock()
+    assert supervise(clock, [FakeNode(clock, "node0", ("exitcode  : -9",), code=0)]).hint == ""

@@ -43,6 +43,7 @@ class RunResult:
     nodes: list[NodeResult] = field(default_factory=list)
     failed_node: str | None = None
     interrupted: bool = False
+    hint: str = ""  # a failure's known cause, what it means and what to do (launch/diagnose.py)
 
     @property
     def ok(self) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 # the types live in nodes.py; callers import them from here
+from .diagnose import Diagnosis
 from .nodes import Elastic, NodeProcess, NodeResult, OutputLine, RunResult, parse_line
 
 NEVER = float("inf")
@@ -90,6 +91,7 @@ class Supervisor:
         self._lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
         self._open_streams = 0
+        self.diagnosis = Diagnosis()
 
     def run(self) -> RunResult:
         start = self.clock.now()
@@ -136,7 +138,9 @@ class Supervisor:
                 if line is None:
                     self._open_streams -= 1
                 else:
-                    self.sink(parse_line(self.procs[i].node, line))
+                    parsed = parse_line(self.procs[i].node, line)
+                    self.diagnosis.feed(parsed)  # what a failure's lines say about its cause
+                    self.sink(parsed)
         except queue.Empty:
             pass
 
@@ -277,6 +281,7 @@ class Supervisor:
             nodes=nodes,
             failed_node=self.failed,
             interrupted=self.interrupted,
+            hint=self.diagnosis.hint(self.failed) if self.failed and not self.interrupted else "",
         )
 
 
