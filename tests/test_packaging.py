@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -99,3 +100,26 @@ def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: 
     assert result.returncode == 0 and "Usage:" in result.stdout, result.stderr
     result = ddpctl("up", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_license_goes_with_the_wheel(wheel: Path):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_the_sdist_ships_no_half_test_suite(wheel: Path):
+    """The sdist is built from the same files; its tests would need the repository, so it has none."""
+    src, out = wheel.parent / "src", wheel.parent / "sdist"
+    build = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    with tarfile.open(next(out.glob("ddpctl-*.tar.gz"))) as sdist:
+        names = [n.split("/", 1)[1] for n in sdist.getnames() if "/" in n]
+    assert "LICENSE" in names and "pyproject.toml" in names
+    assert [n for n in names if n.startswith(("tests/", "bench/", ".ci/")) or n == "dev"] == []
