@@ -106,3 +106,28 @@ def stop(run_id, as_json) -> int:
     if as_json:
         out.document({"ok": True, "run_id": run_id, "stopped": True})
     return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@json_option
+def playbooks(as_json) -> int:
+    """Print where the playbooks are (in this checkout, or in the installed package).
+
+    They work without ddpctl too, on your own hosts (Ansible finds the roles beside site.yml):
+
+    \b
+      ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml"
+      ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml" --tags nccl_env -e nccl_env_debug=INFO
+    """
+    from ddpctl.infra.ansible import ANSIBLE_CFG, PLAYBOOKS
+
+    from .output import Output
+
+    if as_json:
+        config = str(ANSIBLE_CFG) if ANSIBLE_CFG.is_file() else None
+        Output(True).document(
+            {"ok": True, "playbooks": str(PLAYBOOKS), "site": str(PLAYBOOKS / "site.yml"), "ansible_cfg": config}
+        )
+    else:
+        click.echo(str(PLAYBOOKS))
+    return 0

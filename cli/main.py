@@ -113,5 +113,6 @@ for command in (
     access_commands.ssh,
     access_commands.logs,
     access_commands.stop,
+    access_commands.playbooks,
 ):
     cli.add_command(command)

@@ -17,6 +17,9 @@ from .errors import DdpctlError, UsageError
 from .progress import Progress
 from .state import ClusterState, NodeInfo
 
+#: The playbook as a user finds it: in the repository, or in the installed package (`ddpctl playbooks`).
+SITE = PLAYBOOKS / "site.yml"
+
 #: The roles of playbooks/site.yml, in order: what ``ddpctl configure --tags`` may name.
 ROLES = ("common", "ssh_mesh", "nvidia", "python_env", "nccl_env", "bundle")
 
@@ -28,7 +31,7 @@ def check_tags(tags: str | None) -> str | None:
     names = [t.strip() for t in tags.split(",") if t.strip()]
     unknown = [t for t in names if t not in ROLES]
     if unknown or not names:
-        raise UsageError(f"--tags {tags!r}: give roles of playbooks/site.yml, comma-separated, from {', '.join(ROLES)}")
+        raise UsageError(f"--tags {tags!r}: give roles of {SITE}, comma-separated, from {', '.join(ROLES)}")
     return ",".join(names)
 
 
@@ -61,7 +64,7 @@ def run_site(
     ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
     ``tags``: only these roles (comma-separated), as ``ansible-playbook --tags``.
     """
-    progress(f"configuring {len(nodes)} node(s) with playbooks/site.yml")
+    progress(f"configuring {len(nodes)} node(s) with {SITE}")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return run_playbook(
         "site.yml",
@@ -115,7 +118,7 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
         facts = report.facts.get(node.name, {}).get("ddpctl_node")
         if not facts:
             raise DdpctlError(
-                f"site.yml did not report node {node.name}'s layout (ddpctl_node): is playbooks/ current?"
+                f"{SITE} did not report node {node.name}'s layout (ddpctl_node): is that copy of the playbooks current?"
             )
         out.append(
             replace(

@@ -100,6 +100,10 @@ def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: 
     assert result.returncode == 0 and "Usage:" in result.stdout, result.stderr
     result = ddpctl("up", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
+    result = ddpctl("playbooks")  # where a wheel's user finds the playbooks, for ansible-playbook on their own
+    assert result.returncode == 0 and Path(result.stdout.strip()) == playbooks, result.stderr
+    result = ddpctl("configure", "--tags", "nope")
+    assert result.returncode == 2 and f"give roles of {playbooks / 'site.yml'}" in result.stderr  # the real path
 
 
 def test_the_license_goes_with_the_wheel(wheel: Path):
