@@ -71,6 +71,16 @@ def test_mnist_reaches_90_percent_and_resumes(home: Path) -> None:
     assert tree(home / "clusters") == []
 
 
+def test_mingpt_with_its_defaults_fits_a_cpu_machine(home: Path) -> None:
+    """`ddpctl run mingpt --nodes 2` as --help shows it: on CPU nodes the CPU-sized model, said so,
+    not the GPU example's (about 12 GB per rank, which the OOM killer stopped on a 24 GB machine)."""
+    result = ddpctl("run", "mingpt", "--nodes", "2", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no GPU: the CPU-sized model (--n-layer 2" in result.stdout
+    assert re.findall(r"step (\d+) \|", result.stdout)[-1] == "150"
+    assert "sample:" in result.stdout
+
+
 def test_mingpt_loss_goes_down(home: Path) -> None:
     result = ddpctl("run", "mingpt", "--nodes", "2", "--", *MINGPT_TINY)
     assert result.returncode == 0, result.stdout + result.stderr

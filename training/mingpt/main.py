@@ -6,9 +6,10 @@ Run by hand; a tiny model that trains in seconds on CPU:
     torchrun --standalone --nproc-per-node 2 training/mingpt/main.py \\
         --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 32 --max-steps 60
 
-Without the size flags it trains the example's model (8 layers, 8 heads, 512 wide, context 128,
-batch 216 per rank): a job for GPUs. Every config field below is a flag (--data PATH, --lr, ...),
-and so is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-graphs, ...).
+Without the size flags it trains the example's model on GPUs (8 layers, 8 heads, 512 wide, context
+128, batch 216 per rank: about 12 GB per rank), and on CPUs a small one that finishes in a few
+minutes (CPU_SIZE; it says so). Every config field below is a flag (--data PATH, --lr, ...), and so
+is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-graphs, ...).
 """
 
 import sys
@@ -43,6 +44,21 @@ class TrainerConfig:
     seed: int = 0
 
 
+#: Without a GPU and with no size flag given: a model a CPU trains in minutes (the example's would
+#: take hours, and about 12 GB of memory per rank at its batch size).
+CPU_SIZE = {"n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 32, "max_steps": 150}
+
+
+def size_for_cpu(gpt_cfg, cfg, argv):
+    """Apply CPU_SIZE unless a size flag was given (then the user chose); True if applied."""
+    given = {a.split("=")[0].removeprefix("--").replace("-", "_") for a in argv if a.startswith("--")}
+    if given & set(CPU_SIZE):
+        return False
+    for name, value in CPU_SIZE.items():
+        setattr(gpt_cfg if hasattr(gpt_cfg, name) else cfg, name, value)
+    return True
+
+
 def make_optimizer(model, cfg, fused=False):
     # Weight decay on matrices and embeddings only, not on biases and LayerNorm gains.
     # fused: one CUDA kernel for the whole update instead of a few per parameter group.
@@ -61,6 +77,9 @@ def lm_loss(logits, targets):
 def main():
     gpt_cfg, cfg, speed = parse_config(GPTConfig(), TrainerConfig(), SpeedConfig())
     device = ddp_setup()
+    if device.type == "cpu" and size_for_cpu(gpt_cfg, cfg, sys.argv[1:]) and dist.get_rank() == 0:
+        sizes = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in CPU_SIZE.items())
+        print(f"no GPU: the CPU-sized model ({sizes}); give any of these flags to choose", flush=True)
     torch.manual_seed(cfg.seed)
     dataset = CharDataset(cfg.data, gpt_cfg.block_size, cfg.data_fraction)
     model = GPT(gpt_cfg, dataset.vocab_size).to(device)
