@@ -18,7 +18,7 @@ from ddpctl import __version__
 from ddpctl.infra.errors import DdpctlError
 
 from . import access_commands, cluster_commands, run_commands
-from .options import EXIT_CODES, JSON_META
+from .options import EXIT_CODES, JSON_META, QUIET_META, VERBOSE_META
 from .output_json import envelope
 
 # Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
@@ -32,7 +32,8 @@ class DdpctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BaseException as exc:  # which command failed, and whether it was asked for JSON
-            exc.ddpctl_where = (ctx.meta.get(JSON_META, False), ctx.invoked_subcommand)  # type: ignore[attr-defined]
+            where = (ctx.meta.get(JSON_META, False), ctx.invoked_subcommand, ctx.meta.get(VERBOSE_META, False))
+            exc.ddpctl_where = where  # type: ignore[attr-defined]
             raise
 
     def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
@@ -59,8 +60,12 @@ class DdpctlGroup(click.Group):
 
 
 def _fail(exc: BaseException, message: str, code: int) -> NoReturn:
+    as_json, command, verbose = getattr(exc, "ddpctl_where", (False, None, False))
+    if verbose:
+        import traceback
+
+        traceback.print_exception(exc)
     click.echo(f"Error: {message}", err=True)
-    as_json, command = getattr(exc, "ddpctl_where", (False, None))
     if as_json:  # from the parsed --json (an eager option), not from a "--json" anywhere in argv
         click.echo(json.dumps(envelope(command, False, error={"code": code, "message": message}), indent=2))
     sys.exit(code)
@@ -86,7 +91,10 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     envvar="DDPCTL_CONFIG",
     help="Defaults for the options below, from a TOML file (or $DDPCTL_CONFIG). [default: ./ddpctl.toml if present]",
 )
-def cli() -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines: only the job's output, results and errors.")
+@click.option("--verbose", "-v", is_flag=True, help="On an error, also the traceback behind it (for a bug report).")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """Multi-node PyTorch DDP, from nothing to a finished run and back to nothing.
 
     \b
@@ -100,6 +108,7 @@ def cli() -> None:
 
     State lives in ~/.ddpctl (set DDPCTL_HOME to move it).
     """
+    ctx.meta[QUIET_META], ctx.meta[VERBOSE_META] = quiet, verbose
 
 
 for command in (

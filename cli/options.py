@@ -92,6 +92,8 @@ class FiniteFloatRange(click.FloatRange):
 
 #: ``ctx.meta`` key: this command was given --json (errors are then printed as JSON too).
 JSON_META = "ddpctl.json"
+#: ``ctx.meta`` keys of ``ddpctl --quiet`` (no progress lines) and ``ddpctl --verbose`` (tracebacks).
+QUIET_META, VERBOSE_META = "ddpctl.quiet", "ddpctl.verbose"
 
 
 def _note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

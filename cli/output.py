@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ddpctl.infra.launch.supervise import OutputLine, RunResult
 
+from .options import QUIET_META
 from .output_json import envelope
 
 NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -28,9 +29,12 @@ class Output:
         # Job output is the command's output, unless stdout is reserved for the JSON document.
         self.jobs = self.err if as_json else Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self._colours: dict[str, str] = {}
+        ctx = click.get_current_context(silent=True)
+        self.quiet = bool(ctx and ctx.meta.get(QUIET_META))  # `ddpctl --quiet`
 
     def progress(self, message: str) -> None:
-        self.err.print(Text(message, style="dim"))
+        if not self.quiet:
+            self.err.print(Text(message, style="dim"))
 
     def line(self, line: OutputLine) -> None:
         self.log_line(line.node, line.rank, line.text)

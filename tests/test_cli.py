@@ -240,3 +240,17 @@ def test_run_elastic_node_range(home: Path) -> None:
         assert wrong.returncode == 2 and "--nodes" in wrong.stderr, wrong.stderr
         assert len(wrong.stderr.strip().splitlines()) == 1
     assert tree(home) == []
+
+
+def test_quiet_and_verbose(home: Path) -> None:
+    loud = ddpctl("up", "--nodes", "2")
+    assert "is up" in loud.stderr
+    assert ddpctl("down").returncode == 0
+    quiet = ddpctl("--quiet", "up", "--nodes", "2")
+    assert quiet.returncode == 0 and quiet.stderr == ""  # no progress lines
+    result = ddpctl("-q", "run", "nosuchjob")
+    assert result.returncode == 2 and result.stderr.startswith("Error: unknown job")  # errors still
+    verbose = ddpctl("--verbose", "run", "nosuchjob")
+    assert "Traceback (most recent call last)" in verbose.stderr and "resolve_job" in verbose.stderr
+    assert verbose.stderr.strip().splitlines()[-1].startswith("Error: unknown job")
+    assert ddpctl("-q", "down").returncode == 0
