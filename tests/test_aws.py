@@ -217,7 +217,7 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     ],
 )
 def test_image_follows_the_gpu_generation(instance_type: str, source: str, modules: str) -> None:
-    from ddpctl.infra.providers.aws.plan import choose_image
+    from ddpctl.infra.providers.aws.images import choose_image
 
     choice = choose_image(instance_type, ami="")
     assert choice.source is not None and choice.source.label == source
@@ -229,7 +229,7 @@ def test_image_follows_the_gpu_generation(instance_type: str, source: str, modul
 
 def test_kepler_has_no_default_image() -> None:
     from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.providers.aws.plan import choose_image
+    from ddpctl.infra.providers.aws.images import choose_image
 
     with pytest.raises(UsageError, match=r"p2.xlarge has K80 GPUs \(Kepler\), which no current NVIDIA driver supports"):
         choose_image("p2.xlarge", ami="")
@@ -237,7 +237,7 @@ def test_kepler_has_no_default_image() -> None:
 
 
 def test_image_sources_name_the_published_parameters() -> None:
-    from ddpctl.infra.providers.aws.plan import DLAMI, UBUNTU, UBUNTU_OWNER
+    from ddpctl.infra.providers.aws.images import DLAMI, UBUNTU, UBUNTU_OWNER
 
     assert (
         UBUNTU.parameter("x86_64")
@@ -260,7 +260,7 @@ def test_the_ssm_parameter_is_asked_first() -> None:
     from botocore.stub import Stubber
 
     from ddpctl.infra.providers.aws.ec2 import Aws
-    from ddpctl.infra.providers.aws.plan import UBUNTU
+    from ddpctl.infra.providers.aws.images import UBUNTU
 
     session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
     aws = Aws(REGION)
@@ -285,7 +285,7 @@ def test_the_plan_predicts_the_nvidia_roles_defaults() -> None:
     """What `up --dry-run` says the nvidia role installs is what the role's defaults say."""
     import yaml
 
-    from ddpctl.infra.providers.aws import plan
+    from ddpctl.infra.providers.aws import images as plan
 
     defaults = yaml.safe_load((Path(__file__).parents[1] / "playbooks/roles/nvidia/defaults/main.yml").read_text())
     assert defaults["nvidia_driver_branch"] == plan.NVIDIA_DRIVER_BRANCH

@@ -1169,7 +1169,8 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     from ddpctl.infra.errors import DdpctlError
     from ddpctl.infra.inventory import Host
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
-    from ddpctl.infra.providers.pcluster.provider import PclusterProvider, _Up
+    from ddpctl.infra.providers.pcluster.provider import PclusterProvider
+    from ddpctl.infra.providers.pcluster.up import Up as _Up
     from ddpctl.infra.spec import ClusterSpec
     from ddpctl.infra.ssh import connect
     from ddpctl.infra.state import StateStore

@@ -142,7 +142,8 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
     ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
-    from ddpctl.infra.providers.pcluster.provider import PclusterProvider, _Up
+    from ddpctl.infra.providers.pcluster.provider import PclusterProvider
+    from ddpctl.infra.providers.pcluster.up import Up as _Up
     from ddpctl.infra.spec import ClusterSpec
     from ddpctl.infra.state import StateStore
 

@@ -1,12 +1,23 @@
-"""The AWS provider (EC2), one package: pure planning apart from the boto3 adapter.
+"""The AWS provider (EC2), one package; its network, key and AWS plumbing serve the pcluster
+provider too.
 
-    plan.py       the typed plan: resources, names, tags, the exact EC2 requests (pure)
-    pricing.py    built-in prices, vCPUs/GPUs, vCPU quota codes (pure)
-    keys.py       the cluster's ed25519 key, made locally
-    ec2.py        the boto3 adapter (imported lazily) and AWS errors as one line
-    provider.py   the verbs: plan, up, down, status, dry_run
-    configure.py  inventory + playbooks/site.yml, as for on-prem hosts
-    faults.py     DDPCTL_FAULT: test-only fault injection
+    plan.py        the typed plan: resources, names, tags, the exact EC2 requests (pure)
+    images.py      which AMI for which GPU, and the NVIDIA driver plan (pure)
+    pricing.py     built-in prices, vCPUs/GPUs, vCPU quota codes (pure)
+    defaults.py    the spec's AWS defaults (region checked) and this machine's public address
+    boto.py        boto3 and botocore, imported here only, on first use
+    errors.py      AWS errors as one line to act on
+    ec2.py         ``Aws``: one region's clients and read-only look-ups
+    steps.py       record the step in the state, then create: the one pattern of both providers' up
+    network.py     VPC, internet gateway, route, subnet, key pair: their check, creation and teardown
+    instances.py   security group, placement group, RunInstances, waits, termination
+    keys.py        the cluster's ed25519 key, made locally
+    preflight.py   what up checks against AWS before anything is made
+    dry_run.py     up --dry-run: the checks, then each create call with DryRun=True
+    up.py          the creation sequence, step by step
+    provider.py    the verbs: plan, up, down, status, dry_run, configure
+    configure.py   inventory + playbooks/site.yml, as for on-prem hosts
+    faults.py      DDPCTL_FAULT: test-only fault injection
 
 Importing this package does not import boto3.
 """

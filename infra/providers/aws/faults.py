@@ -26,6 +26,7 @@ import signal
 from typing import Any
 
 from ...errors import DdpctlError
+from . import boto
 
 ENV = "DDPCTL_FAULT"
 
@@ -67,10 +68,8 @@ def install(client: Any) -> None:
 
 
 def _response(status: int, parsed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    import botocore.awsrequest
-
     parsed.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = status
-    return botocore.awsrequest.AWSResponse("http://ddpctl-fault", status, {}, None), parsed
+    return boto.http_response("http://ddpctl-fault", status), parsed
 
 
 def _capacity(zones: set[str]):

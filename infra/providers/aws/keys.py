@@ -1,6 +1,7 @@
 """The cluster's SSH key: made on this machine (ed25519), private half 0600 in the cluster dir.
 
-Only the public half goes to EC2 (ImportKeyPair); AWS never sees the private key.
+Only the public half goes to EC2 (ImportKeyPair); AWS never sees the private key. cryptography
+is imported when a key is made or read (it is slow to load).
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def public_key(path: Path, comment: str) -> str:
     key = serialization.load_ssh_private_key(path.read_bytes(), password=None)
     raw = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return f"{raw.decode()} {comment}"
+
+
+def throwaway_public_key() -> bytes:
+    """A fresh public key for ImportKeyPair's dry run (its private half is never kept)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
 
 
 def remove_key(path: Path) -> None:

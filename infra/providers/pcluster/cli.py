@@ -1,4 +1,5 @@
 """The ``pcluster`` CLI adapter: finding it, running it, reading its JSON, its errors as one line.
+(Over 350 lines as one module on purpose: these four are the one adapter to one CLI and change together.)
 
 aws-parallelcluster lives in its own virtual environment (pipx, or ``pip install
 'ddpctl[pcluster]'`` into a venv of its own): it pins packages (attrs, packaging) older than

@@ -110,11 +110,6 @@ class ComputeFleet:
     ami: str = ""  # "" = ParallelCluster's official image for the OS
 
 
-def pcluster_name(cluster: str) -> str:
-    """ParallelCluster's (and CloudFormation's) name for a ddpctl cluster."""
-    return f"ddpctl-{cluster}"
-
-
 def compute_resource_name(instance_type: str) -> str:
     """'p3.2xlarge' -> 'p3-2xlarge' (lowercase letters, digits and '-', at most 25 characters)."""
     return re.sub(r"[^a-z0-9-]", "-", instance_type.lower())[:NAME_MAX].rstrip("-")

@@ -24,7 +24,6 @@ from .config import (
     Settings,
     cluster_config,
     compute_resource_name,
-    pcluster_name,
 )
 
 #: The aws plan's resources this provider makes itself (ParallelCluster makes the security
@@ -63,7 +62,8 @@ class PclusterPlan:
 
     @property
     def pcluster_name(self) -> str:
-        return pcluster_name(self.aws.cluster)
+        """ParallelCluster's (and CloudFormation's) name for the cluster: the aws plan's base name."""
+        return self.aws.base_name
 
     @property
     def config_path(self) -> str:
@@ -197,5 +197,5 @@ class PclusterPlan:
 
 
 def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, settings: Settings) -> PclusterPlan:
-    """``spec`` has the AWS defaults filled in (``aws.provider.with_defaults``)."""
+    """``spec`` has the AWS defaults filled in (``aws.defaults.with_defaults``)."""
     return PclusterPlan(aws=aws_plan_from_spec(spec, cluster_id, cluster_dir), settings=settings)

@@ -1,0 +1,285 @@
+"""A cluster's network and key pair on EC2, for both AWS providers: the VPC, its internet gateway,
+the default route, the subnet and the key pair; the check of a given subnet; and the teardown of
+all that ddpctl made, in dependency order; for ParallelCluster, the zone of its subnet and a
+stand-in subnet for its dry run.
+
+Each resource is made as one recorded step (``steps.Steps``), tagged at creation with the plan's
+tags, and a retried create takes over only its own cluster's (``steps.adopt``). ParallelCluster
+needs two things the aws provider's network does not: DNS hostnames on the VPC (its
+SubnetsValidator refuses a VPC without) and public addresses on launch in the subnet (its nodes
+reach S3, DynamoDB and CloudFormation through the internet gateway; there is no NAT gateway to pay
+for). Teardown deletes what the state records and what carries the cluster's ddpctl tags, never a
+given --vpc-id/--subnet-id (never recorded, never tagged).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import DdpctlError, UsageError
+from ...progress import Progress
+from ...state import ClusterState, Resource
+from . import boto
+from .ec2 import Aws, Tagged
+from .errors import code_of, explain, is_unsupported
+from .plan import VPC_CIDR, AwsPlan, subnet_cidr
+from .steps import Steps, adopt, only
+
+DEPENDENCY_TIMEOUT_S = 300.0  # security groups, subnets, VPCs: ENIs linger a while after termination
+
+#: One deletion: (kind, id or name, the VPCs an internet gateway is attached to).
+Deletion = tuple[str, str, list[str] | None]
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+
+def check_subnet(aws: Aws, plan: AwsPlan) -> dict[str, Any]:
+    """The given --subnet-id exists (and is in --vpc-id / --az when given)."""
+    subnet = aws.subnet(plan.subnet_id)
+    if plan.vpc_id and plan.vpc_id != subnet["VpcId"]:
+        raise UsageError(f"subnet {plan.subnet_id} is in {subnet['VpcId']}, not in --vpc-id {plan.vpc_id}")
+    if plan.az and plan.az != subnet["AvailabilityZone"]:
+        raise UsageError(f"subnet {plan.subnet_id} is in {subnet['AvailabilityZone']}, not in --az {plan.az}")
+    return subnet
+
+
+def pick_zone(aws: Aws, plan: AwsPlan, head_instance_type: str) -> str:
+    """ParallelCluster's subnet zone: --az, else the first zone that offers both instance types,
+    else the region's first zone."""
+    zones = aws.zones()
+    if plan.az:
+        if plan.az not in zones:
+            raise UsageError(f"--az {plan.az} is not a zone of {plan.region}: use one of {', '.join(zones)}")
+        return plan.az
+    offered = set(aws.offered_zones(plan.instance_type)) & set(aws.offered_zones(head_instance_type))
+    for zone in zones:
+        if zone in offered:
+            return zone
+    if not zones:
+        raise DdpctlError(f"no availability zone available in {plan.region}: try another --region")
+    return zones[0]  # offerings unknown here (moto lacks p3): ParallelCluster's validators decide
+
+
+def stand_in_subnet(aws: Aws, zone: str) -> str:
+    """A default-VPC subnet (in ``zone`` if there is one) for a dry run before the network exists."""
+    subnets = aws.ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    subnets.sort(key=lambda s: (s["AvailabilityZone"] != zone, s["AvailabilityZone"]))
+    return subnets[0]["SubnetId"] if subnets else ""
+
+
+# ---- creation, each a recorded step ---------------------------------------------------------------
+
+
+def create_network(up: Steps, aws: Aws, plan: AwsPlan, zone: str, *, parallelcluster: bool = False) -> tuple[str, str]:
+    """The VPC, its internet gateway, the default route and the first subnet (in ``zone``), each
+    recorded before it is made: (VPC id, subnet id)."""
+    state = up.state
+
+    def vpc() -> dict[str, Any]:
+        vpc_id = aws.ec2.create_vpc(CidrBlock=VPC_CIDR, TagSpecifications=plan.tag_specs("vpc", "vpc"))["Vpc"]["VpcId"]
+        if parallelcluster:
+            aws.ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
+        return {"aws_id": vpc_id}
+
+    vpc_id = up.step(only(state, "vpc"), vpc)["aws_id"]
+    igw = up.step(
+        only(state, "internet-gateway"),
+        lambda: {"aws_id": _create_internet_gateway(aws, plan, vpc_id), "vpc": vpc_id},
+    )["aws_id"]
+    up.step(only(state, "route"), lambda: {"route_table": _add_default_route(aws, vpc_id, igw)})
+    subnet_id = add_subnet(up, aws, plan, only(state, "subnet"), vpc_id, zone, public_ips=parallelcluster)
+    return vpc_id, subnet_id
+
+
+def add_subnet(
+    up: Steps, aws: Aws, plan: AwsPlan, res: Resource, vpc_id: str, zone: str, *, public_ips: bool = False
+) -> str:
+    """The subnet ``res`` (``...-subnet-N``: the VPC's N-th /24) in ``zone``; its id."""
+    res.detail["az"] = zone
+    up.save()  # the zone is part of the record before the call
+    index = int(res.id.rsplit("-", 1)[1])
+
+    def subnet() -> dict[str, Any]:
+        subnet_id = aws.ec2.create_subnet(
+            VpcId=vpc_id,
+            CidrBlock=subnet_cidr(index),
+            AvailabilityZone=zone,
+            TagSpecifications=plan.tag_specs("subnet", "subnet"),
+        )["Subnet"]["SubnetId"]
+        if public_ips:
+            aws.ec2.modify_subnet_attribute(SubnetId=subnet_id, MapPublicIpOnLaunch={"Value": True})
+        return {"aws_id": subnet_id}
+
+    return up.step(res, subnet)["aws_id"]
+
+
+def import_key_pair(up: Steps, aws: Aws, plan: AwsPlan, public_key: str) -> str:
+    """The cluster's key (made here, ``keys.py``) imported as key pair ``plan.unique_name``; its id."""
+    res = up.state.resource("key-pair", plan.unique_name)
+    return up.step(res, lambda: {"aws_id": _import_key_pair(aws, plan, public_key)})["aws_id"]
+
+
+def _import_key_pair(aws: Aws, plan: AwsPlan, public_key: str) -> str:
+    name = plan.unique_name
+    try:
+        return aws.ec2.import_key_pair(
+            KeyName=name, PublicKeyMaterial=public_key.encode(), TagSpecifications=plan.tag_specs("key", "key-pair")
+        ).get("KeyPairId", name)
+    except boto.client_error() as exc:
+        if code_of(exc) != "InvalidKeyPair.Duplicate":
+            raise
+    pair = aws.ec2.describe_key_pairs(KeyNames=[name])["KeyPairs"][0]
+    return adopt(pair, "KeyPairId", plan.cluster_id, f"key pair {name}")
+
+
+def _create_internet_gateway(aws: Aws, plan: AwsPlan, vpc_id: str) -> str:
+    igw = aws.ec2.create_internet_gateway(TagSpecifications=plan.tag_specs("igw", "internet-gateway"))[
+        "InternetGateway"
+    ]["InternetGatewayId"]
+    try:
+        aws.ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc_id)
+    except boto.client_error() as exc:
+        if code_of(exc) != "Resource.AlreadyAssociated":
+            raise
+    return igw
+
+
+def _add_default_route(aws: Aws, vpc_id: str, igw: str) -> str:
+    """0.0.0.0/0 via the gateway in the VPC's main route table (deleted with the VPC)."""
+    tables = aws.ec2.describe_route_tables(
+        Filters=[{"Name": "vpc-id", "Values": [vpc_id]}, {"Name": "association.main", "Values": ["true"]}]
+    )["RouteTables"]
+    table = tables[0]["RouteTableId"]
+    try:
+        aws.ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+    except boto.client_error() as exc:
+        if code_of(exc) != "RouteAlreadyExists":
+            raise
+    return table
+
+
+# ---- teardown ------------------------------------------------------------------------------------
+
+
+def deletions(found: Tagged, state: ClusterState) -> list[Deletion]:
+    """The key pair and network, as recorded and as found by tag, in dependency order: key pair,
+    subnets, internet gateways (detached from their VPCs first), VPCs."""
+    igws = dict(found.internet_gateways)
+    for res in state.resources:
+        if res.kind == "internet-gateway" and res.detail.get("aws_id"):
+            igws.setdefault(res.detail["aws_id"], [res.detail.get("vpc", "")])
+    steps: list[Deletion] = []
+    steps += [("key-pair", k, None) for k in sorted(set(found.key_pairs) | recorded_names(state, "key-pair"))]
+    steps += [("subnet", s, None) for s in sorted(set(found.subnets) | recorded_ids(state, "subnet"))]
+    steps += [("internet-gateway", g, [v for v in vpcs if v]) for g, vpcs in sorted(igws.items())]
+    steps += [("vpc", v, None) for v in sorted(set(found.vpcs) | recorded_ids(state, "vpc"))]
+    return steps
+
+
+def recorded_ids(state: ClusterState, kind: str) -> set[str]:
+    """The AWS ids the state records for ``kind``."""
+    return {r.detail["aws_id"] for r in state.resources if r.kind == kind and r.detail.get("aws_id")}
+
+
+def recorded_names(state: ClusterState, kind: str) -> set[str]:
+    """The names of ``kind`` the state does not record as deleted (key pairs, placement groups)."""
+    return {r.id for r in state.resources if r.kind == kind and r.status != "deleted"}
+
+
+def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> list[str]:
+    """Delete each (kind, id, VPCs) in order, marking the state's record deleted; return the problems."""
+    problems = []
+    for kind, ident, vpcs in steps:
+        try:
+            _delete(aws, kind, ident, vpcs)
+        except DdpctlError as exc:
+            problems.append(f"{kind} {ident}: {exc}")
+        except Exception as exc:
+            if kind == "placement-group" and is_unsupported(exc):
+                continue  # this endpoint has no placement groups (none was made)
+            if not isinstance(exc, boto.aws_exceptions()):
+                raise
+            problems.append(f"{kind} {ident}: {explain(exc, aws.region)}")
+        else:
+            for res in state.resources:
+                if res.kind == kind and ident in (res.id, res.detail.get("aws_id")):
+                    res.status = "deleted"
+    return problems
+
+
+def _delete(aws: Aws, kind: str, ident: str, vpcs: list[str] | None = None) -> None:
+    """Delete one resource; already gone is fine; DependencyViolation is waited out."""
+    calls: dict[str, Callable[[], Any]] = {
+        "placement-group": lambda: aws.ec2.delete_placement_group(GroupName=ident),
+        "security-group": lambda: aws.ec2.delete_security_group(GroupId=ident),
+        "key-pair": lambda: aws.ec2.delete_key_pair(KeyName=ident),
+        "subnet": lambda: aws.ec2.delete_subnet(SubnetId=ident),
+        "internet-gateway": lambda: _delete_internet_gateway(aws, ident, vpcs or []),
+        "vpc": lambda: aws.ec2.delete_vpc(VpcId=ident),
+    }
+    deadline = time.monotonic() + DEPENDENCY_TIMEOUT_S
+    delay = 2.0
+    while True:
+        try:
+            calls[kind]()
+            return
+        except boto.client_error() as exc:
+            code = code_of(exc)
+            if code.endswith(("NotFound", ".Unknown", "Malformed")) or code == "InvalidPlacementGroup.Unknown":
+                return
+            if code != "DependencyViolation" or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 1.5, 15.0)
+
+
+def _delete_internet_gateway(aws: Aws, igw: str, vpcs: list[str]) -> None:
+    for vpc in vpcs:
+        try:
+            aws.ec2.detach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+        except boto.client_error() as exc:
+            if code_of(exc) not in ("Gateway.NotAttached", "InvalidInternetGatewayID.NotFound"):
+                raise
+    aws.ec2.delete_internet_gateway(InternetGatewayId=igw)
+
+
+def delete_network(aws: Aws, state: ClusterState, progress: Progress) -> tuple[int, list[str]]:
+    """The key pair and network a ParallelCluster cluster's ``up`` made, once its stack is gone.
+
+    Unattached network interfaces left in ddpctl's own subnets go first (a stack's ENI outliving it
+    would keep the subnet from being deleted). Only resources tagged ``ddpctl:created-by`` are found
+    by tag (not ParallelCluster's). Returns (how many were deleted, problems).
+    """
+    found = aws.find_tagged(state.name)
+    steps = deletions(found, state)
+    problems: list[str] = []
+    for subnet in sorted(recorded_ids(state, "subnet") | set(found.subnets)):
+        for eni in _available_enis(aws, subnet):
+            try:
+                aws.ec2.delete_network_interface(NetworkInterfaceId=eni)
+                progress(f"deleted network interface {eni} left in {subnet}")
+            except Exception as exc:
+                if not isinstance(exc, boto.aws_exceptions()):
+                    raise
+                problems.append(f"network-interface {eni}: {explain(exc, aws.region)}")
+    problems += delete_in_order(aws, steps, state)
+    if found.instances:
+        progress(
+            f"warning: {len(found.instances)} instance(s) tagged {state.name!r} still run: {', '.join(found.instances)}"
+        )
+    return len(steps) - len(problems), problems
+
+
+def _available_enis(aws: Aws, subnet_id: str) -> list[str]:
+    try:
+        enis = aws.ec2.describe_network_interfaces(
+            Filters=[{"Name": "subnet-id", "Values": [subnet_id]}, {"Name": "status", "Values": ["available"]}]
+        )["NetworkInterfaces"]
+    except boto.client_error() as exc:
+        if code_of(exc).startswith("InvalidSubnetID"):
+            return []
+        raise
+    return [e["NetworkInterfaceId"] for e in enis]

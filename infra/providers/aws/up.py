@@ -1,0 +1,209 @@
+"""The aws provider's ``up`` once its checks passed: the creation sequence, each step recorded in
+the state before its AWS call and marked after (``steps.Steps``): the cluster's directory and key,
+the network (``network.py``), the security group, the key pair, the placement group, the instances
+(zone after zone while EC2 has no capacity, each new zone with a subnet of its own), then the
+SSH files from their console output and playbooks/site.yml on them (``configure.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...configure import record_nodes, run_site, site_command
+from ...errors import DdpctlError
+from ...progress import Progress
+from ...state import ClusterState, Resource, StateStore
+from . import configure, faults, instances, network, pricing
+from .ec2 import Aws
+from .errors import CapacityError
+from .plan import TAG_CLUSTER_ID, AwsPlan, client_token, ingress_rules, run_instances_request, subnet_cidr
+from .preflight import Preflight
+from .steps import Steps, only, only_created
+
+
+class Up(Steps):
+    """One ``up``: each step recorded before its AWS call and marked after it."""
+
+    def __init__(
+        self, state: ClusterState, store: StateStore, progress: Progress, aws: Aws, plan: AwsPlan, pre: Preflight
+    ) -> None:
+        super().__init__(state, store, progress)
+        self.aws, self.plan, self.pre = aws, plan, pre
+
+    def run(self) -> None:
+        plan, aws, state = self.plan, self.aws, self.state
+        public_key = self.dir_and_key(plan)
+        if plan.new_network:
+            vpc_id, subnet_id = network.create_network(self, aws, plan, self.pre.zones[0])
+        else:
+            vpc_id, subnet_id = self.pre.vpc_id, plan.subnet_id
+
+        def make_group() -> dict[str, Any]:
+            gid = instances.create_security_group(
+                aws, plan.unique_name, vpc_id, plan.cluster_id, plan.tag_specs("sg", "security-group")
+            )
+            instances.authorize_ingress(
+                aws, gid, ingress_rules(self.pre.ssh_cidr, gid), plan.tag_specs("sg-rule", "security-group-rule")
+            )
+            return {"aws_id": gid, "vpc": vpc_id}
+
+        group_id = self.step(state.resource("security-group", plan.unique_name), make_group)["aws_id"]
+        self.progress(f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes")
+        network.import_key_pair(self, aws, plan, public_key)
+        placement = self.placement_group()
+        ids = self.launch(subnet_id, group_id, placement)
+        self.finish(ids)
+
+    def placement_group(self) -> str | None:
+        if not self.plan.placement_group:
+            return None
+        res = self.state.resource("placement-group", self.plan.unique_name)
+        faults.point("before", res.kind)
+        made = instances.create_placement_group(
+            self.aws, self.plan.unique_name, self.plan.tag_specs("pg", "placement-group")
+        )
+        faults.point("after", res.kind)
+        if made is None:
+            res.status = "skipped"
+            res.detail["reason"] = "this EC2 endpoint does not support placement groups"
+            self.save()
+            self.progress("warning: this EC2 endpoint does not support placement groups: launching without one")
+            return None
+        res.status = "created"
+        self.save()
+        return self.plan.unique_name
+
+    def launch(self, subnet_id: str, group_id: str, placement: str | None) -> list[str]:
+        plan, aws, state = self.plan, self.aws, self.state
+        inst = only(state, "instances")
+        tried: list[str] = []
+        for n, zone in enumerate(self.pre.zones):
+            if n > 0:
+                if not plan.new_network:
+                    break
+                res = Resource("subnet", f"{plan.base_name}-subnet-{n}", detail={"cidr": subnet_cidr(n), "az": zone})
+                state.resources.insert(state.resources.index(inst), res)
+                subnet_id = network.add_subnet(self, aws, plan, res, only_created(state, "vpc").detail["aws_id"], zone)
+            existing = [
+                i["InstanceId"] for i in aws.alive_instances(plan.cluster) if _tag(i, TAG_CLUSTER_ID) == plan.cluster_id
+            ]
+            count = plan.count - len(existing)  # reconcile: a retried up launches only what is missing
+            token = client_token(plan.cluster_id, zone, count)
+            inst.detail.update({"az": zone, "client_token": token, "ids": existing})
+            if count <= 0:
+                inst.status = "created"
+                self.save()
+                return existing
+            self.save()
+            request = run_instances_request(
+                plan,
+                ami=self.pre.ami,
+                root_device=self.pre.root_device,
+                subnet_id=subnet_id,
+                group_id=group_id,
+                key_name=plan.unique_name,
+                az=zone,
+                count=count,
+                placement_group=placement,
+                client_token=token,
+            )
+            self.progress(f"launching {count} x {plan.instance_type} in {zone}" + (" (spot)" if plan.spot else ""))
+            faults.point("before", "instances")
+            try:
+                launched = instances.run_instances(aws, request, zone, lambda: self.pre.quota)
+            except CapacityError as exc:
+                tried.append(zone)
+                more = n + 1 < len(self.pre.zones) and plan.new_network
+                self.progress(f"no capacity in {zone} ({exc}){': trying the next zone' if more else ''}")
+                continue
+            faults.point("after", "instances")
+            inst.detail["ids"] = existing + [i["InstanceId"] for i in launched]
+            inst.status = "created"
+            self.save()
+            return inst.detail["ids"]
+        if plan.subnet_id:
+            hint = f"the zone of --subnet-id {plan.subnet_id}: try later, or give a subnet in another zone"
+        elif plan.az:
+            hint = f"--az {plan.az}: try later, or leave --az out to try the region's other zones"
+        else:
+            hint = f"every zone of {plan.region} tried: try later, fewer --nodes, another --region or --instance-type"
+        raise DdpctlError(f"no capacity for {plan.count} x {plan.instance_type} in {', '.join(tried)} ({hint})")
+
+    def finish(self, ids: list[str]) -> None:
+        plan, aws, state = self.plan, self.aws, self.state
+        instances.wait(
+            aws,
+            "instance_running",
+            ids,
+            self.progress,
+            f"starting {len(ids)} x {plan.instance_type}",
+            instances.RUNNING_TIMEOUT_S,
+        )
+        described = sorted(
+            aws.instances_by_id(ids), key=lambda i: (str(i.get("LaunchTime", "")), i.get("AmiLaunchIndex", 0))
+        )
+        launched = [
+            configure.Launched(
+                name=f"node{k}",
+                instance_id=i["InstanceId"],
+                private_ip=i.get("PrivateIpAddress", ""),
+                public_ip=i.get("PublicIpAddress", ""),
+                zone=i.get("Placement", {}).get("AvailabilityZone", ""),
+            )
+            for k, i in enumerate(described)
+        ]
+        cluster_dir = Path(plan.cluster_dir)
+        # whether or not site.yml runs now (ssh, ansible-playbook and `ddpctl configure` need them too);
+        # with --no-configure, what the consoles hold now: `ddpctl configure` waits for the rest
+        host_keys = configure.collect_host_keys(launched, aws.console_output, self.progress, wait=plan.configure)
+        if len(host_keys) < len(launched):
+            missing = ", ".join(n.name for n in launched if n.name not in host_keys)
+            self.progress(
+                f"the host keys of {missing} are not in the console output yet: `ddpctl configure` collects them"
+            )
+        files = configure.write_files(
+            cluster_dir,
+            launched,
+            user=plan.ssh_user,
+            key_path=plan.key_path,
+            private=plan.private_ip,
+            host_keys=host_keys,
+        )
+        hosts = [
+            configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
+            for n in launched
+        ]
+        state.nodes = configure.node_infos(launched, hosts, cpus=self.pre.facts.vcpus, gpus=self.pre.facts.gpus)
+        only(state, "instances").detail["nodes"] = {n.name: n.instance_id for n in launched}
+        self.save()
+        if plan.configure:
+            state.status = "configuring"  # an interruption from here on can be finished with `ddpctl configure`
+            self.save()
+
+            def configure_nodes() -> dict[str, Any]:
+                cpus = configure.wait_for_ssh(hosts, self.progress)
+                report = run_site(
+                    str(files.inventory), state.nodes, cluster_dir / "keys", self.progress, state.spec.playbook_vars
+                )
+                state.nodes = record_nodes(state.nodes, report, cpus)
+                return {"inventory": str(files.inventory)}
+
+            self.step(only(state, "configure"), configure_nodes)
+        else:
+            command = site_command(str(files.inventory), state.nodes, cluster_dir / "keys", state.spec.playbook_vars)
+            self.progress(
+                f"skipping configuration (--no-configure): the nodes are not prepared for jobs; configure them "
+                f"with `ddpctl configure --name {plan.cluster}`, or by hand with: {command}"
+            )
+        state.status = "up"
+        self.save()
+        where = ", ".join(sorted({n.zone for n in launched}))
+        self.progress(
+            f"aws cluster {plan.cluster!r} is up: {len(launched)} x {plan.instance_type} in {where}, "
+            f"{pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
+        )
+
+
+def _tag(resource: dict[str, Any], key: str) -> str:
+    return next((t["Value"] for t in resource.get("Tags", []) if t["Key"] == key), "")

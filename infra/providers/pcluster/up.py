@@ -1,0 +1,146 @@
+"""The ParallelCluster provider's ``up`` once its checks passed, each step recorded in the state
+before it is made (``aws/steps.py``, as the aws provider's): the cluster's directory and key, the
+network and key pair (``aws/network.py``, with DNS hostnames and public addresses), the
+configuration file (checked once more by the schema, as create-cluster gets it), then
+``pcluster create-cluster`` and the waits (``waits.py``); last, the head node recorded as the
+cluster's login node and configured by playbooks/site.yml (``configure_head``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...ansible import PlayReport
+from ...configure import record_nodes, run_site
+from ...errors import DdpctlError
+from ...progress import Progress
+from ...state import ClusterState, StateStore, atomic_write
+from ..aws import configure, network, pricing
+from ..aws.ec2 import Aws
+from ..aws.steps import Steps, only
+from . import schema
+from .cli import ClusterInfo, Install
+from .config import Resolved, to_yaml
+from .plan import HEAD_TAGS, PclusterPlan
+
+if TYPE_CHECKING:
+    from .provider import PclusterProvider
+
+
+class Up(Steps):
+    """One ``up``: each step recorded before it is made and marked after (as the aws provider's)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        store: StateStore,
+        progress: Progress,
+        aws: Aws,
+        plan: PclusterPlan,
+        install: Install,
+        provider: PclusterProvider,
+    ) -> None:
+        super().__init__(state, store, progress)
+        self.aws, self.plan, self.install, self.provider = aws, plan, install, provider
+
+    def run(self, zone: str, cidr: str) -> None:
+        plan, aws, state = self.plan, self.aws, self.state
+        a = plan.aws
+        only(state, "config").detail.update({"ssh_cidr": cidr, "zone": zone})
+        state.status = "creating"
+        self.save()
+        public_key = self.dir_and_key(a)
+        if a.new_network:
+            _, subnet_id = network.create_network(self, aws, a, zone, parallelcluster=True)
+        else:
+            subnet_id = a.subnet_id
+        network.import_key_pair(self, aws, a, public_key)
+        text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.unique_name, ssh_cidr=cidr)))
+        schema.validate(text, plan.pcluster_name, self.install)  # the final file, as create-cluster gets it
+
+        def write_config() -> dict[str, Any]:
+            atomic_write(Path(plan.config_path), text)
+            return {"subnet_id": subnet_id}
+
+        self.step(only(state, "config"), write_config)
+        with self.provider.pcluster_cli(self.install, plan, Path(plan.log_path)) as cli:
+            cluster = only(state, "cluster")
+            cluster.detail["create_called"] = True  # from here on, `down` asks ParallelCluster
+            self.save()
+            self.progress(
+                f"pcluster create-cluster {plan.pcluster_name}: validating, synthesizing and submitting the stack"
+            )
+
+            def create() -> dict[str, Any]:
+                result = cli.create(
+                    plan.pcluster_name, Path(plan.config_path), dryrun=False, suppress=plan.settings.suppress_validators
+                )
+                for warning in result.warnings:
+                    self.progress(f"pcluster: {warning}")
+                return {"status": result.message}
+
+            self.step(cluster, create)
+            info = self.provider.wait_created(cli, plan, self.progress)
+            self.provider.wait_compute(cli, plan, self.progress)
+        self.finish(info)
+
+    def finish(self, info: ClusterInfo) -> None:
+        plan, state = self.plan, self.state
+        a = plan.aws
+        head = info.head
+        if head is None or not head.private_ip:
+            raise DdpctlError(
+                f"describe-cluster reports no head node address for {plan.pcluster_name}: see `pcluster describe-cluster`"
+            )
+        launched = configure.Launched(
+            name="head", instance_id=head.instance_id, private_ip=head.private_ip, public_ip=head.public_ip, zone=""
+        )
+        cluster_dir = Path(a.cluster_dir)
+        host_keys = configure.collect_host_keys([launched], self.aws.console_output, self.progress)
+        files = configure.write_files(
+            cluster_dir, [launched], user=plan.ssh_user, key_path=a.key_path, private=a.private_ip, host_keys=host_keys
+        )
+        host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
+        state.nodes = [replace(state.nodes[0], host=head.private_ip, python="python3", ssh=host)]
+        state.launcher = "sbatch"
+        self.save()
+        if a.configure:
+            configure_head(state, str(files.inventory), cluster_dir / "keys", self.progress, plan.head_playbook_vars())
+        else:
+            self.progress(
+                "skipping configuration (--no-configure): jobs need torch and the training bundle on the "
+                f"compute nodes; configure the head node with `ansible-playbook -i {files.inventory} --tags "
+                f"{HEAD_TAGS} -e {shlex.quote(json.dumps(plan.head_playbook_vars()))} playbooks/site.yml`"
+            )
+        state.status = "up"
+        self.save()
+        self.progress(
+            f"pcluster cluster {plan.cluster!r} is up: head node {launched.address(a.private_ip)} (ssh -F {files.ssh_config} "
+            f"{launched.address(a.private_ip)}), {a.count} x {a.instance_type} in Slurm queue 'gpu'; jobs go through "
+            f"sbatch; {pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
+        )
+
+
+def configure_head(
+    state: ClusterState,
+    inventory: str,
+    key_dir: Path,
+    progress: Progress,
+    head_vars: Mapping[str, Any],
+    tags: str = HEAD_TAGS,
+) -> PlayReport:
+    """site.yml's ``HEAD_TAGS`` roles on the head node (``state.nodes[0]``), into the home directory
+    the compute nodes share; the user's ``--playbook-var`` values win over ``head_vars``. The head
+    node then stands for the compute nodes: the play's Python, env file, bundle and work dir, with the
+    CPUs and GPUs of the compute instance type."""
+    head = state.nodes[0]
+    configure.wait_for_ssh([head.ssh], progress)
+    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=tags)
+    [node] = record_nodes([head], report, {})
+    state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
+    return report
