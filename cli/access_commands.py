@@ -7,7 +7,18 @@ import click
 from .options import EXIT_CODES, RunId, json_option, name_option, open_store
 
 
-@click.command(epilog=EXIT_CODES, context_settings={"ignore_unknown_options": True})
+class _CommandAfterDashes(click.Command):
+    """``ssh [NODE] [-- COMMAND]``: what follows ``--`` is the command, whether or not NODE is given
+    (Click alone would take ``ddpctl ssh -- true``'s ``true`` for NODE)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            args, ctx.meta["ssh_command"] = args[:i], args[i + 1 :]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_CommandAfterDashes, epilog=EXIT_CODES, context_settings={"ignore_unknown_options": True})
 @name_option
 @click.option("--print", "print_only", is_flag=True, help="Print the ssh command line instead of running it.")
 @click.argument("node", required=False)
@@ -23,6 +34,7 @@ def ssh(name, print_only, node, command) -> int:
     Examples:
       ddpctl ssh                          # a shell on the head node
       ddpctl ssh node1 -- nvidia-smi      # one command on node1
+      ddpctl ssh -- df -h /               # one command on the head node
       ddpctl ssh --print node1            # the ssh command line, for scripts or scp
     """
     import os
@@ -32,6 +44,7 @@ def ssh(name, print_only, node, command) -> int:
     from ddpctl.infra.errors import UsageError
     from ddpctl.infra.ssh import ssh_argv
 
+    command = tuple(click.get_current_context().meta.get("ssh_command", command))
     state = clusters.load(open_store(), name)
     names = [n.name for n in state.nodes]
     if not state.nodes:

@@ -30,6 +30,8 @@ class Host:
     port: int = 22
     key_file: str | None = None
     ssh_config: str | None = None  # from ansible_ssh_common_args "-F FILE"
+    #: ansible_ssh_common_args + ansible_ssh_extra_args, as OpenSSH options (infra/ssh_options.py)
+    ssh_args: tuple[str, ...] = ()
     vars: dict[str, Any] = field(default_factory=dict)
 
 
@@ -128,5 +130,6 @@ def _host(name: str, hv: dict[str, Any], source: str = "inventory") -> Host:
         port=parse_port(hv.get("ansible_port", 22), f"ansible_port of host {name!r} in {source}"),
         key_file=hv.get("ansible_ssh_private_key_file"),
         ssh_config=ssh_config,
+        ssh_args=tuple(args),
         vars=dict(hv),
     )

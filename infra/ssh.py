@@ -11,84 +11,98 @@ from __future__ import annotations
 
 import functools
 import getpass
-import os
 import shlex
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import DdpctlError
 from .inventory import Host, parse_port
+from .ssh_options import Resolved, openssh_args, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
-DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+
+def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
+    """An open, strictly checked connection to ``host``, as OpenSSH would make it (``ssh_options``):
+    through its ProxyJump hosts (each connected just as strictly) or its ProxyCommand."""
+    r = resolve(host)
+    gateway: fabric.Connection | str | None = None
+    if r.proxy_jump:
+        gateway = _connect_jumps(host, r.proxy_jump, timeout)
+    elif r.proxy_command:
+        gateway = _expand(r.proxy_command, r)  # fabric runs it as paramiko's ProxyCommand
+    return _open(host.name, r, timeout, gateway)
 
 
-def connect(host: Host, timeout: float = 10.0, *, follow_jump: bool = True) -> fabric.Connection:
-    """An open, strictly checked connection to ``host`` (through its ProxyJump host, if any)."""
+def _open(name: str, r: Resolved, timeout: float, gateway: fabric.Connection | str | None) -> fabric.Connection:
     import fabric
     import paramiko
 
-    hostname, user, port = host.address, host.user, host.port
-    key_files = [host.key_file] if host.key_file else []
-    known_hosts: list[str] = []
-    jump = ""
-    if host.ssh_config:
-        cfg = paramiko.SSHConfig.from_path(os.path.expanduser(host.ssh_config)).lookup(host.address)
-        hostname = cfg.get("hostname", hostname)
-        user = user or cfg.get("user")
-        if "port" in cfg and host.port == 22:
-            port = parse_port(cfg["port"], f"Port for {host.address} in {host.ssh_config}")
-        key_files = key_files or list(cfg.get("identityfile", []))
-        known_hosts = cfg.get("userknownhostsfile", "").split()
-        if follow_jump and cfg.get("proxyjump", "none").lower() != "none":
-            jump = cfg["proxyjump"]
-    gateway = _connect_jump(host, jump, timeout) if jump else None
-    # No key file named: the agent's keys and ~/.ssh/id_* (as ssh does). key_filename is left out
-    # then, not None: fabric iterates it (a TypeError for every host without ansible_ssh_private_key_file).
-    connect_kwargs = {"look_for_keys": not key_files, "allow_agent": not key_files}
-    if key_files:
-        connect_kwargs["key_filename"] = [os.path.expanduser(k) for k in key_files]
-    conn = (fabric.Connection if gateway is None else _jumped_connection())(
-        hostname,
-        user=user or getpass.getuser(),
-        port=port,
+    user = r.user or getpass.getuser()
+    # The identity files OpenSSH would offer, and the agent's keys unless IdentitiesOnly (as ssh).
+    # key_filename is left out when there is none, not None: fabric iterates it.
+    connect_kwargs: dict = {"look_for_keys": False, "allow_agent": not (r.identities_only and r.identity_files)}
+    if r.identity_files:
+        connect_kwargs["key_filename"] = list(r.identity_files)
+    conn = (_jumped_connection() if isinstance(gateway, fabric.Connection) else fabric.Connection)(
+        r.hostname,
+        user=user,
+        port=r.port,
         connect_timeout=timeout,
         config=fabric.Config(overrides={"load_ssh_configs": False}),
         connect_kwargs=connect_kwargs,
         gateway=gateway,
     )
-    for path in known_hosts or DEFAULT_KNOWN_HOSTS:
-        path = os.path.expanduser(path)
-        if Path(path).is_file():
-            conn.client.load_system_host_keys(path)
-    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    for path in r.known_hosts:
+        conn.client.load_system_host_keys(path)
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # ddpctl's rule, whatever the config says
     try:
         conn.open()
     except Exception as exc:
         conn.close()
-        raise DdpctlError(f"{host.name} ({user or getpass.getuser()}@{hostname}:{port}): {explain(exc)}") from None
+        raise DdpctlError(f"{name} ({user}@{r.hostname}:{r.port}): {explain(exc)}") from None
     return conn
 
 
-def _connect_jump(host: Host, jump: str, timeout: float) -> fabric.Connection:
-    """The ``ProxyJump`` host of ``host``'s ssh config, connected (strictly, as any other)."""
-    if "," in jump:
-        raise DdpctlError(f"{host.name}: ProxyJump {jump} has more than one hop: ddpctl follows one")
-    user, _, rest = jump.rpartition("@")
-    address, _, port = rest.partition(":")
-    number = parse_port(port or 22, f"{host.name}: the port of ProxyJump {jump}")
-    gateway = Host(
-        name=f"{host.name}'s jump host {address}",
-        address=address,
-        user=user or None,
-        port=number,
-        ssh_config=host.ssh_config,
+def _connect_jumps(host: Host, jumps: str, timeout: float) -> fabric.Connection:
+    """The ProxyJump hosts in order, each reached through the one before (as ``ssh -J a,b``); each
+    is looked up in the same ssh config as the host (OpenSSH passes ``-F`` on to the hops)."""
+    config = _config_args(host)
+    gateway: fabric.Connection | None = None
+    for hop in jumps.split(","):
+        user, _, rest = hop.strip().rpartition("@")
+        address, _, port = rest.partition(":")
+        number = parse_port(port or 22, f"{host.name}: the port of ProxyJump {hop}")
+        jump = Host(name=f"{host.name}'s jump host {address}", address=address, user=user or None, port=number)
+        r = resolve(replace(jump, ssh_args=tuple(config)))
+        gateway = _open(jump.name, replace(r, proxy_jump=None), timeout, gateway)
+    assert gateway is not None
+    return gateway
+
+
+def _config_args(host: Host) -> list[str]:
+    """The ``-F FILE`` among a host's OpenSSH options (what the jump hosts are looked up in)."""
+    args = list(host.ssh_args) or (["-F", host.ssh_config] if host.ssh_config else [])
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "-F" and i + 1 < len(args):
+            out += ["-F", args[i + 1]]
+        elif arg.startswith("-F") and len(arg) > 2:
+            out += ["-F", arg[2:]]
+    return out
+
+
+def _expand(command: str, r: Resolved) -> str:
+    """ProxyCommand's tokens, as ssh expands them."""
+    return (
+        command.replace("%h", r.hostname)
+        .replace("%p", str(r.port))
+        .replace("%r", r.user or getpass.getuser())
+        .replace("%%", "%")
     )
-    return connect(gateway, timeout, follow_jump=False)  # one hop (a `Host *` ProxyJump would match the jump host too)
 
 
 @functools.cache
@@ -114,6 +128,11 @@ def explain(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, paramiko.AuthenticationException):
         return f"{text}: check ansible_user and ansible_ssh_private_key_file"
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods" in text:
+        return (
+            "no key to offer: set ansible_ssh_private_key_file, add the key to ssh-agent, "
+            "or name an IdentityFile in your ssh config"
+        )
     if isinstance(exc, paramiko.SSHException) and "known_hosts" in text:
         return f"{text}: add the host's key to known_hosts (compare it with the host's own key first)"
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -163,19 +182,10 @@ def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace:
 
 
 def ssh_argv(host: Host, command: tuple[str, ...] = ()) -> list[str]:
-    """OpenSSH's command line for ``host`` as ddpctl connects to it (``ddpctl ssh``): the same user,
-    port, key and ssh config (its ProxyJump, its known_hosts files), host keys checked strictly.
+    """OpenSSH's command line for ``host`` as ddpctl connects to it (``ddpctl ssh``): the inventory's
+    options as Ansible passes them (``ssh_options.openssh_args``), host keys checked strictly.
     ``command``: run it there (quoted as given) instead of a login shell."""
-    argv = ["ssh", "-o", "StrictHostKeyChecking=yes"]
-    if host.ssh_config:
-        argv += ["-F", os.path.expanduser(host.ssh_config)]
-    if host.user:
-        argv += ["-l", host.user]
-    if host.port != 22 or not host.ssh_config:  # 22 with a config: the config's Port, as connect() does
-        argv += ["-p", str(host.port)]
-    if host.key_file:
-        argv += ["-i", os.path.expanduser(host.key_file), "-o", "IdentitiesOnly=yes"]
-    argv.append(host.address)
+    argv = ["ssh", "-o", "StrictHostKeyChecking=yes", *openssh_args(host), host.address]
     if command:
         argv.append(shlex.join(command))
     return argv

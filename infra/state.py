@@ -122,7 +122,8 @@ class ClusterState:
 
 def _node(data: dict[str, Any]) -> NodeInfo:
     ssh = data.get("ssh")  # version 1 wrote {} for "none"
-    return NodeInfo(**{**data, "ssh": Host(**ssh) if ssh else None})
+    host = Host(**{**ssh, "ssh_args": tuple(ssh.get("ssh_args", ()))}) if ssh else None  # JSON has lists
+    return NodeInfo(**{**data, "ssh": host})
 
 
 def default_home() -> Path:

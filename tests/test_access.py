@@ -16,6 +16,7 @@ import pytest
 from ddpctl.infra.inventory import Host
 from ddpctl.infra.logs import LogFilter, LogLine, parse
 from ddpctl.infra.ssh import ssh_argv
+from ddpctl.infra.ssh_options import parse_g, resolve
 from tests.support.cli import ddpctl
 
 
@@ -92,26 +93,58 @@ def test_log_lines_parse_back() -> None:
 @pytest.mark.parametrize(
     ("host", "command", "argv"),
     [
-        (
+        (  # the inventory's own variables, as Ansible passes them
             Host("n0", "10.0.0.5", user="ubuntu", port=2222, key_file="/k/id"),
             (),
-            ["ssh", "-o", "StrictHostKeyChecking=yes", "-l", "ubuntu", "-p", "2222"]
-            + ["-i", "/k/id", "-o", "IdentitiesOnly=yes", "10.0.0.5"],
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-o", "Port=2222", "-o", "IdentityFile=/k/id"]
+            + ["-o", "User=ubuntu", "10.0.0.5"],
         ),
-        (  # a config names the rest (its Port, IdentityFile, ProxyJump, known_hosts)
-            Host("n1", "node1", ssh_config="/c/ssh_config"),
+        (  # its ssh args as given (a config, a jump host...); the command quoted as one argument
+            Host("n1", "node1", ssh_args=("-F", "/c/ssh_config", "-J", "bastion")),
             ("nvidia-smi", "-q", "it's"),
-            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/ssh_config", "node1", "nvidia-smi -q 'it'\"'\"'s'"],
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/ssh_config", "-J", "bastion", "node1"]
+            + ["nvidia-smi -q 'it'\"'\"'s'"],
         ),
-        (  # a port the inventory gives wins over the config's
-            Host("n2", "node2", port=2200, ssh_config="/c/cfg"),
+        (  # a host recorded with only a config file (aws, pcluster)
+            Host("n2", "node2", ssh_config="/c/cfg"),
             ("true",),
-            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/cfg", "-p", "2200", "node2", "true"],
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/cfg", "node2", "true"],
         ),
     ],
 )
 def test_ssh_argv(host: Host, command: tuple[str, ...], argv: list[str]) -> None:
     assert ssh_argv(host, command) == argv
+
+
+def test_openssh_resolves_what_the_inventory_hands_it(tmp_path: Path) -> None:
+    """`ssh -G` reads the options as OpenSSH would connect: the config's alias, its ProxyJump and
+    known_hosts files, the inventory's user winning over the config's (as with Ansible)."""
+    key, known = tmp_path / "id_test", tmp_path / "known"
+    key.write_text("k")
+    known.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host alias\n  HostName 10.1.2.3\n  User bob\n  Port 2200\n  IdentityFile {key}\n"
+        f"  ProxyJump jump1,carol@jump2:2222\n  UserKnownHostsFile {known}\n"
+    )
+    r = resolve(Host("n", "alias", user="alice", ssh_args=("-F", str(config))))
+    assert (r.hostname, r.user, r.port) == ("10.1.2.3", "alice", 2200)
+    assert r.identity_files == (str(key),) and str(known) in r.known_hosts
+    assert r.proxy_jump == "jump1,carol@jump2:2222" and r.proxy_command is None
+    r = resolve(Host("n", "alias", port=2022, ssh_args=("-F", str(config), "-o", "ProxyCommand=nc %h %p")))
+    assert r.port == 2022 and r.user == "bob" and r.proxy_command == "nc %h %p"
+
+
+def test_ssh_g_output_parses() -> None:
+    r = parse_g("hostname h\nuser u\nport 2222\nidentitiesonly yes\nproxyjump none\nproxycommand none\n")
+    assert (r.hostname, r.user, r.port, r.identities_only, r.proxy_jump, r.proxy_command) == (
+        "h",
+        "u",
+        2222,
+        True,
+        None,
+        None,
+    )
 
 
 def test_ssh_refusals(home: Path) -> None:

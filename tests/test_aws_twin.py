@@ -34,6 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddpctl.infra.configure import SITE
 from tests.support.cli import Output, start_ddpctl
 from tests.support.moto import Moto
 from tests.support.testbed import cluster as test_cluster
@@ -129,7 +130,7 @@ def node_dirs() -> list[Path]:
 
 def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
     result = twin.ok("up", "--provider", "aws", "--nodes", "2")
-    assert "configuring 2 node(s) with playbooks/site.yml" in result.stderr
+    assert f"configuring 2 node(s) with {SITE}" in result.stderr  # the real path, as a wheel user finds it
     assert "aws cluster 'default' is up: 2 x p3.2xlarge" in result.stderr
     assert "image: " in result.stderr and "NVIDIA's proprietary 580 driver" in result.stderr  # p3: why Ubuntu
     state = twin.state()

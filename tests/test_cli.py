@@ -80,7 +80,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
         (["run", "mnist", "--env", "NOEQUALS"], 2, "NOEQUALS is not set in your environment"),
         (["down", "--name", "ghost"], 1, "no cluster named 'ghost'"),
         (["status", "--name", "ghost"], 1, "no cluster named 'ghost'"),
-        (["configure", "--tags", "python_env,cuda"], 2, "--tags 'python_env,cuda': give roles of playbooks/site.yml"),
+        (["configure", "--tags", "python_env,cuda"], 2, "playbooks/site.yml, comma-separated, from common, ssh_mesh"),
         (["configure"], 1, "no cluster is up"),
     ],
 )

@@ -393,3 +393,59 @@ def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed)
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] == {"node0": 0, "node1": 0, "node2": 0}
     back = ddpctl("configure", "--playbook-var", "nccl_env_debug=INFO", "--tags", "nccl_env", env=env, timeout=600)
     assert back.returncode == 0, back.stderr
+
+
+PROJECT_TRAIN = """\
+import hashlib, os
+import torch.distributed as dist
+from helpers import greeting  # a sibling module: the project came along
+dist.init_process_group("gloo")
+with open("data/words.txt") as f:  # relative to where the script starts: the node's copy
+    words = f.read().split()
+token = hashlib.sha256(os.environ["TOKEN"].encode()).hexdigest()[:12]
+print(f"rank {dist.get_rank()}: {greeting()} {len(words)} words, token {token}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
+    """`run ./train.py` ships the script's project to every node (once per content) and a secret
+    (`-e TOKEN`) on the SSH session's stdin: the ranks import the sibling module, read the data
+    file, and see the secret, which no file under the state home holds."""
+    import hashlib
+
+    secret = "s3cr3t-over-ssh-0123456789"
+    project = tmp_path / "proj"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "words.txt").write_text("one two three\n")
+    (project / "helpers.py").write_text("def greeting():\n    return 'hello from helpers:'\n")
+    (project / "train.py").write_text(PROJECT_TRAIN)
+    env = {**_env(onprem["env"]), "TOKEN": secret}
+    token = hashlib.sha256(secret.encode()).hexdigest()[:12]
+    nodes = json.loads(onprem["up"].stdout)["cluster"]["nodes"]
+
+    def run_and_copies() -> list[list[tuple[str, float]]]:
+        result = ddpctl("run", str(project / "train.py"), "--nodes", "3", "-e", "TOKEN", env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        for rank in range(3):
+            assert f"rank {rank}: hello from helpers: 3 words, token {token}" in result.stdout
+        return [sorted((p.name, p.stat().st_mtime) for p in Path(n["workdir"], "projects").iterdir()) for n in nodes]
+
+    first = run_and_copies()
+    assert all(len(copies) == 1 for copies in first)
+    assert run_and_copies() == first  # unchanged: not copied again
+    (project / "helpers.py").write_text("def greeting():\n    return 'hello from helpers:'  # changed\n")
+    assert all(len(copies) == 2 for copies in run_and_copies())  # a new copy, named by the new content
+    for path in onprem["home"].rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
+
+
+def test_ddpctl_ssh_reaches_each_node(onprem) -> None:
+    """`ddpctl ssh NODE -- COMMAND` with OpenSSH and the inventory's connection details."""
+    for node, address in (("node0", "10.77.0.10"), ("node2", "10.77.0.12")):
+        result = ddpctl("ssh", node, "--", "sh", "-c", "echo $SSH_CONNECTION", env=_env(onprem["env"]), timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[2] == address  # the server's end of the connection
+    default = ddpctl("ssh", "--", "true", env=_env(onprem["env"]), timeout=60)
+    assert default.returncode == 0, default.stderr  # the head node
