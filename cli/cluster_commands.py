@@ -99,6 +99,7 @@ def up(
     kwargs = {"python": python} if python else {}
     impl = get_provider(provider)
     down_on_failure = aws.pop("down_on_failure")
+    tags = parse_env(aws.pop("tags"), flag="--tag")
     impl.check_up_flags(down_on_failure=down_on_failure)
     kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
@@ -110,6 +111,7 @@ def up(
         env=parse_env(env),
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
+        tags=tags,
         **kwargs,
     )
     store = open_store()

@@ -17,6 +17,9 @@
     [cluster.playbook_vars]   # variables for playbooks/site.yml (onprem, aws, pcluster)
     nvidia_cuda_version = "12.8"
 
+    [cluster.tags]       # tags on everything ddpctl creates (aws, pcluster)
+    team = "ml"
+
     [run]                # ddpctl run
     nodes = 2
     max_restarts = 1
@@ -66,6 +69,7 @@ CLUSTER_TYPES: dict[str, tuple[type, ...]] = {
     "configure": BOOL,
     "down_on_failure": BOOL,
     "playbook_vars": TABLE,
+    "tags": TABLE,
 }
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "name": STR,
@@ -167,7 +171,7 @@ def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path:
                 f"[{title}] {key} in {path} is {_kind(value)} ({_show(value)}): give {_kind(allowed[0]())}, "
                 f"e.g. {example}"
             )
-    for key in ("env", "playbook_vars"):  # a table -> the repeated --env / --playbook-var KEY=VALUE option
+    for key in ("env", "playbook_vars", "tags"):  # a table -> the repeated --env / --playbook-var / --tag option
         if key in out:
             out[key] = [f"{k}={_scalar(v, f'{title}.{key}', k, path)}" for k, v in out[key].items()]
     return out

@@ -240,7 +240,8 @@ AWS_UP_OPTIONS = [
         "--ami",
         default=None,
         metavar="AMI_ID",
-        help="aws: the image. [default: the newest AWS Deep Learning AMI of the region]",
+        help="aws: the image. [default: by the GPU generation: Canonical's Ubuntu 22.04 for p3 (Volta), with "
+        "the driver installed by the playbooks; the newest AWS Deep Learning AMI for g4dn, g5, p4d, p5]",
     ),
     click.option(
         "--spot",
@@ -276,11 +277,19 @@ AWS_UP_OPTIONS = [
         "nodes get short-lived credentials from it; none are ever copied to them. [default: none]",
     ),
     click.option(
+        "--tag",
+        "tags",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="aws, pcluster: a tag for everything ddpctl creates (repeatable), e.g. team=ml or "
+        "cost-center=42, for tag policies and cost allocation. [ddpctl.toml: [cluster.tags]]",
+    ),
+    click.option(
         "--configure/--no-configure",
         default=True,
         show_default=True,
-        help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them "
-        "(not ready for jobs; the tests against moto use it, whose instances are not real hosts).",
+        help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them and "
+        "collects their host keys (not ready for jobs until `ddpctl configure`).",
     ),
     click.option(
         "--down-on-failure/--no-down-on-failure",

@@ -65,6 +65,8 @@ class ClusterSpec:
     playbook_vars: dict[str, str] = field(default_factory=dict)
     #: aws: an IAM instance profile for the nodes (their S3 access, e.g. for snapshots); "" = none.
     iam_instance_profile: str = ""
+    #: aws, pcluster: the user's tags, put on everything ddpctl creates (tag policies, cost allocation)
+    tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_cluster_name(self.name)
@@ -173,6 +175,29 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
             raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
 
 
+#: AWS's rules for a tag (EC2 and CloudFormation alike), and the keys ddpctl sets itself.
+TAG_KEY_RE = re.compile(r"^[\w .:/=+@-]{1,128}$")
+TAG_VALUE_RE = re.compile(r"^[\w .:/=+@-]{0,256}$")
+MAX_USER_TAGS = 40  # AWS allows 50 per resource; ddpctl's own take 4
+
+
+def check_tags(tags: Mapping[str, str]) -> None:
+    """``--tag KEY=VALUE``: what AWS accepts on every resource, and not a key ddpctl sets itself."""
+    for key, value in tags.items():
+        if not TAG_KEY_RE.fullmatch(key):
+            raise UsageError(
+                f"invalid --tag key {key!r}: 1 to 128 letters, digits, spaces or _ . : / = + - @, e.g. team=ml"
+            )
+        if key.lower().startswith(("aws:", "ddpctl:")) or key == "Name":
+            raise UsageError(
+                f"--tag {key} is reserved (aws:, ddpctl: and Name are set by AWS or ddpctl): choose another key"
+            )
+        if not TAG_VALUE_RE.fullmatch(value):
+            raise UsageError(f"invalid --tag value for {key}: up to 256 letters, digits, spaces or _ . : / = + - @")
+    if len(tags) > MAX_USER_TAGS:
+        raise UsageError(f"{len(tags)} --tag values: give at most {MAX_USER_TAGS} (AWS allows 50 tags per resource)")
+
+
 def check_aws_fields(spec: ClusterSpec) -> None:
     """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`; which
     providers take them at all: ``Provider.check_spec``)."""
@@ -191,6 +216,7 @@ def check_aws_fields(spec: ClusterSpec) -> None:
     for flag, value, pattern, example in checks:
         if value and not re.fullmatch(pattern, value):
             raise UsageError(f"invalid {flag} {value!r}: {example}")
+    check_tags(spec.tags)
     if spec.volume_gb and not 8 <= spec.volume_gb <= 16384:
         raise UsageError(f"--volume-gb {spec.volume_gb} is out of range: choose 8 to 16384 (GB)")
     if spec.ssh_cidr:

@@ -675,3 +675,112 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     assert [r["CidrIp"] for r in ssh[0]["IpRanges"]] == ["198.51.100.4/32"]
     clusters.down("c2", store, messages.append)
     assert moto.inventory() == baseline
+
+
+# ---- AWS settings as the AWS CLI v2 reads them ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "region"),
+    [
+        ({"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}, (), "eu-west-1"),  # AWS_REGION first
+        ({"AWS_DEFAULT_REGION": "us-west-2"}, (), "us-west-2"),
+        (
+            {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": ""},
+            ("--region", "us-west-2"),
+            "us-west-2",
+        ),  # the flag wins
+        ({"AWS_DEFAULT_REGION": "", "AWS_PROFILE": "work"}, (), "ap-northeast-1"),  # the profile's
+    ],
+)
+def test_the_region_is_the_aws_clis(aws: Env, env: dict[str, str], args: tuple[str, ...], region: str) -> None:
+    (aws.tmp / "no-aws-config").write_text("[profile work]\nregion = ap-northeast-1\n")
+    doc = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json", *args, **env).stdout)
+    assert doc["aws"]["plan"]["region"] == region
+    aws.assert_clean()
+
+
+def test_an_unknown_profile_is_one_line(aws: Env) -> None:
+    result = aws.run(*UP, "--nodes", "2", "--dry-run", AWS_PROFILE="nosuchprofile")
+    assert result.returncode == 2
+    assert "nosuchprofile" in only_line(result) and "AWS_PROFILE" in only_line(result)
+    aws.assert_clean()
+
+
+@pytest.mark.parametrize(
+    ("env", "profile", "ok"),
+    [
+        ({}, "", True),  # ddpctl's default: standard mode, 5 attempts, gets past two throttled answers
+        ({"AWS_MAX_ATTEMPTS": "1"}, "", False),  # the user's setting is kept, not raised to 5
+        ({}, "max_attempts = 1\n", False),  # the profile's too
+        ({"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "4"}, "", True),
+    ],
+)
+def test_the_users_retry_settings_are_kept(aws: Env, env: dict[str, str], profile: str, ok: bool) -> None:
+    """EC2 answers the first two requests of each client with RequestLimitExceeded (below botocore's
+    retries): whether `up --dry-run` gets past them is the retry settings' doing."""
+    (aws.tmp / "no-aws-config").write_text("[default]\n" + profile)
+    result = aws.run(*UP, "--nodes", "2", "--dry-run", fault="throttle:2", **env)
+    if ok:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 1 and "RequestLimitExceeded" in only_line(result)
+    aws.assert_clean()
+
+
+def test_user_tags_go_on_everything_ddpctl_creates(aws: Env) -> None:
+    """--tag (and [cluster.tags] in ddpctl.toml): every resource that carries ddpctl's cluster tag
+    carries the user's too, for tag policies and cost allocation."""
+    (aws.tmp / "ddpctl.toml").write_text('[cluster.tags]\n"cost-center" = "42"\n')
+    env = {"DDPCTL_CONFIG": str(aws.tmp / "ddpctl.toml")}
+    plan = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json", **env).stdout)
+    assert plan["aws"]["plan"]["user_tags"] == {"cost-center": "42"}
+    plan = json.loads(aws.ok(*UP, "--nodes", "2", "--tag", "team=ml", "--dry-run", "--json", **env).stdout)
+    assert plan["aws"]["plan"]["user_tags"] == {"team": "ml"}  # the flags win over the file, as for every option
+    aws.ok(*UP, "--nodes", "2", "--tag", "team=ml", "--tag", "cost-center=42")
+    try:
+        ec2 = aws.moto.ec2  # each kind's own describe call (moto's DescribeTags loses some of a VPC's tags)
+        listed = [
+            ("i", [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]], "InstanceId"),
+            ("vpc", ec2.describe_vpcs()["Vpcs"], "VpcId"),
+            ("subnet", ec2.describe_subnets()["Subnets"], "SubnetId"),
+            ("sg", ec2.describe_security_groups()["SecurityGroups"], "GroupId"),
+            ("igw", ec2.describe_internet_gateways()["InternetGateways"], "InternetGatewayId"),
+            ("key", ec2.describe_key_pairs()["KeyPairs"], "KeyPairId"),
+            ("vol", ec2.describe_volumes()["Volumes"], "VolumeId"),
+        ]
+        tags = {
+            item[key]: {t["Key"]: t["Value"] for t in item.get("Tags", [])}
+            for _, items, key in listed
+            for item in items
+        }
+        ours = {rid for rid, t in tags.items() if t.get("ddpctl:cluster") == "c1"}
+        assert {rid.split("-")[0] for rid in ours} >= {"i", "vpc", "subnet", "sg", "igw", "key"}, ours
+        for rid in ours:
+            assert tags[rid].get("team") == "ml" and tags[rid].get("cost-center") == "42", (rid, tags[rid])
+    finally:
+        aws.ok("down", "--name", "c1")
+    aws.assert_clean()
+
+
+@pytest.mark.parametrize(
+    ("tag", "message"),
+    [
+        ("aws:team=ml", "--tag aws:team is reserved"),
+        ("ddpctl:cluster=x", "--tag ddpctl:cluster is reserved"),
+        ("Name=x", "--tag Name is reserved"),
+        ("=ml", "--tag '=ml' is not KEY=VALUE"),
+        ("team", "--tag 'team' is not KEY=VALUE"),
+        ("t{x}=1", "invalid --tag key 't{x}'"),
+        ("team=" + "v" * 257, "invalid --tag value for team"),
+    ],
+)
+def test_bad_tags_are_one_line(aws: Env, tag: str, message: str) -> None:
+    result = aws.run(*UP, "--nodes", "2", "--tag", tag, "--dry-run")
+    assert result.returncode == 2 and message in only_line(result)
+    assert tree(aws.home) == []
+
+
+def test_tags_are_for_the_aws_providers(home: Path) -> None:
+    result = ddpctl("up", "--tag", "team=ml", "--dry-run")
+    assert result.returncode == 2 and "--tag is for --provider aws or pcluster, not local" in result.stderr

@@ -1,6 +1,8 @@
 """The wheel, installed into a fresh venv outside the repository, carries everything ddpctl needs."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -127,3 +129,52 @@ def test_the_sdist_ships_no_half_test_suite(wheel: Path):
         names = [n.split("/", 1)[1] for n in sdist.getnames() if "/" in n]
     assert "LICENSE" in names and "pyproject.toml" in names
     assert [n for n in names if n.startswith(("tests/", "bench/", ".ci/")) or n == "dev"] == []
+
+
+def python_floor() -> str | None:
+    """The oldest Python pyproject.toml admits (3.10), as pyenv or the system has it."""
+    from ddpctl.config_file import tomllib
+
+    floor = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")
+    candidates = sorted(Path(os.path.expanduser("~/.pyenv/versions")).glob(f"{floor}.*/bin/python{floor}"))
+    found = shutil.which(f"python{floor}")
+    for exe in [*map(str, candidates), *([found] if found else [])]:
+        if subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:  # not a pyenv shim of another
+            return exe
+    return None
+
+
+def test_the_wheel_works_on_the_oldest_python_it_admits(wheel: Path, tmp_path: Path):
+    """requires-python says 3.10: the wheel and its dependencies (ansible-core 2.17 there, tomli for
+    tomllib) install from the index into a 3.10 venv, and the commands that read ddpctl.toml work."""
+    python = python_floor()
+    if python is None:
+        pytest.skip("no python3.10 here (pyenv install 3.10) for the requires-python floor")
+    venv = tmp_path / "venv310"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    (tmp_path / "ddpctl.toml").write_text("[cluster]\nnodes = 3\n\n[run]\nepochs = 2\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DDPCTL_"))}
+    env.update(HOME=str(tmp_path), DDPCTL_HOME=str(tmp_path / "home"))
+
+    def ddpctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(venv / "bin" / "ddpctl"), *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    version = subprocess.run([str(venv / "bin" / "python"), "-V"], capture_output=True, text=True).stdout
+    assert version.startswith("Python 3.10"), version
+    assert ddpctl("--help").returncode == 0
+    dry = ddpctl("up", "--dry-run", "--json")  # ddpctl.toml read (tomli on 3.10)
+    assert dry.returncode == 0, dry.stderr
+    assert len(json.loads(dry.stdout)["cluster"]["nodes"]) == 3
+    status = ddpctl("status")
+    assert status.returncode == 0 and "no clusters under" in status.stderr, status.stderr
+    bad = ddpctl("up", "--provider", "onprem", "-i", "missing.ini")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr

@@ -13,7 +13,7 @@ whatever the state (and, for clouds, the tags) says may exist.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -52,6 +52,7 @@ PROVIDER_FLAGS = {
     "ssh_user": "--ssh-user",
     "private_ip": "--private-ip",
     "iam_instance_profile": "--iam-instance-profile",
+    "tags": "--tag",
     "configure": "--no-configure",  # True by default: the flag sets it False
 }
 
@@ -152,7 +153,7 @@ class Provider:
                 f"--playbook-var is for --provider {_who(lambda p: p.runs_playbooks)} (they run "
                 f"playbooks/site.yml), not {self.name}"
             )
-        defaults = {f.name: f.default for f in fields(spec)}
+        defaults = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(spec)}
         given = [f for f in PROVIDER_FLAGS if f not in self.options and getattr(spec, f) != defaults[f]]
         if given:
             flags = ", ".join(PROVIDER_FLAGS[f] for f in given)

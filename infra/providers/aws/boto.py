@@ -8,27 +8,53 @@ per-service variants), profiles and credentials all work as they do for the AWS 
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import Any
+
+from ...errors import UsageError
 
 
 def session(region: str | None = None) -> Any:
     """A boto3 session for ``region`` (None: the configured one)."""
     import boto3
 
-    return boto3.session.Session(region_name=region)
+    try:
+        return boto3.session.Session(region_name=region)
+    except exceptions().ProfileNotFound as exc:
+        raise UsageError(f"{exc}: set AWS_PROFILE to a profile in ~/.aws/config, or unset it") from None
+
+
+#: ddpctl's retry settings, for what the user has not set (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS, or the
+#: profile's retry_mode / max_attempts): botocore's "standard" retries of throttling and transient errors.
+DEFAULT_RETRIES = {"mode": "standard", "max_attempts": 5}
+_RETRY_SETTINGS = {"mode": ("AWS_RETRY_MODE", "retry_mode"), "max_attempts": ("AWS_MAX_ATTEMPTS", "max_attempts")}
 
 
 def client_config() -> Any:
-    """Every client's settings: botocore's "standard" retries of throttling and transient errors."""
+    """Every client's settings: ddpctl's retries where the user set none (as the AWS CLI reads them:
+    the environment, then the profile), timeouts and the user agent."""
     from botocore.config import Config
 
+    retries = {key: value for key, value in DEFAULT_RETRIES.items() if not _user_set(*_RETRY_SETTINGS[key])}
     return Config(
-        retries={"mode": "standard", "max_attempts": 5},
+        retries=retries or None,
         connect_timeout=10,
         read_timeout=60,
         user_agent_extra="ddpctl",
     )
+
+
+def _user_set(env: str, profile_key: str) -> bool:
+    """Whether the user set a setting, in the environment or in the profile's section of ~/.aws/config."""
+    if os.environ.get(env):
+        return True
+    import botocore.session
+
+    try:
+        return profile_key in botocore.session.get_session().get_scoped_config()
+    except Exception:  # an unknown profile: the session that follows says so
+        return False
 
 
 def exceptions() -> ModuleType:
@@ -65,17 +91,32 @@ def available_regions() -> list[str]:
 
 
 def default_region() -> str:
-    """The region the AWS CLI would use (AWS_REGION, AWS_DEFAULT_REGION, the profile), or ''."""
+    """The region the AWS CLI v2 would use: AWS_REGION, then AWS_DEFAULT_REGION (botocore reads only
+    this one), then the profile's; or ''. An empty variable counts as unset."""
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if os.environ.get(variable):
+            return os.environ[variable]
     import botocore.session
 
     try:
-        return botocore.session.get_session().get_config_variable("region") or ""
-    except Exception:
+        return botocore.session.get_session().get_scoped_config().get("region") or ""
+    except Exception:  # an unknown profile: the session that follows says so
         return ""
 
 
-def http_response(url: str, status: int) -> Any:
-    """A bare HTTP response, for a ``before-call`` hook that answers instead of the server."""
+def http_response(url: str, status: int, body: bytes | None = None) -> Any:
+    """A bare HTTP response, for a ``before-call`` hook that answers instead of the server (or a
+    ``before-send`` hook, with the body botocore then parses)."""
     import botocore.awsrequest
 
-    return botocore.awsrequest.AWSResponse(url, status, {}, None)
+    return botocore.awsrequest.AWSResponse(url, status, {}, None if body is None else _Body(body))
+
+
+class _Body:
+    """What botocore reads a response's body from (``stream()``)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self.body

@@ -17,6 +17,9 @@ comma-separated list of:
     ``before-call`` hook answers instead of the server: moto has no such fault).
 ``quota:N``
     Service Quotas answers that the instance family's vCPU quota is N (moto has no EC2 quotas).
+``throttle:N``
+    each EC2 client's first N requests are answered with RequestLimitExceeded, below botocore's
+    retries (a ``before-send`` hook), so that the retry settings in force decide what follows.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ def install(client: Any) -> None:
             client.meta.events.register("before-call.ec2.RunInstances", _capacity(zones))
         elif action == "quota":
             client.meta.events.register("before-call.service-quotas.GetServiceQuota", _quota(float(arg)))
+        elif action == "throttle":
+            client.meta.events.register("before-send.ec2", _throttle(int(arg)))
 
 
 def _response(status: int, parsed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -113,5 +118,23 @@ def _quota(value: float):
                 }
             },
         )
+
+    return hook
+
+
+THROTTLED = (
+    b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded. "
+    b"(injected by DDPCTL_FAULT)</Message></Error></Errors><RequestID>ddpctl-fault</RequestID></Response>"
+)
+
+
+def _throttle(count: int):
+    left = [count]
+
+    def hook(request: Any, **_: Any):
+        if left[0] <= 0:
+            return None
+        left[0] -= 1
+        return boto.http_response(request.url, 503, THROTTLED)
 
     return hook

@@ -9,7 +9,8 @@ builds each EC2 request with the functions below, so the requests themselves are
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...state import Resource
@@ -71,6 +72,7 @@ class AwsPlan:
     cluster_dir: str
     key_path: str
     iam_instance_profile: str = ""  # the nodes' only AWS credentials (S3 snapshots); "" = none
+    user_tags: Mapping[str, str] = field(default_factory=dict)  # --tag: on everything, beside ddpctl's own
 
     @property
     def new_network(self) -> bool:
@@ -95,6 +97,7 @@ class AwsPlan:
 
     def tags(self, role: str) -> dict[str, str]:
         return {
+            **self.user_tags,
             TAG_CLUSTER: self.cluster,
             TAG_CLUSTER_ID: self.cluster_id,
             TAG_CREATED_BY: CREATED_BY,
@@ -216,6 +219,7 @@ def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
         cluster_dir=cluster_dir,
         key_path=f"{cluster_dir}/id_ed25519",
         iam_instance_profile=spec.iam_instance_profile,
+        user_tags=dict(spec.tags),
     )
 
 

@@ -120,7 +120,7 @@ class PclusterPlan:
         """Put on the cluster; ParallelCluster copies them to what its stack makes. Not
         ``ddpctl:created-by``: those resources are ParallelCluster's to delete, so no ddpctl sweep by
         tag (the aws provider's ``down --region`` included) ever touches them."""
-        return {TAG_CLUSTER: self.aws.cluster, TAG_CLUSTER_ID: self.aws.cluster_id}
+        return {**self.aws.user_tags, TAG_CLUSTER: self.aws.cluster, TAG_CLUSTER_ID: self.aws.cluster_id}
 
     @property
     def hourly_usd(self) -> float | None:
