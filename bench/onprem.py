@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ddpctl.infra.launch.plan import NodeLaunch
 from tests.support import REPO
-from tests.support.testbed.cluster import GROUP_VARS, Testbed, testbed_down, testbed_up
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, exclusive, testbed_down, testbed_up
 
 VENV = str(Path(sys.executable).parent.parent)
 
@@ -88,6 +88,11 @@ def site_first_and_second(tmp: Path, env: dict[str, str], name: str, **group_var
 
 
 def main() -> None:
+    with exclusive():  # the test cluster is one per machine
+        _main()
+
+
+def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--wheel-dir", type=Path, help="wheels of the pinned torch, torchvision and their dependencies")

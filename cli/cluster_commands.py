@@ -11,6 +11,7 @@ from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
 from .options import (
     EXIT_CODES,
     aws_up_options,
+    confirm,
     dry_run_option,
     env_option,
     json_option,
@@ -19,6 +20,7 @@ from .options import (
     open_store,
     port_option,
     python_option,
+    yes_option,
 )
 from .plans import print_cluster_plan
 
@@ -61,9 +63,10 @@ from .plans import print_cluster_plan
 @python_option
 @aws_up_options
 @dry_run_option
+@yes_option
 @json_option
 def up(
-    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, as_json, **aws
+    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, yes, as_json, **aws
 ) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
@@ -114,6 +117,10 @@ def up(
         tags=tags,
         **kwargs,
     )
+    if not dry_run and impl.billed:  # what costs money is asked for, not assumed
+        cost = impl.hourly_cost(spec)
+        price = f", about ${cost:.2f}/h" if cost is not None else ""
+        confirm(f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`", yes)
     store = open_store()
     if not dry_run:  # one command at a time changes a cluster
         click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
@@ -216,8 +223,9 @@ def status(name, as_json) -> int:
     help="Which provider made a cluster whose state file is lost (with --region: aws, the default, or pcluster) "
     "or damaged (where the file no longer says).",
 )
+@yes_option
 @json_option
-def down(name, all_, region, lost_provider, as_json) -> int:
+def down(name, all_, region, lost_provider, yes, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
 
     Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
@@ -249,6 +257,8 @@ def down(name, all_, region, lost_provider, as_json) -> int:
             raise UsageError("--provider is for a lost state file: add --region REGION (aws, pcluster)")
     if all_:
         names = store.names()
+        if names:
+            confirm(f"take down every cluster under {store.home}: {', '.join(names)}", yes)
     else:
         resolved = clusters.resolve_name(store, name)
         names = [resolved] if resolved else []
@@ -275,8 +285,10 @@ def down(name, all_, region, lost_provider, as_json) -> int:
     metavar="ROLE[,ROLE]",
     help="Only these roles: common, ssh_mesh, nvidia, python_env, nccl_env, bundle.",
 )
+@click.option("--check", is_flag=True, help="Change nothing: report what the play would change (Ansible's check mode).")
+@click.option("--diff", is_flag=True, help="Show what each task changes (or would, with --check) as a diff.")
 @json_option
-def configure(name, playbook_vars, tags, as_json) -> int:
+def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
     """Run playbooks/site.yml again on a cluster's nodes (onprem, aws, pcluster).
 
     Ansible converges: what is already right is left alone, and the recap says what changed. Use
@@ -288,20 +300,32 @@ def configure(name, playbook_vars, tags, as_json) -> int:
       ddpctl configure                                  # converge; "node0 ok, node1 ok" when nothing changed
       ddpctl configure --playbook-var nccl_env_debug=INFO --tags nccl_env
       ddpctl configure --tags bundle                    # the training code only
+      ddpctl configure --check --diff                   # what would change, as diffs; nothing changed
     """
     from ddpctl.infra import clusters
+    from ddpctl.infra.ansible import Play
     from ddpctl.infra.configure import changed_summary
     from ddpctl.infra.spec import parse_env
 
     from .output import Output
 
     out = Output(as_json)
+    play = Play(tags=tags, check=check, diff=diff)
     state, report = clusters.configure(
-        open_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), tags
+        open_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), play
     )
     summary = changed_summary(report)
-    out.progress(f"cluster {state.name!r} configured: {summary}")
+    if check:
+        out.progress(f"cluster {state.name!r} checked, nothing was changed; a real run would give: {summary}")
+    else:
+        out.progress(f"cluster {state.name!r} configured: {summary}")
     if as_json:
         changed = {host: stats.get("changed", 0) for host, stats in sorted(report.stats.items())}
-        out.document({"ok": True, "cluster": state.to_dict(), "changed": changed})
+        doc = {"ok": True, "check": check, "cluster": state.to_dict(), "changed": changed}
+        if diff:
+            doc["diff"] = [d.to_dict() for d in report.diffs]
+        out.document(doc)
+    elif diff:
+        for d in report.diffs:
+            click.echo(f"--- {d.host}: {d.task}\n{d.text}")
     return 0

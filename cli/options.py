@@ -110,6 +110,30 @@ json_option = click.option(
     callback=_note_json,
     help="Print one JSON document on stdout (progress goes to stderr).",
 )
+yes_option = click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask before creating what is billed or taking down every cluster (needed when stdin "
+    "is not a terminal, as in scripts and CI).",
+)
+
+
+def confirm(action: str, yes: bool) -> None:
+    """Ask before ``action`` (something that costs money or destroys), unless ``--yes``. With no
+    terminal to ask on, refuse in one line that says to add --yes: nothing is done."""
+    import sys
+
+    from ddpctl.infra.errors import DdpctlError, UsageError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"{action}: add --yes to go ahead (stdin is not a terminal, so ddpctl cannot ask)")
+    if not click.confirm(f"{action}. Go ahead?", default=False, err=True):
+        raise DdpctlError("nothing was done (answered no)")
+
+
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be created and run, and create nothing."
 )

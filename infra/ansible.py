@@ -27,13 +27,45 @@ STATUS = {
 }
 
 
+@dataclass(frozen=True)
+class Play:
+    """How much of a playbook runs, and how: only the roles in ``tags`` (``--tags``); in check
+    mode, changing nothing (``--check``); reporting what each task changes or would (``--diff``)."""
+
+    tags: str | None = None
+    check: bool = False
+    diff: bool = False
+
+    def cmdline(self) -> str | None:
+        flags = [flag for flag, on in (("--check", self.check), ("--diff", self.diff)) if on]
+        return " ".join(flags) or None
+
+
+#: All of a playbook, as it is.
+WHOLE_PLAY = Play()
+
+
+@dataclass(frozen=True)
+class TaskDiff:
+    """What one task changed (or would change) on one host, as a unified diff or Ansible's own text."""
+
+    host: str
+    task: str
+    text: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"host": self.host, "task": self.task, "diff": self.text}
+
+
 @dataclass
 class PlayReport:
-    """What a playbook run told us: per-host facts that tasks published, and the recap."""
+    """What a playbook run told us: per-host facts that tasks published, the recap, and the
+    changes' diffs (with ``Play.diff``)."""
 
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    diffs: list[TaskDiff] = field(default_factory=list)
 
 
 class TaskLines:
@@ -59,6 +91,9 @@ class TaskLines:
             if kind == "runner_on_failed" and data.get("ignore_errors"):
                 status = "failed (ignored)"
             self.hosts[host] = status
+            text = diff_text(res.get("diff"))
+            if text and res.get("changed"):
+                self.report.diffs.append(TaskDiff(host, str(data.get("task") or "?"), text))
             for key, value in (res.get("ansible_facts") or {}).items():
                 if key.startswith("ddpctl_"):
                     self.report.facts.setdefault(host, {})[key] = value
@@ -76,6 +111,31 @@ class TaskLines:
             summary = ", ".join(f"{h} {s}" for h, s in sorted(self.hosts.items()))
             self.progress(f"{self.task}: {summary}")
         self.hosts = {}
+
+
+def diff_text(diff: Any) -> str:
+    """A task result's ``diff`` (one dict, or a list of them) as text: a unified diff of ``before``
+    and ``after`` where it has them, else what the module prepared (``prepared``)."""
+    import difflib
+
+    parts = []
+    for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
+        if isinstance(item.get("prepared"), str):
+            parts.append(item["prepared"].rstrip("\n"))
+        before, after = item.get("before"), item.get("after")
+        if isinstance(before, str) and isinstance(after, str) and before != after:
+            lines = difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after.splitlines(keepends=True),
+                fromfile=str(item.get("before_header") or "before"),
+                tofile=str(item.get("after_header") or "after"),
+            )
+            parts.append("".join(lines).rstrip("\n"))
+        elif isinstance(before, dict) and isinstance(after, dict) and before != after:  # e.g. a file's mode
+            parts += [
+                f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in sorted(after) if before.get(k) != after.get(k)
+            ]
+    return "\n".join(p for p in parts if p)
 
 
 def settings_without_cfg(tmp: Path) -> dict[str, str]:
@@ -104,7 +164,7 @@ def run_playbook(
     *,
     extravars: dict[str, Any] | None = None,
     limit: str | None = None,
-    tags: str | None = None,
+    play: Play = WHOLE_PLAY,
 ) -> PlayReport:
     """Run ``playbook`` against ``inventory``; raise with the first failures if it fails."""
     import ansible_runner  # heavy: only when a playbook actually runs
@@ -127,7 +187,8 @@ def run_playbook(
             inventory=os.path.abspath(inventory),
             extravars=extravars or {},
             limit=limit,
-            tags=tags,
+            tags=play.tags,
+            cmdline=play.cmdline(),
             envvars=envvars,
             suppress_env_files=True,
             quiet=True,

@@ -13,7 +13,7 @@ from .spec import ClusterSpec
 from .state import ClusterState, DamagedState, DownStore, StateStore
 
 if TYPE_CHECKING:
-    from .ansible import PlayReport
+    from .ansible import Play, PlayReport
 
 
 def plan_up(spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> tuple[Provider, ClusterState]:
@@ -74,34 +74,35 @@ def up(
 
 
 def configure(
-    store: StateStore, name: str | None, progress: Progress, playbook_vars: dict[str, str], tags: str | None
+    store: StateStore, name: str | None, progress: Progress, playbook_vars: dict[str, str], play: Play
 ) -> tuple[ClusterState, PlayReport]:
     """site.yml again on a cluster that is up, with its recorded variables plus ``playbook_vars``
-    (recorded too once the play succeeds); ``tags``: only these roles."""
+    (recorded too once the play succeeds, unless in check mode); ``play``: roles, check, diff."""
     from .configure import check_tags
 
-    tags = check_tags(tags)
+    play = replace(play, tags=check_tags(play.tags))
     resolved = resolve_name(store, name)
     if resolved is None:
         raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up`")
     with locks.cluster(store, resolved, "configure"):
-        return _configure(store, resolved, progress, playbook_vars, tags)
+        return _configure(store, resolved, progress, playbook_vars, play)
 
 
 def _configure(
-    store: StateStore, name: str, progress: Progress, playbook_vars: dict[str, str], tags: str | None
+    store: StateStore, name: str, progress: Progress, playbook_vars: dict[str, str], play: Play
 ) -> tuple[ClusterState, PlayReport]:
     state = store.load(name)
     provider = get_provider(state.spec.provider)
     if not provider.runs_playbooks:  # its own one-line refusal, before anything else is said
-        provider.configure(state, store, progress, tags)
+        provider.configure(state, store, progress, play)
     if state.status not in ("up", "configuring"):  # configuring: an `up` stopped in its configure step
         raise UsageError(
             f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`"
         )
     state.spec = replace(state.spec, playbook_vars={**state.spec.playbook_vars, **playbook_vars})  # checked here
-    report = provider.configure(state, store, progress, tags)
-    store.save(state)
+    report = provider.configure(state, store, progress, play)
+    if not play.check:  # check mode changed nothing: nothing to record
+        store.save(state)
     return state, report
 
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .ansible import ANSIBLE_CFG, PLAYBOOKS, PlayReport, run_playbook
+from .ansible import ANSIBLE_CFG, PLAYBOOKS, WHOLE_PLAY, Play, PlayReport, run_playbook
 from .errors import DdpctlError, UsageError
 from .progress import Progress
 from .state import ClusterState, NodeInfo
@@ -43,11 +43,12 @@ def changed_summary(report: PlayReport) -> str:
     )
 
 
-def reconfigure(state: ClusterState, inventory: str, key_dir: Path, progress: Progress, tags: str | None) -> PlayReport:
+def reconfigure(state: ClusterState, inventory: str, key_dir: Path, progress: Progress, play: Play) -> PlayReport:
     """site.yml again on every node of a cluster that is up, with its recorded variables; the nodes
-    as the play now reports them."""
-    report = run_site(inventory, state.nodes, key_dir, progress, state.spec.playbook_vars, tags=tags)
-    state.nodes = record_nodes(state.nodes, report, {n.name: n.cpus for n in state.nodes})
+    as the play now reports them (in check mode, as they were: nothing changed)."""
+    report = run_site(inventory, state.nodes, key_dir, progress, state.spec.playbook_vars, play=play)
+    if not play.check:
+        state.nodes = record_nodes(state.nodes, report, {n.name: n.cpus for n in state.nodes})
     return report
 
 
@@ -57,14 +58,14 @@ def run_site(
     key_dir: Path,
     progress: Progress,
     playbook_vars: dict[str, str] | None = None,
-    tags: str | None = None,
+    play: Play = WHOLE_PLAY,
 ) -> PlayReport:
     """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``.
 
     ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
-    ``tags``: only these roles (comma-separated), as ``ansible-playbook --tags``.
+    ``play``: only some roles (``--tags``), check mode, diffs, as ``ansible-playbook`` takes them.
     """
-    progress(f"configuring {len(nodes)} node(s) with {SITE}")
+    progress(f"{'checking (changing nothing)' if play.check else 'configuring'} {len(nodes)} node(s) with {SITE}")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return run_playbook(
         "site.yml",
@@ -72,7 +73,7 @@ def run_site(
         progress,
         extravars=site_extravars(nodes, key_dir, playbook_vars),
         limit=",".join(n.name for n in nodes),
-        tags=tags,
+        play=play,
     )
 
 

@@ -36,6 +36,13 @@ class Project:
     def to_dict(self) -> dict:
         return {"root": self.root, "script": self.script, "files": len(self.files), "digest": self.digest}
 
+    def size_warning(self) -> str:
+        """What ``run`` says of a project above ``LARGE_BYTES``."""
+        return (
+            f"warning: the project {self.root} is {self.size / 2**20:,.0f} MB ({len(self.files)} files), "
+            "copied to every node when it changes: leave data out (.gitignore) or give --workdir"
+        )
+
 
 def locate(script: Path, workdir: Path | None = None) -> Project:
     """The project ``script`` belongs to (``workdir``, else the script's directory), not read: what

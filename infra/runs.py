@@ -335,10 +335,7 @@ def _execute(
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         project = getattr(prep.plan, "project", None)
         if project is not None and project.size > LARGE_BYTES:
-            progress(
-                f"warning: the project {project.root} is {project.size / 2**20:,.0f} MB ({len(project.files)} files), "
-                "copied to every node when it changes: leave data out (.gitignore) or give --workdir"
-            )
+            progress(project.size_warning())
         progress(
             f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
             f"process(es), {where}; output also in {run_dir / 'output.log'}"

@@ -181,7 +181,7 @@ TAG_VALUE_RE = re.compile(r"^[\w .:/=+@-]{0,256}$")
 MAX_USER_TAGS = 40  # AWS allows 50 per resource; ddpctl's own take 4
 
 
-def check_tags(tags: Mapping[str, str]) -> None:
+def check_user_tags(tags: Mapping[str, str]) -> None:
     """``--tag KEY=VALUE``: what AWS accepts on every resource, and not a key ddpctl sets itself."""
     for key, value in tags.items():
         if not TAG_KEY_RE.fullmatch(key):
@@ -216,7 +216,7 @@ def check_aws_fields(spec: ClusterSpec) -> None:
     for flag, value, pattern, example in checks:
         if value and not re.fullmatch(pattern, value):
             raise UsageError(f"invalid {flag} {value!r}: {example}")
-    check_tags(spec.tags)
+    check_user_tags(spec.tags)
     if spec.volume_gb and not 8 <= spec.volume_gb <= 16384:
         raise UsageError(f"--volume-gb {spec.volume_gb} is out of range: choose 8 to 16384 (GB)")
     if spec.ssh_cidr:

@@ -1,10 +1,9 @@
 """SSH connections to nodes (fabric/paramiko), strict about host keys.
 
-Fabric trusts any host key by default; ddpctl never does. Keys come from the inventory (or the
-ssh config it names with ``-F``), host keys from the known_hosts files that config names (default
-``~/.ssh/known_hosts``), and an unknown host key is refused. A ``ProxyJump`` in that config (one
-hop, ``[user@]host[:port]``, looked up in the same config as OpenSSH does with ``-F``) is
-connected first, just as strictly, and the connection goes through it.
+Fabric trusts any host key by default; ddpctl never does. What to connect to, as whom, with which
+keys and known_hosts files, through which ``ProxyJump`` hops or ``ProxyCommand``, is what OpenSSH
+makes of the host's options (``ssh_options``: ``ssh -G``); an unknown host key is refused
+whatever the configuration says, and every jump host is connected just as strictly.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 from .errors import DdpctlError
 from .inventory import Host, parse_port
 from .ssh_options import Resolved, openssh_args, resolve
+from .trace import traced
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -28,13 +28,14 @@ if TYPE_CHECKING:  # pragma: no cover
 def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
     """An open, strictly checked connection to ``host``, as OpenSSH would make it (``ssh_options``):
     through its ProxyJump hosts (each connected just as strictly) or its ProxyCommand."""
-    r = resolve(host)
-    gateway: fabric.Connection | str | None = None
-    if r.proxy_jump:
-        gateway = _connect_jumps(host, r.proxy_jump, timeout)
-    elif r.proxy_command:
-        gateway = _expand(r.proxy_command, r)  # fabric runs it as paramiko's ProxyCommand
-    return _open(host.name, r, timeout, gateway)
+    with traced("connect", host.name):  # a round trip, for bench/scale.py (DDPCTL_TRACE)
+        r = resolve(host)
+        gateway: fabric.Connection | str | None = None
+        if r.proxy_jump:
+            gateway = _connect_jumps(host, r.proxy_jump, timeout)
+        elif r.proxy_command:
+            gateway = _expand(r.proxy_command, r)  # fabric runs it as paramiko's ProxyCommand
+        return _open(host.name, r, timeout, gateway)
 
 
 def _open(name: str, r: Resolved, timeout: float, gateway: fabric.Connection | str | None) -> fabric.Connection:

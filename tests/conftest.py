@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.moto import Moto, running_moto
-from tests.support.testbed.cluster import Testbed, testbed_down, testbed_missing, testbed_up
+from tests.support.testbed.cluster import Testbed, exclusive, testbed_down, testbed_missing, testbed_up
 
 _skipped: list[str] = []
 
@@ -24,7 +24,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 #: Fixtures that use the test cluster (one bridge, fixed node names on this machine): their tests
 #: run one after the other, on one pytest-xdist worker, whatever `-n` says.
-TESTBED_FIXTURES = frozenset({"testbed", "slurm_testbed", "twin"})
+TESTBED_FIXTURES = frozenset({"testbed", "slurm_testbed", "testbed16", "twin"})
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -60,10 +60,11 @@ def testbed() -> Iterator[Testbed]:
     reason = testbed_missing()
     if reason:
         pytest.skip(reason)
-    try:
-        yield testbed_up(3)
-    finally:
-        testbed_down()
+    with exclusive():
+        try:
+            yield testbed_up(3)
+        finally:
+            testbed_down()
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +77,26 @@ def slurm_testbed() -> Iterator[Testbed]:
     )
     if reason:
         pytest.skip(reason)
-    try:
-        yield testbed_up(3, slurm_nodes=2)
-    finally:
-        testbed_down()
+    with exclusive():
+        try:
+            yield testbed_up(3, slurm_nodes=2)
+        finally:
+            testbed_down()
+
+
+@pytest.fixture(scope="module")
+def testbed16() -> Iterator[Testbed]:
+    """Sixteen nodes (tests/test_scale.py), Slurm on the first four (slurmctld on node0)."""
+    reason = testbed_missing() or (
+        None if shutil.which("slurmd") else "the scale tests need slurmd (apt-get install slurmd)"
+    )
+    if reason:
+        pytest.skip(reason)
+    with exclusive():
+        try:
+            yield testbed_up(16, slurm_nodes=4)
+        finally:
+            testbed_down()
 
 
 # ---- the moto server (tests/support/moto.py): one per session, shared by every module ----------

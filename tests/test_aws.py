@@ -47,7 +47,7 @@ from bench import aws_calls
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, SSH_CIDR, Moto
 
-UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--no-configure")
+UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--yes", "--no-configure")
 CONFIGURED_UP = UP[:-1]  # with the configure step: only a dry run can have it here
 
 
@@ -58,11 +58,13 @@ class Env:
         self.moto, self.home, self.tmp = moto, home, tmp
         self.baseline = moto.inventory()
 
-    def run(self, *args: str, fault: str = "", timeout: float = 120, **extra: str) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, fault: str = "", timeout: float = 120, stdin: Any = None, **extra: str
+    ) -> subprocess.CompletedProcess:
         env = self.moto.env(self.home, self.tmp, **extra)
         if fault:
             env["DDPCTL_FAULT"] = fault
-        return ddpctl(*args, env=env, timeout=timeout)
+        return ddpctl(*args, env=env, timeout=timeout, stdin=stdin)
 
     def ok(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
         result = self.run(*args, **kw)
@@ -784,3 +786,51 @@ def test_bad_tags_are_one_line(aws: Env, tag: str, message: str) -> None:
 def test_tags_are_for_the_aws_providers(home: Path) -> None:
     result = ddpctl("up", "--tag", "team=ml", "--dry-run")
     assert result.returncode == 2 and "--tag is for --provider aws or pcluster, not local" in result.stderr
+
+
+# ---- asking before what costs money ---------------------------------------------------------------
+
+ASKING_UP = tuple(a for a in UP if a != "--yes")
+
+
+def test_up_asks_before_creating_what_is_billed(aws: Env) -> None:
+    """No --yes and no terminal: one line that says to add --yes, nothing created. On a terminal,
+    "n" creates nothing and "y" goes ahead. --dry-run never asks."""
+    refused = aws.run(*ASKING_UP, "--nodes", "2", stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2
+    assert "create 2 aws node(s) for cluster 'c1', about $6.12/h until `ddpctl down`: add --yes" in only_line(refused)
+    aws.assert_clean()
+    assert tree(aws.home) == []
+    assert aws.run(*ASKING_UP, "--nodes", "2", "--dry-run", stdin=subprocess.DEVNULL).returncode == 0
+    no = answer_on_a_terminal(aws, "n\n", *ASKING_UP, "--nodes", "2")
+    assert no.returncode == 1 and "Go ahead? [y/N]" in no.stderr and "nothing was done (answered no)" in no.stderr
+    aws.assert_clean()
+    yes = answer_on_a_terminal(aws, "y\n", *ASKING_UP, "--nodes", "2")
+    assert yes.returncode == 0, yes.stderr
+    assert len(aws.moto.alive_instances()) == len(aws.baseline["instances"]) + 2
+    aws.ok("down", "--name", "c1")
+    aws.assert_clean()
+
+
+def answer_on_a_terminal(aws: Env, answer: str, *args: str) -> subprocess.CompletedProcess:
+    """ddpctl with a pseudo-terminal as its stdin, ``answer`` typed on it."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, answer.encode())
+        return aws.run(*args, stdin=follower)
+    finally:
+        os.close(follower)
+        os.close(leader)
+
+
+def test_down_all_asks_too(home: Path) -> None:
+    assert ddpctl("up", "--nodes", "1").returncode == 0
+    refused = ddpctl("down", "--all", stdin=subprocess.DEVNULL)
+    assert (
+        refused.returncode == 2 and "take down every cluster under" in refused.stderr and "add --yes" in refused.stderr
+    )
+    assert (home / "clusters" / "default.json").exists()
+    assert ddpctl("down", "--all", "--yes").returncode == 0

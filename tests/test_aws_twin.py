@@ -111,14 +111,15 @@ def twin(moto_server: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     reason = test_cluster.testbed_missing()
     if reason:
         pytest.skip(reason)
-    test_cluster.testbed_up(0)  # the bridge; the twin adds a node per instance
-    tmp = tmp_path_factory.mktemp("twin")
-    proc = TwinProcess.start(moto_server.url, tmp / "twin.log")
-    try:
-        yield TwinEnv(proc, tmp)
-    finally:
-        proc.stop()
-        test_cluster.testbed_down()
+    with test_cluster.exclusive():
+        test_cluster.testbed_up(0)  # the bridge; the twin adds a node per instance
+        tmp = tmp_path_factory.mktemp("twin")
+        proc = TwinProcess.start(moto_server.url, tmp / "twin.log")
+        try:
+            yield TwinEnv(proc, tmp)
+        finally:
+            proc.stop()
+            test_cluster.testbed_down()
 
 
 def node_dirs() -> list[Path]:
@@ -129,7 +130,7 @@ def node_dirs() -> list[Path]:
 
 
 def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
-    result = twin.ok("up", "--provider", "aws", "--nodes", "2")
+    result = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "2")
     assert f"configuring 2 node(s) with {SITE}" in result.stderr  # the real path, as a wheel user finds it
     assert "aws cluster 'default' is up: 2 x p3.2xlarge" in result.stderr
     assert "image: " in result.stderr and "NVIDIA's proprietary 580 driver" in result.stderr  # p3: why Ubuntu
@@ -209,6 +210,22 @@ def test_message_passing(twin: TwinEnv) -> None:
     assert "rank 1 received 42.0 from rank 0" in result.stdout
 
 
+def test_ssh_reaches_each_node(twin: TwinEnv) -> None:
+    """`ddpctl ssh NODE -- COMMAND` on EC2 nodes, and plain `ssh -F` with the cluster's ssh_config,
+    which names every node (strict host keys from the console output, the cluster's key)."""
+    private = {n["name"]: n["host"] for n in twin.state()["nodes"]}  # the address other nodes reach it at
+    for node in ("node0", "node1"):
+        result = twin.ok("ssh", node, "--", "hostname", "-I")
+        assert private[node] in result.stdout.split()
+    config = twin.home / "clusters" / "default" / "ssh_config"
+    plain = subprocess.run(
+        ["ssh", "-F", str(config), "node1", "hostname", "-I"], capture_output=True, text=True, timeout=60
+    )
+    assert plain.returncode == 0 and private["node1"] in plain.stdout.split(), plain.stderr
+    printed = twin.ok("ssh", "--print", "node1").stdout
+    assert f"-F {config}" in printed and "StrictHostKeyChecking=yes" in printed
+
+
 def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
     proc = twin.start("run", "mnist", "--nodes", "2", "--", "--epochs", "1", "--log-every", "20")
     out = Output(proc)
@@ -237,7 +254,7 @@ def test_down_leaves_nothing(twin: TwinEnv) -> None:
 
 
 def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path) -> None:
-    up = twin.ok("up", "--provider", "aws", "--nodes", "3", "--name", "c3", "--no-configure")
+    up = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "c3", "--no-configure")
     known = (twin.home / "clusters" / "c3" / "known_hosts").read_text().splitlines()
     assert len(known) == 3 * 3  # host keys are collected whether or not site.yml runs
     command = re.search(r"by hand with: (.*)$", up.stderr, re.M).group(1)
@@ -265,7 +282,7 @@ def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path)
 
 
 def test_crash_during_configure_then_down_leaves_nothing(twin: TwinEnv) -> None:
-    proc = twin.start("up", "--provider", "aws", "--nodes", "2", "--name", "crash")
+    proc = twin.start("up", "--provider", "aws", "--yes", "--nodes", "2", "--name", "crash")
     out = Output(proc)
     out.until("Read this node's SSH host key", timeout=600)  # site.yml is under way
     proc.kill()
@@ -280,7 +297,7 @@ def test_crash_during_configure_then_down_leaves_nothing(twin: TwinEnv) -> None:
 
 
 def test_ctrl_c_during_configure_says_how_to_go_on(twin: TwinEnv) -> None:
-    proc = twin.start("up", "--provider", "aws", "--nodes", "2", "--name", "intr")
+    proc = twin.start("up", "--provider", "aws", "--yes", "--nodes", "2", "--name", "intr")
     out = Output(proc)
     out.until("Read this node's SSH host key", timeout=600)
     proc.send_signal(signal.SIGINT)

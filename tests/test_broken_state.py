@@ -137,7 +137,7 @@ def test_damaged_state_that_names_no_provider(home: Path) -> None:
     assert tree(home / "clusters") == []
 
 
-AWS_UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", "203.0.113.7/32", "--no-configure")
+AWS_UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", "203.0.113.7/32", "--yes", "--no-configure")
 
 
 @pytest.fixture

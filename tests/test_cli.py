@@ -204,7 +204,7 @@ def test_several_clusters_need_a_name(home: Path) -> None:
     assert ddpctl("up", "--name", "b").returncode == 0
     result = ddpctl("down")
     assert result.returncode == 2 and "several clusters are up (a, b)" in one_line_error(result)
-    assert ddpctl("down", "--all").returncode == 0
+    assert ddpctl("down", "--all", "--yes").returncode == 0
     assert tree(home / "clusters") == []
 
 

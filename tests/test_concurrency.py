@@ -49,7 +49,7 @@ def test_a_running_run_holds_its_cluster_and_its_id(home: Path) -> None:
 def test_two_ups_of_one_name_make_one_cluster(moto: Moto, home: Path, tmp_path: Path) -> None:
     env = moto.env(home, tmp_path)
     baseline = moto.inventory()
-    args = ("up", "--provider", "aws", "--name", "twice", "--ssh-cidr", "203.0.113.7/32", "--no-configure")
+    args = ("up", "--provider", "aws", "--name", "twice", "--ssh-cidr", "203.0.113.7/32", "--yes", "--no-configure")
     first, second = start(*args, env=env), start(*args, env=env)
     outputs = [p.communicate(timeout=300)[0] for p in (first, second)]
     codes = sorted(p.returncode for p in (first, second))

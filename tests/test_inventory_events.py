@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpctl.infra.ansible import PlayReport, TaskLines
+from ddpctl.infra.ansible import Play, PlayReport, TaskLines
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.inventory import hosts_from_list
 from ddpctl.infra.launch.reach import REACH_LINE, plan_reach
@@ -154,3 +154,61 @@ def test_a_partial_play_keeps_the_recorded_gpu_count() -> None:
         facts={"node0": {"ddpctl_node": {**layout, "gpus": "-1"}}, "node1": {"ddpctl_node": {**layout, "gpus": 8}}}
     )
     assert [n.gpus for n in record_nodes(nodes, report, {})] == [4, 8]
+
+
+def test_changes_come_back_as_diffs() -> None:
+    """--diff: a changed task's diff (before/after text, Ansible's prepared text, a file's attributes)
+    is kept per host and task; unchanged tasks' diffs are not."""
+    report = PlayReport()
+    handle = TaskLines(lambda line: None, report)
+    handle({"event": "playbook_on_task_start", "event_data": {"task": "Write the env file"}})
+    before = {"before": "NCCL_DEBUG=INFO\nA=1\n", "after": "NCCL_DEBUG=WARN\nA=1\n", "before_header": "/etc/env"}
+    handle(
+        {
+            "event": "runner_on_ok",
+            "event_data": {"host": "node0", "task": "Write the env file", "res": {"changed": True, "diff": [before]}},
+        }
+    )
+    handle(
+        {
+            "event": "runner_on_ok",
+            "event_data": {"host": "node1", "task": "Write the env file", "res": {"changed": False, "diff": [before]}},
+        }
+    )
+    handle(
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "node1",
+                "task": "Install",
+                "res": {"changed": True, "diff": {"prepared": "+ pkg 1.0"}},
+            },
+        }
+    )
+    mode = {"before": {"path": "/x", "mode": "0644"}, "after": {"path": "/x", "mode": "0600"}}
+    handle(
+        {
+            "event": "runner_on_ok",
+            "event_data": {"host": "node2", "task": "Key", "res": {"changed": True, "diff": mode}},
+        }
+    )
+    assert [(d.host, d.task) for d in report.diffs] == [
+        ("node0", "Write the env file"),
+        ("node1", "Install"),
+        ("node2", "Key"),
+    ]
+    assert report.diffs[0].text.splitlines()[:5] == [
+        "--- /etc/env",
+        "+++ after",
+        "@@ -1,2 +1,2 @@",
+        "-NCCL_DEBUG=INFO",
+        "+NCCL_DEBUG=WARN",
+    ]
+    assert report.diffs[1].text == "+ pkg 1.0"
+    assert report.diffs[2].text == "mode: '0644' -> '0600'"
+
+
+def test_check_and_diff_reach_ansible_as_flags() -> None:
+    assert Play().cmdline() is None
+    assert Play(check=True, diff=True).cmdline() == "--check --diff"
+    assert Play(tags="bundle", diff=True).cmdline() == "--diff"

@@ -449,3 +449,25 @@ def test_ddpctl_ssh_reaches_each_node(onprem) -> None:
         assert result.stdout.split()[2] == address  # the server's end of the connection
     default = ddpctl("ssh", "--", "true", env=_env(onprem["env"]), timeout=60)
     assert default.returncode == 0, default.stderr  # the head node
+
+
+def test_configure_check_diff_shows_and_changes_nothing(onprem) -> None:
+    """`ddpctl configure --check --diff`: the play in check mode shows, per node, the env file's
+    line that a new variable would change, and changes nothing: not the nodes' files, not the
+    variables recorded with the cluster."""
+    env = _env(onprem["env"])
+    before = json.loads(ddpctl("status", "--json", env=env).stdout)
+    args = ("configure", "--check", "--diff", "--playbook-var", "nccl_env_debug=WARN", "--tags", "nccl_env")
+    shown = ddpctl(*args, env=env, timeout=600)
+    assert shown.returncode == 0, shown.stderr
+    assert "checked, nothing was changed; a real run would give: node0 1 changed" in shown.stderr
+    for node in ("node0", "node1", "node2"):
+        assert f"--- {node}: " in shown.stdout
+    assert "-NCCL_DEBUG=INFO" in shown.stdout and "+NCCL_DEBUG=WARN" in shown.stdout
+    doc = json.loads(ddpctl(*args, "--json", env=env, timeout=600).stdout)
+    assert doc["check"] is True and doc["changed"] == {"node0": 1, "node1": 1, "node2": 1}
+    assert {d["host"] for d in doc["diff"]} == {"node0", "node1", "node2"}
+    after = json.loads(ddpctl("status", "--json", env=env).stdout)
+    assert after["clusters"] == before["clusters"]  # nothing recorded (not the variable, not the nodes)
+    for node in json.loads(onprem["up"].stdout)["cluster"]["nodes"]:
+        assert "NCCL_DEBUG=INFO\n" in Path(node["env_file"]).read_text()

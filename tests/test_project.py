@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.errors import UsageError
-from ddpctl.infra.project import locate, pack, scan
+from ddpctl.infra.project import LARGE_BYTES, locate, pack, scan
 from tests.support.cli import ddpctl
 
 TRAIN = """\
@@ -97,3 +97,16 @@ def test_workdir_must_hold_the_script(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not contain"):
         locate(script, tmp_path / "other")
     assert locate(script, tmp_path).script == "p/train.py"
+
+
+def test_a_large_project_is_named_with_its_size(tmp_path: Path) -> None:
+    """Above LARGE_BYTES (100 MB) `run` warns before copying: the size, the files, what to do."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    with open(tmp_path / "data.bin", "wb") as f:  # sparse: 101 MB of zeros, no disk
+        f.truncate(101 * 2**20)
+    project = scan(tmp_path / "train.py")
+    assert project.size > LARGE_BYTES
+    assert project.size_warning() == (
+        f"warning: the project {tmp_path} is 101 MB (2 files), copied to every node when it changes: "
+        "leave data out (.gitignore) or give --workdir"
+    )

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpctl.infra.ansible import Play
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.providers import NAMES, get_provider, provider_class
 from ddpctl.infra.providers.base import PROVIDER_FLAGS, LiveStatus, Provider
@@ -48,7 +49,7 @@ def test_configure_refuses_where_no_playbook_runs(tmp_path):
     with pytest.raises(
         UsageError, match=r"^local clusters run no playbooks: `ddpctl configure` is for onprem, aws, pcluster$"
     ):
-        get_provider("local").configure(state, StateStore(tmp_path), print, None)
+        get_provider("local").configure(state, StateStore(tmp_path), print, Play())
 
 
 @pytest.mark.parametrize("name", ["local", "onprem"])

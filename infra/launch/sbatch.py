@@ -24,9 +24,6 @@ class SbatchPlan:
     script_path: str  # where it is written on the login node
     output_dir: str  # per-job and per-node output files live here
 
-    def node_output(self, job_id: str, node: str) -> str:
-        return f"{self.output_dir}/ddpctl-{job_id}-{node}.out"
-
     def to_dict(self) -> dict:
         return {
             "run_id": self.run_id,

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..progress import Progress
 
 if TYPE_CHECKING:
-    from ..ansible import PlayReport
+    from ..ansible import Play, PlayReport
     from ..launch.plan import LaunchPlan
     from ..launch.supervise import OutputLine, RunResult
     from ..spec import ClusterSpec, RunSpec
@@ -113,6 +113,11 @@ class Provider:
         """Delete everything the cluster may have created; safe to repeat."""
         raise NotImplementedError
 
+    def hourly_cost(self, spec: ClusterSpec) -> float | None:
+        """What bringing ``spec`` up costs per hour (USD, list price), for the question ``up`` asks
+        before it creates anything billed. Default: not known."""
+        return None
+
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R`` with no state file: delete what is found by tag."""
         raise UsageError(
@@ -137,8 +142,9 @@ class Provider:
         this machine; a run that must keep its results there gives ``--snapshot-dir``)."""
         return False
 
-    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
-        """site.yml again on a cluster that is up (``ddpctl configure``)."""
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:
+        """site.yml again on a cluster that is up (``ddpctl configure``): the roles, check mode and
+        diffs ``play`` asks for."""
         raise UsageError(
             f"{self.name} clusters run no playbooks: `ddpctl configure` is for {_who(lambda p: p.runs_playbooks, ', ')}"
         )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..ansible import PlayReport
+from ..ansible import Play, PlayReport
 from ..configure import reconfigure, record_nodes, run_site
 from ..errors import DdpctlError, UsageError
 from ..inventory import Host, load_inventory
@@ -111,11 +111,11 @@ class OnpremProvider(Provider):
         shutil.rmtree(store.cluster_dir(name), ignore_errors=True)
         progress(f"on-prem cluster {name!r} is down (what the playbooks installed stays)")
 
-    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:
         """site.yml again (``ddpctl configure``), after the same SSH check as ``up``."""
         progress(f"checking SSH to {len(state.nodes)} host(s)")
         check_reachable([_host(n) for n in state.nodes])
-        return reconfigure(state, state.spec.inventory, store.cluster_dir(state.name) / "keys", progress, tags)
+        return reconfigure(state, state.spec.inventory, store.cluster_dir(state.name) / "keys", progress, play)
 
     def preflight(self, state: ClusterState) -> None:
         """site.yml verified every node's Python env; `run` checks reachability as it connects."""

@@ -88,10 +88,10 @@ def write_files(
         names = ",".join(sorted({node.address(private), node.private_ip}))
         lines += [f"{names} {key}" for key in host_keys.get(node.name, [])]
     atomic_write(known_hosts, "".join(line + "\n" for line in lines))
+    aliases = "".join(f"Host {n.name}\n    HostName {n.address(private)}\n" for n in nodes)  # ssh -F FILE node1
     atomic_write(
         ssh_config,
-        "# written by ddpctl for this cluster: strict host keys from the nodes' console output\n"
-        "Host *\n"
+        "# written by ddpctl for this cluster: strict host keys from the nodes' console output\n" + aliases + "Host *\n"
         f"    User {user}\n"
         f"    IdentityFile {key_path}\n"
         "    IdentitiesOnly yes\n"

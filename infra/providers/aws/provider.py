@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ...ansible import PlayReport
+from ...ansible import Play, PlayReport
 from ...configure import reconfigure
 from ...errors import DdpctlError, UsageError
 from ...launch.ssh import SshExecutor
@@ -46,6 +46,10 @@ class AwsProvider(Provider):
         self.caller_address = caller_address
 
     # ---- plan (pure) ---------------------------------------------------------------------
+
+    def hourly_cost(self, spec: ClusterSpec) -> float | None:
+        spec = with_defaults(spec)
+        return pricing.hourly_usd(spec.instance_type, spec.nodes)
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
@@ -192,7 +196,7 @@ class AwsProvider(Provider):
 
     # ---- configure -----------------------------------------------------------------------------
 
-    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:
         """site.yml again (``ddpctl configure``) through the inventory ``up`` wrote."""
         cluster_dir = store.cluster_dir(state.name)
         inventory = configure.inventory_path(cluster_dir)
@@ -202,7 +206,9 @@ class AwsProvider(Provider):
             )
         self._collect_missing_host_keys(state, store, progress)
         configure.wait_for_ssh([n.ssh for n in state.nodes], progress)
-        report = reconfigure(state, str(inventory), cluster_dir / "keys", progress, tags)
+        report = reconfigure(state, str(inventory), cluster_dir / "keys", progress, play)
+        if play.check:
+            return report
         for res in state.resources:
             if res.kind == "configure":  # an `up` stopped in its configure step is finished now
                 res.status = "created"

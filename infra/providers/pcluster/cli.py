@@ -309,21 +309,6 @@ class PclusterCli:
             return False
         raise PclusterError(explain(doc, "delete-cluster", self.region))
 
-    def list_clusters(self) -> list[ClusterInfo]:
-        doc = self._run(["list-clusters"])
-        if "clusters" not in doc:
-            raise PclusterError(explain(doc, "list-clusters", self.region))
-        return [
-            ClusterInfo(
-                name=str(c.get("clusterName", "")),
-                status=str(c.get("clusterStatus", "")),
-                stack_status=str(c.get("cloudformationStackStatus", "")),
-                fleet_status="",
-                head=None,
-            )
-            for c in doc["clusters"]
-        ]
-
     def instances(self, name: str, node_type: str = "ComputeNode") -> list[ClusterInstance]:
         """describe-cluster-instances of one node type, every page (``nextToken``) of it. Instances
         that are not pending, running, stopping or stopped are not listed (ParallelCluster's filter)."""

@@ -29,8 +29,6 @@ from .config import (
 #: The aws plan's resources this provider makes itself (ParallelCluster makes the security
 #: groups, placement group, instances and volumes, in its CloudFormation stack).
 OWN_KINDS = ("dir", "key-file", "vpc", "internet-gateway", "route", "subnet", "key-pair")
-#: Creation order, also the DDPCTL_FAULT steps (``down`` deletes in reverse).
-STEPS = (*OWN_KINDS, "config", "cluster")
 
 #: The roles of playbooks/site.yml that run on the head node. Not ssh_mesh (ParallelCluster sets up
 #: the cluster user's SSH between its nodes) and not nvidia (its images carry the driver, and the

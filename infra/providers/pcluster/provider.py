@@ -31,10 +31,11 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...ansible import PlayReport
+from ...ansible import Play, PlayReport
 from ...errors import DdpctlError
 from ...launch.ssh import SshExecutor
 from ...launch.supervise import OutputLine
@@ -242,7 +243,7 @@ class PclusterProvider(Waits, Provider):
 
     # ---- running jobs ----------------------------------------------------------------------------
 
-    def configure(self, state: ClusterState, store: StateStore, progress: Progress, tags: str | None) -> PlayReport:
+    def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:
         """The head node's site.yml again (``ddpctl configure``), into the shared /home."""
         plan = self.pcluster_plan(state, store)
         cluster_dir = Path(plan.aws.cluster_dir)
@@ -252,7 +253,7 @@ class PclusterProvider(Waits, Provider):
             cluster_dir / "keys",
             progress,
             plan.head_playbook_vars(),
-            tags=tags or HEAD_TAGS,
+            play=replace(play, tags=play.tags or HEAD_TAGS),
         )
 
     def check_targets(

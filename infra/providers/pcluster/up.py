@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...ansible import PlayReport
+from ...ansible import Play, PlayReport
 from ...configure import record_nodes, run_site
 from ...errors import DdpctlError
 from ...progress import Progress
@@ -126,13 +126,17 @@ class Up(Steps):
         )
 
 
+#: What ``up`` runs on the head node: the roles of ``HEAD_TAGS``.
+HEAD_PLAY = Play(tags=HEAD_TAGS)
+
+
 def configure_head(
     state: ClusterState,
     inventory: str,
     key_dir: Path,
     progress: Progress,
     head_vars: Mapping[str, Any],
-    tags: str = HEAD_TAGS,
+    play: Play = HEAD_PLAY,
 ) -> PlayReport:
     """site.yml's ``HEAD_TAGS`` roles on the head node (``state.nodes[0]``), into the home directory
     the compute nodes share; the user's ``--playbook-var`` values win over ``head_vars``. The head
@@ -140,7 +144,9 @@ def configure_head(
     CPUs and GPUs of the compute instance type."""
     head = state.nodes[0]
     configure.wait_for_ssh([head.ssh], progress)
-    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, tags=tags)
+    report = run_site(inventory, [head], key_dir, progress, {**head_vars, **state.spec.playbook_vars}, play=play)
+    if play.check:
+        return report
     [node] = record_nodes([head], report, {})
     state.nodes = [replace(node, cpus=head.cpus, gpus=head.gpus)]
     return report

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -95,6 +98,23 @@ def testbed_missing() -> str | None:
 
 def _env(nodes: int, slurm_nodes: int) -> dict[str, str]:
     return {**os.environ, "TESTBED": str(TESTBED_DIR), "NODES": str(nodes), "SLURM_NODES": str(slurm_nodes)}
+
+
+#: Held while a test cluster is up: it is one per machine (fixed namespace names, one bridge, global
+#: routes), so a second suite or benchmark on the same machine waits for it instead of tearing down
+#: the nodes under the first one's tests.
+LOCK_PATH = Path("/tmp/ddpctl-testbed.lock")
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """The test cluster to this process alone, for as long as the block runs (waits for it)."""
+    with open(LOCK_PATH, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def testbed_up(nodes: int = 3, slurm_nodes: int = 0) -> Testbed:

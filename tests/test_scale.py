@@ -1,0 +1,204 @@
+"""Sixteen nodes (issue 18): the on-prem path on 16 namespace nodes of the test cluster, with Slurm
+on four of them, through the `ddpctl` command: up (configure included), a no-op configure,
+message-passing on all 16, MNIST on 8, check over every link, a killed rank on node13 and a Ctrl-C
+each stopping all 16 within the bound the 3-node tests use, an elastic 12:16 run that loses two
+non-head nodes and goes on, sbatch on the 4 Slurm nodes, and down leaving nothing on any node.
+
+The round trips ddpctl makes in series are counted, not timed (``DDPCTL_TRACE``): every phase
+reaches all nodes at once, so the count does not grow with the nodes. Memory and CPU are this
+machine's, shared by the 16 nodes: one process per node, short jobs. What it costs in CI is in
+docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpctl.infra.trace import sequential_steps
+from tests.support.cli import Output, ddpctl, start_ddpctl
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
+
+pytestmark = pytest.mark.slow
+
+NODES = 16
+ALL = [f"node{i}" for i in range(NODES)]
+#: the bound the 3-node tests use for a killed rank or Ctrl-C to stop every node
+STOP_BOUND_S = 10
+TORCHRUN = ("--launcher", "torchrun")  # Slurm answers on node0: these runs go over SSH on purpose
+
+STEPS = """\
+import os, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+world = dist.get_world_size()
+print(f"rank {dist.get_rank()} of {world} ready", flush=True)
+for step in range(int(os.environ.get("STEPS", "40"))):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if dist.get_rank() == 0 and step % 5 == 0:
+        print(f"step {step}: sum {t.item():.0f} ({world} ranks)", flush=True)
+    time.sleep(0.25)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def big(testbed16: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """`ddpctl up --provider onprem` on a 16-host inventory (the configure step included)."""
+    tmp = tmp_path_factory.mktemp("scale")
+    env = {
+        **os.environ,
+        "DDPCTL_HOME": str(tmp / "home"),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        "DDPCTL_TRACE": str(tmp / "up.trace"),
+    }
+    inventory = testbed16.inventory(tmp / "hosts.ini", **GROUP_VARS)
+    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=env, timeout=1200)
+    assert up.returncode == 0, up.stderr
+    env.pop("DDPCTL_TRACE")
+    script = tmp / "steps.py"  # all-reduces in a loop: STEPS of them, a quarter of a second apart
+    script.write_text(STEPS)
+    yield {"env": env, "up": up, "tmp": tmp, "steps": str(script)}
+    down = ddpctl("down", env=traced(env, tmp / "down.trace"), timeout=600)
+    assert down.returncode == 0, down.stderr
+    assert steps(tmp / "down.trace") <= 2  # every node at once
+    for node in json.loads(up.stdout)["cluster"]["nodes"]:
+        assert not Path(node["workdir"]).exists()
+    for name in ALL:
+        assert run_procs(testbed16, name) == [], f"survivors on {name}"
+
+
+def traced(env: dict[str, str], path: Path) -> dict[str, str]:
+    path.unlink(missing_ok=True)
+    return {**env, "DDPCTL_TRACE": str(path)}
+
+
+def steps(path: Path) -> int:
+    """SSH connections made one after the other (``infra.trace``)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return sequential_steps([(r["t0"], r["t1"]) for r in records if r["op"] == "connect"])
+
+
+def test_up_configures_and_records_sixteen_nodes(big) -> None:
+    cluster = json.loads(big["up"].stdout)["cluster"]
+    assert [n["name"] for n in cluster["nodes"]] == ALL
+    assert [n["host"] for n in cluster["nodes"]] == [f"10.77.0.{10 + i}" for i in range(NODES)]
+    assert steps(big["tmp"] / "up.trace") <= 2  # the reachability check: all 16 at once
+    line = re.search(r"^Gathering Facts: (.*)$", big["up"].stderr, re.MULTILINE)
+    assert line and line.group(1).count(" ok") == NODES  # one line per task, every host on it
+
+
+def test_configure_again_changes_nothing(big) -> None:
+    doc = json.loads(ddpctl("configure", "--json", env=big["env"], timeout=900).stdout)
+    assert doc["changed"] == dict.fromkeys(ALL, 0)
+
+
+def test_message_passing_on_sixteen_nodes(big) -> None:
+    env = traced(big["env"], big["tmp"] / "run.trace")
+    result = ddpctl("run", "message-passing", "--nodes", str(NODES), *TORCHRUN, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in range(1, NODES):
+        assert f"[node{rank} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
+    total = float(sum(range(1, NODES + 1)))
+    assert result.stdout.count(f"all_reduce OK ({total} == {total})") == NODES
+    assert "recvVector" not in result.stdout + result.stderr  # the store outlives every agent
+    assert steps(big["tmp"] / "run.trace") <= 3  # precheck, launch, clean-up: each on all nodes at once
+
+
+def test_mnist_on_eight_nodes(big) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "8", *TORCHRUN, "--", "--epochs", "1", env=big["env"], timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
+    assert accuracies and accuracies[-1] >= 80.0, result.stdout  # one epoch over 8 ranks
+
+
+def test_check_names_every_link_and_the_slowest(big) -> None:
+    env = traced(big["env"], big["tmp"] / "check.trace")
+    result = ddpctl("check", "--json", "--size-mb", "1", env=env, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    pairs = {(r["from"], r["to"]) for r in doc["reachability"] if r["result"] == "ok"}
+    assert len(pairs) == NODES * (NODES - 1)
+    assert len(doc["bandwidth"]) == NODES * (NODES - 1) // 2  # every pair, in 15 rounds of 8 at once
+    assert doc["slowest_link"]["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
+
+
+def start(big, *args: str) -> subprocess.Popen:
+    return start_ddpctl("run", big["steps"], *args, env=big["env"])
+
+
+def test_a_killed_rank_on_node13_stops_all_sixteen(big, testbed16: Testbed) -> None:
+    proc = start(big, "--nodes", str(NODES), *TORCHRUN, "-e", "STEPS=2000")
+    try:
+        output = Output(proc)
+        output.until("[node13 r13] rank 13 of 16 ready", timeout=300)
+        victim = next(int(p.split(":")[0]) for p in run_procs(testbed16, "node13") if "torch.distributed.run" not in p)
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        killed = time.monotonic()
+        out = output.finish(timeout=120)
+        assert time.monotonic() - killed < STOP_BOUND_S, "the run was not stopped within the 3-node bound"
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out
+    assert "node13" in out.splitlines()[-1] or "node13" in out
+    time.sleep(0.5)
+    for name in ALL:
+        assert run_procs(testbed16, name) == [], f"survivors on {name}"
+
+
+def test_ctrl_c_stops_all_sixteen(big, testbed16: Testbed) -> None:
+    proc = start(big, "--nodes", str(NODES), *TORCHRUN, "-e", "STEPS=2000")
+    try:
+        output = Output(proc)
+        output.until("[node15 r15] rank 15 of 16 ready", timeout=300)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out = output.finish(timeout=120)
+        assert time.monotonic() - sent < STOP_BOUND_S, "Ctrl-C did not stop the run within the 3-node bound"
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    time.sleep(0.5)
+    for name in ALL:
+        assert run_procs(testbed16, name) == [], f"survivors on {name}"
+
+
+def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> None:
+    """--nodes 12:16: node14's and node15's processes SIGKILLed; the other 14 go on."""
+    proc = start(big, "--nodes", "12:16", *TORCHRUN, "-e", "STEPS=80")
+    try:
+        output = Output(proc)
+        output.until("(16 ranks)", timeout=300)
+        for name in ("node14", "node15"):
+            for entry in run_procs(testbed16, name):
+                subprocess.run(["kill", "-9", entry.split(":")[0]], check=False)
+        output.until("(14 ranks)", timeout=240)  # the survivors re-rendezvoused without them
+        out = output.finish(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "node14 lost" in out and "node15 lost" in out
+    time.sleep(0.5)
+    for name in ALL:
+        assert run_procs(testbed16, name) == [], f"survivors on {name}"
+
+
+def test_sbatch_on_four_slurm_nodes(big) -> None:
+    """Slurm answers on node0 (slurmd on node0-node3): with no --launcher, a run goes through sbatch."""
+    assert "jobs go through sbatch" in big["up"].stderr
+    result = ddpctl("run", "message-passing", "--nodes", "4", env=big["env"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "through sbatch" in result.stderr
+    for rank in range(1, 4):
+        assert f"[node{rank} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
