@@ -24,6 +24,7 @@
     nodes = 2
     max_restarts = 1
     snapshot_dir = "s3://my-bucket/snapshots"
+    all_lines = true          # every agent line on the terminal (--all-lines)
 
 Flags given on the command line win. Unknown sections or keys are refused.
 """
@@ -80,6 +81,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "python": STR,
     "env": TABLE,
     "snapshot_dir": STR,
+    "all_lines": BOOL,
 }
 CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)
 EXAMPLES = {str: '"text"', int: "2", bool: "true"}

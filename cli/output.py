@@ -18,6 +18,7 @@ from ddpctl.infra.launch.supervise import OutputLine, RunResult
 
 from .options import QUIET_META
 from .output_json import envelope
+from .repeats import RepeatedAgentLines
 
 NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
@@ -29,6 +30,7 @@ class Output:
         # Job output is the command's output, unless stdout is reserved for the JSON document.
         self.jobs = self.err if as_json else Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self._colours: dict[str, str] = {}
+        self.repeats: RepeatedAgentLines | None = None  # `hide_repeats`: the terminal only
         ctx = click.get_current_context(silent=True)
         self.quiet = bool(ctx and ctx.meta.get(QUIET_META))  # `ddpctl --quiet`
 
@@ -36,8 +38,28 @@ class Output:
         if not self.quiet:
             self.err.print(Text(message, style="dim"))
 
+    def hide_repeats(self, run_id: str) -> None:
+        """From now on, an agent line that another node already showed while the run starts is not
+        printed again (``repeats.py``); ``end_lines`` says how many were not."""
+        self.repeats = RepeatedAgentLines(run_id)
+
     def line(self, line: OutputLine) -> None:
-        self.log_line(line.node, line.rank, line.text)
+        """A job line as the run streams it (the sink behind ``output.log``, which keeps them all)."""
+        show = self.repeats is None or self.repeats.take(line)
+        self._repeats_note()
+        if show:
+            self.log_line(line.node, line.rank, line.text)
+
+    def end_lines(self) -> None:
+        """The run's lines are over: what was not printed, said if not yet said."""
+        if self.repeats is not None:
+            self.repeats.end()
+            self._repeats_note()
+
+    def _repeats_note(self) -> None:
+        note = self.repeats.note() if self.repeats is not None else None
+        if note:
+            self.jobs.print(Text(note, style="dim"))
 
     def log_line(self, node: str, rank: int | None, text: str) -> None:
         colour = self._colours.setdefault(node, NODE_COLOURS[len(self._colours) % len(NODE_COLOURS)])

@@ -106,6 +106,14 @@ from .plans import print_cluster_plan, print_launch_plan
     help="Run in the background: the command returns once the run has started, and the run goes on after "
     "the terminal closes (`ddpctl logs --follow RUN_ID`, `ddpctl stop RUN_ID`, `ddpctl runs`).",
 )
+@click.option(
+    "--all-lines",
+    is_flag=True,
+    envvar="DDPCTL_ALL_LINES",
+    help="Print every agent line (or $DDPCTL_ALL_LINES=1). By default the start-up lines that the nodes' agents "
+    "repeat word for word are printed once, from the first node, and counted; output.log and `ddpctl logs` "
+    "always have every line.",
+)
 @dry_run_option
 @json_option
 @click.pass_context
@@ -128,6 +136,7 @@ def run(
     env_files,
     python,
     detach,
+    all_lines,
     dry_run,
     as_json,
 ) -> int:
@@ -165,7 +174,7 @@ def run(
             p.opts[0]
             for p in ctx.command.params
             if isinstance(p, click.Option)
-            and p.name not in ("resume_id", "dry_run", "as_json")
+            and p.name not in ("resume_id", "dry_run", "as_json", "all_lines")
             and ctx.get_parameter_source(p.name) != ParameterSource.DEFAULT
         ]
         if job or job_args or given:
@@ -219,11 +228,14 @@ def run(
         if as_json:
             out.document({"ok": True, "run_id": run_id, "pid": pid, "detached": True})
         return 0
+    if not all_lines:
+        out.hide_repeats(prep.run.run_id)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = runs.execute(prep, store, out.line, out.progress)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        out.end_lines()
     out.run_summary(result)
     if as_json:
         from dataclasses import asdict
