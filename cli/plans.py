@@ -6,6 +6,9 @@ import shlex
 
 import click
 
+#: how --dry-run names the store's program in its argv (infra/node_programs/rdzv_store.py)
+STORE_PROGRAM = "node program rdzv_store.py"
+
 
 def print_cluster_plan(state, note: str = "") -> None:
     click.echo(f"Would create {state.spec.provider} cluster {state.name!r}{note}:")
@@ -24,9 +27,18 @@ def print_launch_plan(plan) -> None:
     click.echo(
         f"Would run {plan.job} as run {plan.run_id}: world size {plan.world_size}, rendezvous {plan.rdzv_endpoint}"
     )
+    if plan.store is not None:  # a node program's text is long: its name stands for it
+        argv = [
+            f"<{STORE_PROGRAM}>" if i == 2 and plan.store.argv[1] == "-c" else a for i, a in enumerate(plan.store.argv)
+        ]
+        _print_launch(f"rendezvous store on {plan.store.node}", plan.store, argv)
     for node in plan.nodes:
-        click.echo(f"  {node.node} ({node.host}):")
-        click.echo(f"    cwd:  {node.cwd}")
-        for key, value in node.shown_env().items():
-            click.echo(f"    env:  {key}={value}")
-        click.echo(f"    argv: {shlex.join(node.argv)}")
+        _print_launch(node.node, node, node.argv)
+
+
+def _print_launch(what: str, launch, argv) -> None:
+    click.echo(f"  {what} ({launch.host}):")
+    click.echo(f"    cwd:  {launch.cwd}")
+    for key, value in launch.shown_env().items():
+        click.echo(f"    env:  {key}={value}")
+    click.echo(f"    argv: {shlex.join(argv)}")

@@ -14,6 +14,8 @@ import psutil
 
 RUN_KEY = "DDPCTL_RUN_ID"
 CLUSTER_KEY = "DDPCTL_CLUSTER_ID"
+#: only a run's rendezvous store carries this one too (its run id): it is stopped on its own, last
+STORE_KEY = "DDPCTL_RDZV_STORE"
 
 
 def find_tagged(key: str, value: str, *, exclude_children: bool = False) -> list[psutil.Process]:

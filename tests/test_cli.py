@@ -147,6 +147,8 @@ def test_run_dry_run_creates_nothing(home: Path) -> None:
     assert "--rdzv-id dry1" in out and "--nnodes 2 --nproc-per-node 2" in out
     assert "mnist.py --epochs 1" in out
     assert "env:  GLOO_SOCKET_IFNAME=lo" in out
+    assert "  rendezvous store on node0 (127.0.0.1):" in out and "env:  DDPCTL_RDZV_STORE=dry1" in out
+    assert "-c '<node program rdzv_store.py>' 127.0.0.1 " in out  # the program by name, not its text
     assert tree(home) == []
 
 
@@ -159,6 +161,14 @@ def test_run_dry_run_json(home: Path) -> None:
     assert plan["run_id"] == "dry2" and plan["world_size"] == 3 and len(plan["nodes"]) == 3
     assert [n["node"] for n in plan["nodes"]] == ["node0", "node1", "node2"]
     assert doc["cluster"]["spec"]["nodes"] == 3
+    store = plan["store"]  # the c10d store: on the head node, apart from its agent, which joins it
+    assert (
+        store["node"] == "node0"
+        and store["argv"][1] == "-c"
+        and store["argv"][-1] == plan["rdzv_endpoint"].split(":")[1]
+    )
+    assert store["env"]["DDPCTL_RUN_ID"] == store["env"]["DDPCTL_RDZV_STORE"] == "dry2"
+    assert all("is_host=0" in n["argv"] for n in plan["nodes"])
     assert tree(home) == []
 
 

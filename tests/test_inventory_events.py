@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ddpctl.infra.ansible import Play, PlayReport, TaskLines
-from ddpctl.infra.errors import UsageError
+from ddpctl.infra.errors import DdpctlError, UsageError
 from ddpctl.infra.inventory import hosts_from_list
-from ddpctl.infra.launch.reach import REACH_LINE, plan_reach
+from ddpctl.infra.launch.nodes import OutputLine
+from ddpctl.infra.launch.reach import REACH_LINE, head_reach_plan, plan_reach, raise_if_head_unreachable
 from ddpctl.infra.spec import ClusterSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 
@@ -88,6 +89,23 @@ def test_reach_plans() -> None:
     head = plan_reach(cluster, nodes, 29500, all_pairs=False)
     assert [n.argv[5:7] for n in head.nodes] == [("", "2"), ("10.0.0.0", "0"), ("10.0.0.0", "0")]
     assert REACH_LINE.match("REACH 10.0.0.1 10.0.0.0 error: Connection refused").group(3) == "error: Connection refused"
+
+
+def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
+    """The run's rendezvous store listens on the head's port by then: the other nodes connect to it,
+    and the head runs no check (its store says itself when it cannot listen)."""
+    spec = ClusterSpec(name="c", nodes=3, python="/py")
+    nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(3)]
+    cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
+    plan = head_reach_plan(cluster, nodes, 29500)
+    assert [n.node for n in plan.nodes] == ["n1", "n2"] and plan.rdzv_endpoint == "10.0.0.0:29500"
+    assert [n.argv[5:8] for n in plan.nodes] == [("10.0.0.0", "0", "10.0"), ("10.0.0.0", "0", "10.0")]
+    assert head_reach_plan(cluster, [nodes[0], nodes[0]], 29500) is None  # nodes sharing a host: nothing to check
+    ok = OutputLine("n1", None, "REACH 10.0.0.1 10.0.0.0 ok")
+    refused = OutputLine("n2", None, "REACH 10.0.0.2 10.0.0.0 error: Connection refused")
+    raise_if_head_unreachable(plan, [ok], "n0")  # every node reached it: some other failure
+    with pytest.raises(DdpctlError, match=r"^nodes cannot reach the head node n0 on port 29500: n2 -> n0: error: Conn"):
+        raise_if_head_unreachable(plan, [ok, refused], "n0")
 
 
 def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:

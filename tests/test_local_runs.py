@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.procs import CLUSTER_KEY, find_tagged
-from tests.support.cli import ddpctl, start_run, tree
+from ddpctl.infra.procs import CLUSTER_KEY, STORE_KEY, find_tagged
+from tests.support.cli import ddpctl, start_ddpctl, start_run, tree
 from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
 
 pytestmark = pytest.mark.slow
@@ -48,6 +49,53 @@ def test_message_passing_two_nodes(home: Path) -> None:
     assert tree(home / "clusters") == []
     assert "received 42.0" in (home / "runs" / "mp1" / "output.log").read_text()
     assert run_processes("mp1") == []
+
+
+def test_three_nodes_succeed_without_store_tracebacks_and_leave_no_store(home: Path) -> None:
+    """The c10d store is the run's own process, up before the agents and stopped after the last has
+    left: an agent that leaves after the head's agent finds it still there (no `recvVector failed`)."""
+    result = ddpctl("run", "message-passing", "--nodes", "3", "--run-id", "mp3", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("all_reduce OK (6.0 == 6.0)") == 3
+    for needle in ("recvVector", "TCPStore", "Traceback", "rendezvous store"):
+        assert needle not in result.stderr, result.stderr
+    plan = json.loads(result.stdout)["plan"]
+    assert plan["store"]["node"] == "node0" and all("is_host=0" in n["argv"] for n in plan["nodes"])
+    assert find_tagged(STORE_KEY, "mp3") == []
+    assert_nothing_left("mp3", home)
+
+
+def test_a_store_that_cannot_listen_is_one_line_and_nothing_starts(home: Path) -> None:
+    """The port is free on 127.0.0.1 (the local provider's own check) but taken on 127.0.0.2: the
+    store, listening on every address, cannot; the run stops there, before any agent."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.2", 0))
+        taken.listen(8)
+        port = taken.getsockname()[1]
+        result = ddpctl("run", "message-passing", "--nodes", "2", "--port", str(port), "--run-id", "busy1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: the rendezvous store did not start on the head node node0: cannot listen on port {port}: "
+        "Address already in use; the rendezvous port is in use on the head node (another run, or a process "
+        "that kept it): give another with --port, or leave --port out"
+    )
+    assert "[node" not in result.stdout + result.stderr  # no agent was started
+    assert_nothing_left("busy1", home)
+
+
+def test_sigint_while_the_store_starts_leaves_nothing(home: Path) -> None:
+    proc = start_ddpctl("run", "message-passing", "--nodes", "2", "--run-id", "int0")
+    try:
+        deadline = time.monotonic() + 60
+        while not find_tagged(STORE_KEY, "int0"):  # started, most likely still importing torch
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    assert_nothing_left("int0", home)
 
 
 def test_mnist_reaches_90_percent_and_resumes(home: Path) -> None:
@@ -109,6 +157,7 @@ def test_sigint_stops_every_process(home: Path) -> None:
     proc = start_run("int1", "--epochs", "20")
     try:
         wait_for_worker("int1", rank=0)
+        assert len(find_tagged(STORE_KEY, "int1")) == 1  # the run's rendezvous store, on its own
         proc.send_signal(signal.SIGINT)
         sent_at = time.monotonic()
         out, _ = proc.communicate(timeout=30)
@@ -117,6 +166,7 @@ def test_sigint_stops_every_process(home: Path) -> None:
         proc.kill()
     assert proc.returncode == 130, out
     assert "interrupted" in out
+    assert find_tagged(STORE_KEY, "int1") == []
     assert_nothing_left("int1", home)
 
 

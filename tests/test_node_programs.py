@@ -27,6 +27,8 @@ from ddpctl.infra import node_programs
 from ddpctl.infra.launch.reach import REACH_LINE
 
 PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable
+#: what a program may import besides the standard library: its interpreter's own packages
+THIRD_PARTY = {"pcluster_schema": ("yaml", "marshmallow", "pcluster"), "rdzv_store": ("torch",)}
 
 
 def run(name: str, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -58,7 +60,7 @@ def test_each_program_imports_nothing_of_ddpctl(name: str) -> None:
     tree = ast.parse(node_programs.source(name))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    allowed = {"__future__", "yaml", "marshmallow", "pcluster"} if name == "pcluster_schema" else {"__future__"}
+    allowed = {"__future__", *THIRD_PARTY.get(name, ())}
     assert imported - allowed <= set(sys.stdlib_module_names)
     assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
 
@@ -207,6 +209,18 @@ def test_reach_a_port_in_use_is_reported_and_not_waited_for() -> None:
     assert out.startswith(f"REACH 127.0.0.1 127.0.0.1 error: cannot listen on port {port}: ")
 
 
+def test_reach_a_node_nobody_connects_to_does_not_listen() -> None:
+    """Before a run the other nodes only connect to the head's port (where the store listens): a
+    node of theirs that holds the same port, or that shares the head's host, is no failure."""
+    with socket.socket() as store:
+        store.bind(("", 0))  # every address, as the rendezvous store listens
+        store.listen(8)
+        port = store.getsockname()[1]
+        proc = reach(port, "127.0.0.2", ["127.0.0.1"], 0, 5, "strict")
+        out, _ = proc.communicate(timeout=10)
+    assert (proc.returncode, out) == (0, "REACH 127.0.0.2 127.0.0.1 ok\n")
+
+
 def test_reach_the_head_waits_for_the_nodes_expected() -> None:
     port = free_port()
     head = reach(port, "127.0.0.1", [], 1, 5)
@@ -215,6 +229,107 @@ def test_reach_the_head_waits_for_the_nodes_expected() -> None:
     node = reach(port, "127.0.0.2", ["127.0.0.1"], 0, 5)
     assert node.communicate(timeout=10)[0] == "REACH 127.0.0.2 127.0.0.1 ok\n"
     assert head.communicate(timeout=10) == ("", None) and head.returncode == 0
+
+
+# --- rdzv_store: with this Python (the store needs torch, as the head node's Python has it) --------
+
+
+class Store:
+    """The store program as the executors start it, ``python -c TEXT HOST PORT``, its first line read."""
+
+    def __init__(self, port: int, *, prelude: str = "") -> None:
+        self.port = port
+        text = node_programs.source("rdzv_store")
+        if prelude:  # run first, then the program as its own module (its __future__ import stays first)
+            text = f"{prelude}exec(compile({text!r}, 'rdzv_store', 'exec'), {{'__name__': '__main__'}})\n"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", text, "127.0.0.1", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.first = self.proc.stdout.readline()
+
+    def finish(self, timeout: float = 20) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+
+@pytest.fixture
+def stores() -> Iterator[list[Store]]:
+    started: list[Store] = []
+    yield started
+    for store in started:
+        store.proc.kill()
+        store.proc.wait()
+
+
+def client(port: int):
+    """What a torchrun agent with is_host=0 does: join the store as a client."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", port, is_master=False, multi_tenant=True, timeout=timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_store_serves_clients_until_a_stop_signal_then_exits_0_quietly(stores, sig: signal.Signals) -> None:
+    stores.append(store := Store(free_port()))
+    assert store.first == f"LISTENING 127.0.0.1:{store.port}\n"  # at once: before torch is imported
+    assert store.proc.stdout.readline() == f"READY 127.0.0.1:{store.port}\n"
+    agent = client(store.port)
+    agent.set("k", "v")
+    assert agent.get("k") == b"v"
+    socket.create_connection(("127.0.0.1", store.port), timeout=1).close()  # the head-port precheck's probe
+    time.sleep(0.5)
+    assert store.proc.poll() is None  # clients' coming and going does not end it
+    del agent
+    store.proc.send_signal(sig)
+    assert store.finish() == (0, "", "")  # no word, no traceback
+
+
+def test_store_clients_that_come_while_it_imports_torch_wait_for_it(stores, capfd) -> None:
+    """The port listens from the first line: an agent that connects before the store serves waits
+    in its backlog, quietly (no "failed to connect/validate ... retrying" trace), and is served."""
+    import torch.distributed  # noqa: F401  (here first: this client connects at once)
+
+    stores.append(store := Store(free_port()))
+    assert store.first.startswith("LISTENING ")
+    start = time.monotonic()
+    agent = client(store.port)  # the store is still importing torch: seconds
+    waited = time.monotonic() - start
+    agent.set("a", "b")
+    assert store.proc.stdout.readline().startswith("READY ")
+    assert waited > 0.2 and "retrying" not in capfd.readouterr().err
+    del agent
+    store.proc.terminate()
+    assert store.finish() == (0, "", "")
+
+
+def test_store_a_stop_signal_while_it_starts_is_not_lost(stores) -> None:
+    """Sent before it is ready (here, before its first line): blocked, then taken by sigwait (exit 0)."""
+    prelude = "import os, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\nos.kill(os.getpid(), signal.SIGTERM)\n"
+    stores.append(store := Store(free_port(), prelude=prelude))
+    assert store.first.startswith("LISTENING ")
+    assert store.finish()[:2] == (0, f"READY 127.0.0.1:{store.port}\n")
+
+
+def test_store_a_port_in_use_is_one_error_line_at_once(stores) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(8)
+        port = taken.getsockname()[1]
+        stores.append(store := Store(port))
+        code, out, err = store.finish(timeout=5)  # before it imports torch
+    assert (code, store.first + out) == (1, f"ERROR cannot listen on port {port}: Address already in use\n"), err
+
+
+def test_store_without_torch_says_so(stores) -> None:
+    stores.append(store := Store(free_port(), prelude="import sys\nsys.modules['torch'] = None\n"))
+    assert store.first.startswith("LISTENING ")
+    code, out, _ = store.finish()
+    assert code == 1 and out.startswith(f"ERROR {sys.executable} cannot import torch.distributed: ")
 
 
 # --- slurm tail ----------------------------------------------------------------------------------

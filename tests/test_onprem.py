@@ -165,7 +165,7 @@ def test_bad_inventories_change_nothing(testbed: Testbed, tmp_path: Path) -> Non
 
 
 def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed) -> None:
-    """`run` checks the nodes reach the head's port before launching anything."""
+    """`run` starts the rendezvous store on the head first: where it cannot listen, nothing else starts."""
     holder = subprocess.Popen(
         [
             "ssh",
@@ -186,7 +186,8 @@ def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed)
     assert result.returncode == 1, result.stdout + result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith(
-        "Error: nodes cannot reach the head node node0 on port 40123: node0 -> node0: error: cannot listen"
+        "Error: the rendezvous store did not start on the head node node0: cannot listen on port 40123: "
+        "Address already in use; the rendezvous port is in use on the head node"
     )
     assert "rank" not in result.stdout  # nothing was launched
 

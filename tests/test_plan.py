@@ -42,13 +42,46 @@ def test_argv_per_node(nodes: int, nproc: int, restarts: int) -> None:
         assert flag(argv, "--rdzv-endpoint") == "10.0.0.10:29400"  # the head node, on every node
         assert flag(argv, "--rdzv-id") == "r1"
         assert flag(argv, "--max-restarts") == str(restarts)
-        assert flag(argv, "--rdzv-conf") == f"is_host={int(rank == 0)}"
+        assert flag(argv, "--rdzv-conf") == "is_host=0"  # every agent joins the run's own store
         assert flag(argv, "--local-addr") == f"10.0.0.{10 + rank}"
         assert flag(argv, "--log-line-prefix-template") == RANK_PREFIX_TEMPLATE
         assert argv[-3:] == ("/b/mnist.py", "--epochs", "3")  # job args after the script
         assert node.node == f"node{rank}" and node.node_rank == rank
         assert node.cwd == f"/work/node{rank}"
         assert node.env["OMP_NUM_THREADS"] == str(max(1, 8 // nproc))
+
+
+def test_the_head_node_hosts_the_store_apart_from_its_agent() -> None:
+    """The c10d store is the run's own process on the head node: the head's Python, its work dir,
+    the rendezvous port; the run's markers (so that down and stop find it) and a key of its own."""
+    from ddpctl.infra.node_programs import source
+
+    plan = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, run_id="r5"), script="s.py", port=29400)
+    store = plan.store
+    assert store is not None and (store.node, store.host, store.node_rank) == ("node0", "10.0.0.10", 0)
+    assert store.argv == ("/opt/venv/bin/python", "-c", source("rdzv_store"), "10.0.0.10", "29400")
+    assert plan.rdzv_endpoint == "10.0.0.10:29400"  # where every agent finds it
+    assert store.env == {"DDPCTL_RUN_ID": "r5", "DDPCTL_CLUSTER_ID": "cid", "DDPCTL_RDZV_STORE": "r5"}
+    assert store.cwd == "/work/node0" and store.secret == () and store.log_dir == ""
+    assert plan.to_dict()["store"]["env"] == store.env and plan.to_dict()["store"]["node"] == "node0"
+
+
+def test_the_store_on_a_remote_head_uses_its_python_and_env_file() -> None:
+    plan = plan_torchrun(
+        remote_cluster(), RunSpec(job="m", nodes=2, run_id="r6"), script="/b/m.py", port=1, bundle_root="/b"
+    )
+    store = plan.store
+    assert store.argv[0] == "/opt/env/bin/python" and store.env_file == "/srv/n0/ddpctl.env"
+    line = store.shell()  # how the SSH executor starts it
+    assert line.startswith("mkdir -p /srv/n0 && cd /srv/n0 && set -a && . /srv/n0/ddpctl.env && set +a && exec env ")
+    assert "DDPCTL_RDZV_STORE=r6" in line and line.endswith(" 10.0.0.10 1")
+    assert shlex.split(line.split(" && ", 5)[5])[-2:] == ["10.0.0.10", "1"]
+
+
+def test_secrets_never_reach_the_store() -> None:
+    run = RunSpec(job="m", nodes=2, run_id="r7", env={"TOKEN": "s3cret"}, secret_env=frozenset({"TOKEN"}))
+    plan = plan_torchrun(cluster(2), run, script="s.py", port=1)
+    assert "TOKEN" not in plan.store.env and plan.store.secret_input() == b""
 
 
 def test_env_defaults_interfaces_and_markers() -> None:
@@ -184,10 +217,10 @@ def test_elastic_runs() -> None:
     assert run.elastic and run.max_restarts == 3  # survivors restart their workers when a node is lost
     plan = plan_torchrun(cluster(3), run, script="s.py", port=1)
     assert plan.min_nodes == 2
-    for rank, node in enumerate(plan.nodes):
+    for node in plan.nodes:
         assert flag(node.argv, "--nnodes") == "2:3"
         conf = flag(node.argv, "--rdzv-conf")
-        assert conf.startswith(f"is_host={int(rank == 0)},") and "last_call_timeout=5" in conf
+        assert conf.startswith("is_host=0,") and "last_call_timeout=5" in conf
         assert node.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     fixed = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, min_nodes=3, run_id="r1"), script="s.py", port=1)
     assert fixed.min_nodes == 0 and flag(fixed.nodes[0].argv, "--nnodes") == "3"  # MIN == MAX: not elastic
@@ -216,7 +249,7 @@ def test_one_torchrun_builder_for_every_launcher() -> None:
     )
     line = shell_join(argv)
     assert '--rdzv-endpoint "$DDPCTL_RDZV" --rdzv-id "$SLURM_JOB_ID"' in line  # expanded by the node's shell
-    assert "--rdzv-conf" not in line and "--local-addr" not in line
+    assert "--rdzv-conf is_host=0" in line and "--local-addr" not in line
     assert shell_join(["a b", "$HOME"]) == "'a b' '$HOME'"  # a value that only looks like a variable is quoted
     with pytest.raises(ValueError, match="cannot expand a ShellVar"):
         literal(argv)

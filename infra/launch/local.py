@@ -1,4 +1,4 @@
-"""The local executor: each node's torchrun agent is a subprocess of this machine."""
+"""The local executor: the run's rendezvous store, then each node's torchrun agent, are subprocesses of this machine."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator
 
 from ..procs import RUN_KEY, stop_tagged
 from .plan import LaunchPlan, NodeLaunch
+from .rdzv_store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """If the controller dies (even SIGKILL), the agent gets SIGTERM and stops its workers."""
+    """If the controller dies (even SIGKILL), the agent gets SIGTERM and stops its workers (the store: stops)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -70,20 +71,39 @@ class LocalExecutor:
         procs = []
         if plan.stop_first:
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)
+        store = self._start_store(plan)  # first: the agents start once it listens, and join it
         try:
             for launch in plan.nodes:
                 procs.append(LocalNodeProcess(launch))
+            if store is not None:
+                store.ready()  # it imports torch as they do: their clients wait in its backlog
         except BaseException:
             for proc in procs:
                 proc.kill()
+            if store is not None:
+                store.stop()
             raise
+
+        def cleanup() -> None:  # the agents are gone: the store goes, then anything else of the run
+            if store is not None:
+                store.stop()
+            stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True)
+
         return supervise(
             plan.run_id,
             procs,
             self.sink,
-            cleanup=lambda: stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True),
+            cleanup=cleanup,
             grace_s=self.grace_s,
             elastic=Elastic(plan.min_nodes, relaunch=lambda i: LocalNodeProcess(plan.nodes[i]), threaded=False)
             if plan.min_nodes
             else None,
         )
+
+    def _start_store(self, plan: LaunchPlan) -> RdzvStore | None:
+        """The run's rendezvous store, once it listens (started in this thread, which outlives the
+        run: PR_SET_PDEATHSIG fires when the thread that started a child ends)."""
+        if plan.store is None:
+            return None
+        proc = LocalNodeProcess(plan.store)
+        return RdzvStore.start(plan.store.node, proc, self.sink, lambda: stop_process(proc, self.grace_s))

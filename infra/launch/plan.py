@@ -11,9 +11,11 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
+from ..node_programs import source
+from ..procs import STORE_KEY
 from ..project import Project
 from ..spec import RunSpec
-from ..state import ClusterState
+from ..state import ClusterState, NodeInfo
 from .torchrun import literal, rank_env, torchrun_argv
 
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
@@ -22,7 +24,7 @@ SECRET_SHOWN = "<secret>"
 
 @dataclass(frozen=True)
 class NodeLaunch:
-    """What runs on one node: one torchrun agent."""
+    """What runs on one node: one torchrun agent (or, ``LaunchPlan.store``, the run's rendezvous store)."""
 
     node: str
     host: str
@@ -67,7 +69,8 @@ class LaunchPlan:
     rdzv_endpoint: str
     world_size: int
     nodes: tuple[NodeLaunch, ...]
-    #: run first, on the same connections (the head-reachability check before a remote run)
+    #: run first, on the same connections (before a remote run: every other node reaches the head's
+    #: port, where ``store`` listens by then)
     precheck: LaunchPlan | None = None
     #: stop what is left of an earlier attempt of this run id on every node first (``run --resume``)
     stop_first: bool = False
@@ -75,6 +78,9 @@ class LaunchPlan:
     min_nodes: int = 0
     #: the user's project (``run SCRIPT``), shipped to the nodes whose launch names a ``project_dir``
     project: Project | None = None
+    #: the c10d rendezvous store on the head node (``node_programs/rdzv_store.py``): the executor starts
+    #: it before the agents (each joins it with ``is_host=0``) and stops it after the last has left
+    store: NodeLaunch | None = None
 
     def to_dict(self) -> dict:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""
@@ -82,6 +88,8 @@ class LaunchPlan:
         doc["project"] = self.project.to_dict() if self.project else None
         for node, launch in zip(doc["nodes"], self.nodes):
             node["env"] = launch.shown_env()
+        if self.store is not None:
+            doc["store"]["env"] = self.store.shown_env()
         return doc
 
 
@@ -133,7 +141,6 @@ def plan_torchrun(
             rdzv_id=run.run_id,
             log_dir=log_dir,
             script=node_script,
-            is_host=rank == 0,  # the head node hosts the c10d store
             local_addr=node.host,
         )
         launches.append(
@@ -159,6 +166,24 @@ def plan_torchrun(
         nodes=tuple(launches),
         min_nodes=run.min_nodes if run.elastic else 0,
         project=project if any(launch.project_dir for launch in launches) else None,
+        store=store_launch(cluster, run, head, port),
+    )
+
+
+def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int) -> NodeLaunch:
+    """The run's c10d rendezvous store on ``head``: the node's Python (it has torch), listening on
+    ``port``; the run's markers (``down`` and a resumed run's ``stop_first`` find it like any of the
+    run's processes) and ``STORE_KEY`` (so that it alone can be stopped, after the agents)."""
+    markers = rank_env(run, cluster_id=cluster.cluster_id, cluster_env={}).markers
+    return NodeLaunch(
+        node=head.name,
+        host=head.host,
+        node_rank=0,
+        argv=(head.python or cluster.spec.python, "-c", source("rdzv_store"), head.host, str(port)),
+        env={**markers, STORE_KEY: run.run_id},
+        cwd=head.workdir,
+        log_dir="",
+        env_file=head.env_file,
     )
 
 

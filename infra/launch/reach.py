@@ -1,5 +1,6 @@
 """The reachability probe as a launch plan: every node to every other (``ddpctl check``), or every
-node to the head's rendezvous port (the precheck a remote launch runs first), and its verdict.
+other node to the head's rendezvous port (the precheck a remote launch runs first, once the run's
+rendezvous store listens there), and its verdict.
 
 Launch-level, so that both the SSH executor (the precheck) and ``infra/check.py`` build on it.
 """
@@ -7,6 +8,7 @@ Launch-level, so that both the SSH executor (the precheck) and ``infra/check.py`
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ..errors import DdpctlError
 from ..node_programs import source
@@ -70,15 +72,20 @@ def plan_reach(
 
 
 def head_reach_plan(cluster: ClusterState, nodes: list[NodeInfo], port: int) -> LaunchPlan | None:
-    """Before a run: the plan that checks every node reaches the head on ``port`` (None: nothing to check)."""
+    """Before a run: the plan that checks every node but the head reaches the head on ``port``
+    (None: nothing to check). The run's rendezvous store listens there by then, so the head runs no
+    check of its own: the store says itself when it cannot listen (``rdzv_store.StoreFailed``)."""
     if len(nodes) < 2 or len({n.host for n in nodes}) < len(nodes):
         return None
-    return plan_reach(cluster, nodes, port, all_pairs=False, strict=True)
+    plan = plan_reach(cluster, nodes, port, all_pairs=False, strict=True)
+    return replace(plan, nodes=plan.nodes[1:])
 
 
-def parse_reach(plan: LaunchPlan, lines: list[OutputLine]) -> dict[tuple[str, str], str]:
-    """A reach plan's output -> {(from node, to node): "ok" | "error: ..."}."""
-    names = {n.host: n.node for n in plan.nodes}
+def parse_reach(
+    plan: LaunchPlan, lines: list[OutputLine], names: dict[str, str] | None = None
+) -> dict[tuple[str, str], str]:
+    """A reach plan's output -> {(from node, to node): "ok" | "error: ..."}; ``names``: more hosts' node names."""
+    names = {**(names or {}), **{n.host: n.node for n in plan.nodes}}
     reach = {}
     for line in lines:
         m = REACH_LINE.match(line.text.strip())
@@ -87,15 +94,14 @@ def parse_reach(plan: LaunchPlan, lines: list[OutputLine]) -> dict[tuple[str, st
     return reach
 
 
-def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine]) -> None:
+def raise_if_head_unreachable(plan: LaunchPlan, lines: list[OutputLine], head: str) -> None:
     """Judge a ``head_reach_plan``'s output (after a failed launch): the one-line reason, if a node
-    could not listen on or reach the head's port. A node whose check said nothing failed for
+    could not reach the head node ``head``'s port. A node whose check said nothing failed for
     another reason, which the run's own output shows."""
-    head = plan.nodes[0].node
-    reach = parse_reach(plan, lines)
+    host, port = plan.rdzv_endpoint.rsplit(":", 1)
+    reach = parse_reach(plan, lines, {host: head})
     problems = [f"{a} -> {b}: {r}" for (a, b), r in sorted(reach.items()) if r != "ok"]
     if problems:
-        port = plan.rdzv_endpoint.rsplit(":", 1)[1]
         raise DdpctlError(
             f"nodes cannot reach the head node {head} on port {port}: {'; '.join(problems)} "
             "(open the port between nodes, or pick another with --port)"

@@ -5,6 +5,11 @@ address is the one it routes to the other nodes on (not ``hostname --ip-address`
 loopback address), the rendezvous port comes from the job id, ``srun --kill-on-bad-exit=1`` ends
 the job when any rank fails, each node's output goes to its own file for streaming, and a node
 whose env file names no interface finds its own toward the head's address at run time.
+
+The c10d rendezvous store is the run's own (``node_programs/rdzv_store.py``), as with the other
+launchers: the batch script, which runs on the first allocated node, starts it there in the
+background and waits until it listens, every agent joins it (``is_host=0``), and the script's EXIT
+trap stops it once ``srun`` has ended, or the job failed or was cancelled.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from .. import node_programs
+from ..procs import STORE_KEY
 from ..spec import RunSpec
 from .torchrun import ShellVar, rank_env, shell_join, torchrun_argv
 
@@ -98,6 +105,11 @@ def plan_sbatch(
         '[ -n "$d" ] || d=$(ip -o route get "$a" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); '
         'd=${d%%@*}; [ -z "$d" ] || export GLOO_SOCKET_IFNAME=$d NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$d}; fi; '
     )
+    # The store: in this (the batch) shell's node, the first allocated one; its output in a file of
+    # its own, read until it says READY. Should it not start, what it said goes to the head node's
+    # output file, the one ddpctl streams, and the job ends before any agent starts.
+    store = shlex.join(["exec", "env", f"{STORE_KEY}={run.run_id}", python, "-c", node_programs.source("rdzv_store")])
+    store_out = f"{shlex.quote(output_dir)}/ddpctl-$SLURM_JOB_ID.store"
     body = [
         "set -euo pipefail",
         *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
@@ -111,6 +123,22 @@ def plan_sbatch(
         f'head_addr=$(srun --nodes=1 --ntasks=1 -w "$head_node" bash -c {shlex.quote(head_addr)})',
         'export DDPCTL_RDZV="$head_addr:$port"',
         'echo "ddpctl: job $SLURM_JOB_ID on ${nodes[*]}; rendezvous $DDPCTL_RDZV"',
+        "",
+        "# The rendezvous store, here on the first node (where this script runs), apart from every agent:",
+        "# it lives until srun has ended, and the trap stops it however the script ends (cancelled too).",
+        f"store_out={store_out}",
+        f'({source}{store} "$head_addr" "$port") >"$store_out" 2>&1 &',
+        "store_pid=$!",
+        """trap 'kill "$store_pid" 2>/dev/null || true; wait "$store_pid" 2>/dev/null || true' EXIT""",
+        "tries=0",
+        """until grep -qs '^READY ' "$store_out"; do""",
+        """  if ! kill -0 "$store_pid" 2>/dev/null || (( ++tries > 600 )); then""",
+        '    { echo "ddpctl: the rendezvous store did not start on $head_node:"; cat "$store_out"; } '
+        f'>{shlex.quote(output_dir)}/"ddpctl-$SLURM_JOB_ID-$head_node.out"',
+        "    exit 1",
+        "  fi",
+        "  sleep 0.2",
+        "done",
         "",
         f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + ifname + 'exec ' + torchrun_line)}",
     ]

@@ -1,9 +1,11 @@
-"""The SSH executor: each node's torchrun agent runs over an SSH session (fabric/paramiko).
+"""The SSH executor: the run's rendezvous store on the head node, then each node's torchrun agent,
+each over an SSH session (fabric/paramiko).
 
 The launch line is the planner's ``NodeLaunch.shell()`` (``exec`` so the session's exit status is
 the agent's). Stopping uses a second session on the same connection that signals every process
-carrying the run's marker: closing a session without a pty would leave torchrun and its workers
-running, and torchrun's workers live in their own sessions anyway.
+carrying the run's marker (the store alone: its own ``STORE_KEY``): closing a session without a
+pty would leave torchrun and its workers running, and torchrun's workers live in their own
+sessions anyway.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..inventory import Host
-from ..procs import RUN_KEY
+from ..procs import RUN_KEY, STORE_KEY
 from ..project import pack
 from ..ssh import connect, remote_stop
 from .plan import LaunchPlan, NodeLaunch
+from .rdzv_store import RdzvStore
 from .reach import REACH_LINE, raise_if_head_unreachable
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
@@ -89,12 +92,14 @@ class SshExecutor:
             commands = [launch.shell() for launch in plan.nodes]
             sink, checked = self.sink, []
             if plan.precheck is not None:
-                # Every node reaches the head's port? Checked on the launch's own line, just before
-                # torchrun starts (`check && exec torchrun`): one SSH exec per node, not two.
+                # Every other node reaches the head's port (where the store listens by then)? Checked
+                # on the launch's own line, just before torchrun starts (`check && exec torchrun`):
+                # one SSH exec per node, not two.
                 marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
+                checks = {check.node: replace(check, env={**check.env, **marked}) for check in plan.precheck.nodes}
                 commands = [
-                    f"{replace(check, env={**check.env, **marked}).shell(last=False)} && {command}"
-                    for check, command in zip(plan.precheck.nodes, commands)
+                    f"{checks[launch.node].shell(last=False)} && {command}" if launch.node in checks else command
+                    for launch, command in zip(plan.nodes, commands)
                 ]
 
                 def sink(line: OutputLine) -> None:
@@ -103,13 +108,26 @@ class SshExecutor:
                     else:
                         self.sink(line)
 
-            procs = [SshNodeProcess(c, n, plan.run_id, cmd) for c, n, cmd in zip(conns, plan.nodes, commands)]
+            store = self._start_store(plan, conns[0], sink)  # first: the agents start once it listens
+            procs: list[SshNodeProcess] = []
 
             def cleanup() -> None:
-                if all(p.poll() == 0 for p in procs):
+                if store is not None:  # the agents are gone (or stopped): the store goes too
+                    store.stop()
+                if procs and all(p.poll() == 0 for p in procs):
                     return  # every agent ended cleanly, and torchrun reaped its workers: nothing to sweep
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
+
+            try:
+                for conn, launch, command in zip(conns, plan.nodes, commands):
+                    procs.append(SshNodeProcess(conn, launch, plan.run_id, command))
+                if store is not None:
+                    store.ready()  # it imports torch as they do: their clients wait in its backlog
+            except BaseException:  # an agent that did start, and the store, do not outlive this
+                procs.clear()
+                cleanup()
+                raise
 
             def relaunch(i: int) -> SshNodeProcess:
                 """A lost node back: a fresh connection, what is left of its agent stopped, a new agent."""
@@ -122,11 +140,24 @@ class SshExecutor:
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
             result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
             if plan.precheck is not None and not result.ok and not result.interrupted:
-                raise_if_head_unreachable(plan.precheck, checked)  # the one-line reason, if that was it
+                raise_if_head_unreachable(
+                    plan.precheck, checked, plan.nodes[0].node
+                )  # the one-line reason, if that was it
             return result
         finally:
             for conn in conns:
                 conn.close()
+
+    def _start_store(
+        self, plan: LaunchPlan, head: fabric.Connection, sink: Callable[[OutputLine], None]
+    ) -> RdzvStore | None:
+        """The run's rendezvous store on the head node, once it listens; stopped alone, by its own marker."""
+        if plan.store is None:
+            return None
+        proc = SshNodeProcess(head, plan.store, plan.run_id)
+        return RdzvStore.start(
+            plan.store.node, proc, sink, lambda: remote_stop(head, STORE_KEY, plan.run_id, "stop", self.grace_s)
+        )
 
 
 def ship_project(conn: fabric.Connection, launch: NodeLaunch, archive: bytes) -> None:

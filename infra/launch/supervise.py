@@ -46,11 +46,12 @@ def supervise(
     """Stream every node's lines to ``sink`` until all agents exit.
 
     When any agent exits non-zero, the others are terminated (SIGKILL after ``grace_s``), except in
-    an ``elastic`` run: there a node other than the head (``procs[0]``, which hosts the
-    rendezvous) may be lost while ``min_nodes`` remain; the survivors' torchrun agents
+    an ``elastic`` run: there a node other than the head (``procs[0]``, whose node hosts the
+    rendezvous store) may be lost while ``min_nodes`` remain; the survivors' torchrun agents
     re-rendezvous and go on, and the lost node's agent is started again after a pause (if the node
     answers), to join at the next rendezvous. On KeyboardInterrupt every agent is stopped.
-    ``cleanup`` runs last, always, to stop any process of the run that outlived its agent.
+    ``cleanup`` runs last, always, to stop any process of the run that outlived its agent (and the
+    run's rendezvous store, which the executor started first: ``rdzv_store.py``).
     """
     return Supervisor(run_id, procs, sink, cleanup=cleanup, grace_s=grace_s, elastic=elastic).run()
 

@@ -106,13 +106,13 @@ def torchrun_argv(
     rdzv_id: Arg,
     log_dir: str,
     script: str,
-    is_host: bool | None = None,
     local_addr: str | None = None,
 ) -> tuple[Arg, ...]:
     """One node's torchrun: c10d rendezvous, ``--tee 3`` with the rank prefix, the job's arguments.
 
-    ``is_host``: say whether this node hosts the c10d store (rather than letting torchrun guess from
-    host names); None leaves it to torchrun (sbatch, where every node runs the same line).
+    No agent hosts the c10d store (``is_host=0``, rather than torchrun's guess from host names): the
+    launcher starts the run's own store at ``rdzv_endpoint`` first (``node_programs/rdzv_store.py``),
+    which lives until every agent has left, and each agent joins it as a client.
     """
     argv: list[Arg] = [
         python,
@@ -129,8 +129,7 @@ def torchrun_argv(
         "--rdzv-id",
         rdzv_id,
     ]
-    if is_host is not None:
-        argv += ["--rdzv-conf", f"is_host={int(is_host)}" + (ELASTIC_RDZV_CONF if run.elastic else "")]
+    argv += ["--rdzv-conf", "is_host=0" + (ELASTIC_RDZV_CONF if run.elastic else "")]
     if local_addr:
         argv += ["--local-addr", local_addr]
     argv += [

@@ -1,10 +1,13 @@
-"""Programs ddpctl runs on nodes, one module each: no imports from ddpctl, stdlib only, Python 3.8+.
+"""Programs ddpctl runs on nodes, one module each: no imports from ddpctl, stdlib only (but for the
+two named below), Python 3.8+.
 
 Each is an ordinary module with a ``main()``, linted and tested like the rest of the code, and
 travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter that has no ddpctl.
 
 - ``stop``: signal a run's processes found by the marker in their environment (``infra/ssh.py``).
 - ``reach``: the pairwise reachability probe of ``ddpctl check`` and the head-port precheck (``infra/check.py``).
+- ``rdzv_store``: a run's c10d rendezvous store on the head node, from before the agents until after
+  them (``infra/launch/plan.py``, ``sbatch.py``; it imports torch, so it runs with the node's Python).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
@@ -15,7 +18,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "slurm_tail", "pcluster_schema")
+NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema")
 
 
 @cache
