@@ -3,8 +3,9 @@ started by hand, in one script, alternating, as a ratio of median wall times.
 
     python -m bench.launch [--repeat 5]     (from the repository's root)
 
-The hand-started pair is what the planner prints for the run (same flags, same env), so the
-difference is ddpctl itself: bringing the local cluster up and down, streaming, the summary.
+The hand-started pair is what the planner prints for the run (same flags, same env, the run's own
+rendezvous store started first and stopped last), so the difference is ddpctl itself: bringing the
+local cluster up and down, streaming, the summary.
 Goal: ddpctl/by-hand <= 1.1x.
 """
 
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ddpctl.infra.node_programs import source
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "training" / "message_passing.py"
@@ -51,17 +54,23 @@ def by_hand(workdir: Path) -> float:
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     start = time.perf_counter()
+    store = subprocess.Popen(
+        [sys.executable, "-c", source("rdzv_store"), "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert store.stdout.readline().startswith("LISTENING ")  # the agents may start: they wait for it
     procs = [
         subprocess.Popen(
-            [*common, "--rdzv-conf", f"is_host={int(i == 0)}", str(SCRIPT)],
+            [*common, "--rdzv-conf", "is_host=0", str(SCRIPT)],
             env=env,
             cwd=workdir,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for i in range(2)
+        for _ in range(2)
     ]
     assert all(p.wait() == 0 for p in procs)
+    store.terminate()
+    assert store.wait() == 0
     return time.perf_counter() - start
 
 

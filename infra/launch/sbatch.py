@@ -8,8 +8,9 @@ whose env file names no interface finds its own toward the head's address at run
 
 The c10d rendezvous store is the run's own (``node_programs/rdzv_store.py``), as with the other
 launchers: the batch script, which runs on the first allocated node, starts it there in the
-background and waits until it listens, every agent joins it (``is_host=0``), and the script's EXIT
-trap stops it once ``srun`` has ended, or the job failed or was cancelled.
+background and waits until it serves (so that what it says when it cannot goes to the streamed
+output, before any agent starts), every agent joins it (``is_host=0``), and the script's EXIT trap
+stops it once ``srun`` has ended, or the job failed or was cancelled.
 """
 
 from __future__ import annotations

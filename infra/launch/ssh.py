@@ -140,9 +140,8 @@ class SshExecutor:
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
             result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
             if plan.precheck is not None and not result.ok and not result.interrupted:
-                raise_if_head_unreachable(
-                    plan.precheck, checked, plan.nodes[0].node
-                )  # the one-line reason, if that was it
+                # the one-line reason, if that was it
+                raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
             return result
         finally:
             for conn in conns:

@@ -1,10 +1,10 @@
 """One node's part of the reachability check: listen on the port, connect to every peer on it.
 
-argv: PORT ME PEERS EXPECT SECONDS [strict]. Listens on ME:PORT (unless EXPECT is 0: before a run,
-the other nodes only connect to the head's port, where the run's rendezvous store listens),
-connects to each of PEERS (comma-separated) on PORT until it succeeds or SECONDS run out, and stays
-until EXPECT peers have connected to it (or time runs out). Prints one line per peer, ``REACH ME PEER ok`` or
-``REACH ME PEER error: REASON`` (``REACH ME ME error: ...`` when it cannot listen). Exits 0, or
+argv: PORT ME PEERS EXPECT SECONDS [strict]. Listens on ME:PORT (unless EXPECT is 0: before a
+run, the other nodes only connect to the head's port, where the run's rendezvous store listens),
+connects to each of PEERS (comma-separated) on PORT until it succeeds or SECONDS run out, and
+stays until EXPECT peers have connected to it (or time runs out). Prints one line per peer,
+``REACH ME PEER ok`` or ``REACH ME PEER error: REASON`` (``REACH ME ME error: ...`` when it cannot listen). Exits 0, or
 with ``strict`` 1 when it could not listen or reach a peer.
 """
 
