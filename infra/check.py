@@ -9,8 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .errors import DdpctlError
 from .jobs import BUNDLE_DIR
@@ -18,9 +17,9 @@ from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.reach import parse_reach, plan_reach
 from .launch.supervise import OutputLine
 from .spec import RunSpec, new_run_id
-from .state import ClusterState, NodeInfo
+from .state import ClusterState
 
-BW_LINE = re.compile(r"busbw_gbps=([\d.]+)")
+PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
 
 
 @dataclass
@@ -50,12 +49,28 @@ class CheckReport:
         }
 
 
-def plan_bandwidth(cluster: ClusterState, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> LaunchPlan:
-    pair = replace(cluster, nodes=[a, b])
-    run = RunSpec(job="check-bandwidth", args=("--size-mb", f"{size_mb:g}"), nodes=2, run_id=new_run_id())
+def plan_bandwidth(cluster: ClusterState, port: int, size_mb: float, *, one_pair_at_a_time: bool) -> LaunchPlan:
+    """One launch on every node (one rank each): the bundle's all-reduce benchmark over every pair of
+    ranks, in rounds of disjoint pairs (``allreduce_bench.py --pairs``)."""
+    args = ("--size-mb", f"{size_mb:g}", "--pairs", *(("--one-pair-at-a-time",) if one_pair_at_a_time else ()))
+    run = RunSpec(job="check-bandwidth", args=args, nodes=len(cluster.nodes), run_id=new_run_id())
     return plan_torchrun(
-        pair, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
+        cluster, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
     )
+
+
+def parse_bandwidth(cluster: ClusterState, lines: list[OutputLine]) -> dict[tuple[str, str], float]:
+    """``pair A B ... busbw_gbps=X`` lines as (node, node) -> X: torchrun numbers the ranks as the
+    nodes joined, so each rank's node comes from its own lines."""
+    node_of = {line.rank: line.node for line in lines if line.rank is not None}
+    order = {n.name: i for i, n in enumerate(cluster.nodes)}
+    found = {}
+    for line in lines:
+        m = PAIR_LINE.search(line.text)
+        if m and int(m["a"]) in node_of and int(m["b"]) in node_of:
+            a, b = sorted((node_of[int(m["a"])], node_of[int(m["b"])]), key=order.__getitem__)
+            found[(a, b)] = float(m["gbps"])
+    return found
 
 
 def run_check(
@@ -76,48 +91,25 @@ def run_check(
         plan = plan_reach(cluster, nodes, port, all_pairs=True)
         executor_for(lines.append).run(plan)
         report.reach = parse_reach(plan, lines)
-    if bandwidth and not report.unreachable:
-        # Disjoint pairs run at once (a round-robin: N-1 rounds at N nodes, not N(N-1)/2 runs one by
-        # one); nodes that share a host (local ones) share its ports too, so their pairs take turns.
-        rounds = (
-            pair_rounds(len(nodes)) if distinct else [[pair] for pair in itertools.combinations(range(len(nodes)), 2)]
+    if bandwidth and not report.unreachable and len(nodes) > 1:
+        # One launch for every pair (N-1 rounds of disjoint pairs at once, at N nodes); nodes that
+        # share a host (local ones) measure one pair at a time, not fighting for its CPU.
+        rounds = len(nodes) - 1 if len(nodes) % 2 == 0 else len(nodes)
+        progress(
+            f"all-reduce bandwidth ({size_mb:g} MB): every pair of {len(nodes)} nodes, in {rounds} round(s) of "
+            + ("disjoint pairs at once" if distinct else "one pair at a time (one host)")
         )
-        for number, pairs in enumerate(rounds, 1):
-            names = ", ".join(f"{nodes[a].name} <-> {nodes[b].name}" for a, b in pairs)
-            progress(f"all-reduce bandwidth ({size_mb:g} MB), round {number}/{len(rounds)}: {names}")
-            with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
-                measured = list(
-                    pool.map(
-                        lambda ab: _bandwidth(cluster, executor_for, nodes[ab[0]], nodes[ab[1]], port, size_mb), pairs
-                    )
-                )
-            for (a, b), gbps in zip(pairs, measured):
-                report.bandwidth_gbps[(nodes[a].name, nodes[b].name)] = gbps
+        lines: list[OutputLine] = []
+        result = executor_for(lines.append).run(plan_bandwidth(cluster, port, size_mb, one_pair_at_a_time=not distinct))
+        report.bandwidth_gbps = parse_bandwidth(cluster, lines)
+        missing = [
+            f"{a.name} <-> {b.name}"
+            for a, b in itertools.combinations(nodes, 2)
+            if (a.name, b.name) not in report.bandwidth_gbps
+        ]
+        if not result.ok or missing:
+            raise DdpctlError(
+                f"the all-reduce bandwidth test failed ({'no figure for ' + ', '.join(missing[:4]) if missing else 'a node failed'}): "
+                "`ddpctl run message-passing` on those nodes shows why"
+            )
     return report
-
-
-def _bandwidth(cluster: ClusterState, executor_for, a: NodeInfo, b: NodeInfo, port: int, size_mb: float) -> float:
-    found: list[float] = []
-
-    def bw_line(line: OutputLine) -> None:
-        m = BW_LINE.search(line.text)
-        if m:
-            found.append(float(m.group(1)))
-
-    result = executor_for(bw_line).run(plan_bandwidth(cluster, a, b, port, size_mb))
-    if not result.ok or not found:
-        raise DdpctlError(f"the all-reduce between {a.name} and {b.name} failed: see `ddpctl run` on those nodes")
-    return found[0]
-
-
-def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
-    """Every pair of ``n`` nodes once, in rounds of disjoint pairs (the circle method): n-1 rounds
-    for even n, n for odd n (one node sits each round out)."""
-    players = list(range(n)) + ([None] if n % 2 else [])
-    rounds = []
-    for _ in range(len(players) - 1):
-        half = len(players) // 2
-        pairs = [(players[i], players[-1 - i]) for i in range(half)]
-        rounds.append(sorted(tuple(sorted(p)) for p in pairs if None not in p))
-        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
-    return rounds

@@ -16,6 +16,9 @@ RUN_KEY = "DDPCTL_RUN_ID"
 CLUSTER_KEY = "DDPCTL_CLUSTER_ID"
 #: only a run's rendezvous store carries this one too (its run id): it is stopped on its own, last
 STORE_KEY = "DDPCTL_RDZV_STORE"
+#: a remote node's agent and workers carry their node's name too, so that one node's processes can
+#: be stopped without its host's other nodes' (nodes that share a host, or a machine's namespaces)
+NODE_KEY = "DDPCTL_NODE"
 
 
 def find_tagged(key: str, value: str, *, exclude_children: bool = False) -> list[psutil.Process]:

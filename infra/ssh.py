@@ -171,15 +171,20 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
     return {k: int(v) for k, v in results.items()}
 
 
-def remote_stop(conn: fabric.Connection, key: str, value: str, mode: str, grace: float = 3.0) -> None:
-    """Signal the processes tagged ``key=value`` on the node behind ``conn`` (see node_programs/stop.py)."""
+def remote_stop(
+    conn: fabric.Connection, key: str, value: str, mode: str, grace: float = 3.0, also: dict[str, str] | None = None
+) -> None:
+    """Signal the processes tagged ``key=value`` (and every marker in ``also``) on the node behind
+    ``conn`` (see node_programs/stop.py)."""
     from .node_programs import source
 
-    cmd = f"python3 -c {shlex.quote(source('stop'))} {key} {shlex.quote(value)} {mode} {grace}"
-    try:
-        conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
-    except Exception:
-        pass
+    extra = "".join(f" {k} {shlex.quote(v)}" for k, v in (also or {}).items())
+    cmd = f"python3 -c {shlex.quote(source('stop'))} {key} {shlex.quote(value)} {mode} {grace}{extra}"
+    with traced("stop", str(conn.host)):  # a round trip, for bench/scale.py (DDPCTL_TRACE)
+        try:
+            conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
+        except Exception:
+            pass
 
 
 def ssh_argv(host: Host, command: tuple[str, ...] = ()) -> list[str]:

@@ -213,7 +213,8 @@ def test_heterogeneous_nodes_get_the_right_ranks(home: Path) -> None:
 
 
 def test_check_on_a_local_cluster(home: Path) -> None:
-    assert ddpctl("up", "--nodes", "2").returncode == 0
+    """Nodes that share a host: one launch measures every pair, one pair at a time."""
+    assert ddpctl("up", "--nodes", "3").returncode == 0
     try:
         result = ddpctl("check", "--json", "--size-mb", "4")
     finally:
@@ -221,5 +222,5 @@ def test_check_on_a_local_cluster(home: Path) -> None:
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["reachability"] == []  # one host: nothing to check between nodes
-    assert [(b["a"], b["b"]) for b in doc["bandwidth"]] == [("node0", "node1")]
-    assert doc["slowest_link"]["a"] == "node0"
+    assert [(b["a"], b["b"]) for b in doc["bandwidth"]] == [("node0", "node1"), ("node0", "node2"), ("node1", "node2")]
+    assert doc["slowest_link"]["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"]) > 0

@@ -117,6 +117,16 @@ def test_stop_leaves_a_process_with_another_value_or_key_alone(procs, marker) ->
     assert other_value.poll() is other_key.poll() is untagged.poll() is None
 
 
+def test_stop_with_a_node_marker_stops_that_node_only(procs, marker) -> None:
+    """Two nodes of one run on one host (a machine's namespaces): a lost node's relaunch stops its own."""
+    procs.append(node1 := sleeper({"DDPCTL_RUN_ID": marker, "DDPCTL_NODE": "node1"}))
+    procs.append(node2 := sleeper({"DDPCTL_RUN_ID": marker, "DDPCTL_NODE": "node2"}))
+    result = run("stop", "DDPCTL_RUN_ID", marker, "kill", "3", "DDPCTL_NODE", "node2")
+    assert result.stdout == "1\n", result.stderr
+    assert node2.wait(timeout=5) == -signal.SIGKILL
+    assert node1.poll() is None
+
+
 def test_stop_kill_sends_sigkill(procs, marker) -> None:
     procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
     assert run("stop", "DDPCTL_RUN_ID", marker, "kill", "3").stdout == "1\n"

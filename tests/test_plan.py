@@ -257,12 +257,32 @@ def test_one_torchrun_builder_for_every_launcher() -> None:
 
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16])
 def test_check_pairs_run_in_rounds_of_disjoint_pairs(n: int) -> None:
-    """`ddpctl check`'s bandwidth pairs: every pair once, no node twice in a round, N-1 rounds (N odd: N)."""
+    """`ddpctl check`'s bandwidth pairs (the benchmark's schedule): every pair once, no node twice in a
+    round, N-1 rounds (N odd: N)."""
     import itertools
 
-    from ddpctl.infra.check import pair_rounds
+    from ddpctl.training.allreduce_bench import pair_rounds
 
     rounds = pair_rounds(n)
     assert sorted(p for r in rounds for p in r) == list(itertools.combinations(range(n), 2))
     assert all(len({x for p in r for x in p}) == 2 * len(r) for r in rounds)
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+
+
+def test_check_reads_each_pair_by_the_nodes_its_ranks_run_on() -> None:
+    """torchrun numbers ranks as nodes join: a pair line names ranks, the lines' nodes name the link."""
+    from ddpctl.infra.check import parse_bandwidth, plan_bandwidth
+    from ddpctl.infra.launch.nodes import OutputLine
+
+    three = cluster(3)
+    lines = [
+        OutputLine("node2", 0, "allreduce pairs: rank 0 of 3 ready"),
+        OutputLine("node0", 1, "allreduce pairs: rank 1 of 3 ready"),
+        OutputLine("node1", 2, "allreduce pairs: rank 2 of 3 ready"),
+        OutputLine("node2", 0, "pair 0 1 round=1 size_mb=1 time_ms=2.00 algbw_gbps=0.5 busbw_gbps=0.500"),
+        OutputLine("node2", 0, "pair 0 2 round=2 size_mb=1 time_ms=2.00 algbw_gbps=0.7 busbw_gbps=0.700"),
+        OutputLine("node0", 1, "pair 1 2 round=3 size_mb=1 time_ms=2.00 algbw_gbps=0.9 busbw_gbps=0.900"),
+    ]
+    assert parse_bandwidth(three, lines) == {("node0", "node2"): 0.5, ("node1", "node2"): 0.7, ("node0", "node1"): 0.9}
+    plan = plan_bandwidth(three, 29500, 1, one_pair_at_a_time=True)
+    assert len(plan.nodes) == 3 and plan.nodes[0].argv[-4:] == ("--size-mb", "1", "--pairs", "--one-pair-at-a-time")

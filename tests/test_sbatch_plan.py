@@ -111,8 +111,13 @@ def batch_plan(tmp_path: Path, run_id: str, script: str = str(BUNDLE_DIR / "mess
     )
 
 
+def node_output(plan, job_id: int, node: str) -> Path:
+    """The node's output file, as the script's `srun --output=...-%j-%N.out` names it."""
+    return Path(f"{plan.output_dir}/ddpctl-{job_id}-{node}.out")
+
+
 def node_outputs(plan, job_id: int) -> dict[str, str]:
-    return {node: Path(plan.node_output(str(job_id), node)).read_text() for node in ("fa", "fb")}
+    return {node: node_output(plan, job_id, node).read_text() for node in ("fa", "fb")}
 
 
 def stores(run_id: str) -> list:
@@ -152,10 +157,10 @@ def test_a_store_that_cannot_listen_ends_the_job_before_srun(tmp_path: Path) -> 
             proc.kill()
     assert proc.returncode == 1, job_out
     # said in the head node's output file, the one ddpctl streams; no agent was started
-    head = Path(plan.node_output(str(job_id), "fa")).read_text()
+    head = node_output(plan, job_id, "fa").read_text()
     assert head.startswith("ddpctl: the rendezvous store did not start on fa:\nERROR cannot listen on port ")
     assert "Address already in use" in head
-    assert not Path(plan.node_output(str(job_id), "fb")).exists()
+    assert not node_output(plan, job_id, "fb").exists()
     assert run_processes("sb2") == []
 
 
@@ -165,7 +170,7 @@ def test_the_trap_stops_the_store_when_the_batch_shell_is_terminated(tmp_path: P
     (tmp_path / "sleep.py").write_text("import time\nprint('joined', flush=True)\ntime.sleep(60)\n")
     plan, job_id = batch_plan(tmp_path, "sb3", str(tmp_path / "sleep.py")), free_job_id()  # outlives the signal
     proc = start_batch(plan.script, tmp_path / "bin", job_id, ["fa", "fb"], tmp_path)
-    head_out = Path(plan.node_output(str(job_id), "fa"))
+    head_out = node_output(plan, job_id, "fa")
     try:
         deadline = time.monotonic() + 120
         while "[rank0]:joined" not in (head_out.read_text() if head_out.exists() else ""):  # past the rendezvous

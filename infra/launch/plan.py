@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
 from ..node_programs import source
-from ..procs import STORE_KEY
+from ..procs import NODE_KEY, STORE_KEY
 from ..project import Project
 from ..spec import RunSpec
 from ..state import ClusterState, NodeInfo
@@ -149,7 +149,10 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=literal(argv),
-                env=node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
+                env={
+                    **node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
+                    NODE_KEY: node.name,
+                },
                 cwd=cwd,
                 log_dir=log_dir,
                 env_file=node.env_file,

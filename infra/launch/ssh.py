@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..inventory import Host
-from ..procs import RUN_KEY, STORE_KEY
+from ..procs import NODE_KEY, RUN_KEY, STORE_KEY
 from ..project import pack
 from ..ssh import connect, remote_stop
 from .plan import LaunchPlan, NodeLaunch
@@ -63,11 +63,11 @@ class SshNodeProcess:
             return -1  # the connection is gone: treat the node as failed
         return None
 
-    def terminate(self) -> None:
-        remote_stop(self._conn, RUN_KEY, self._run_id, "term")
+    def terminate(self) -> None:  # this node's processes only: its host may run other nodes' too
+        remote_stop(self._conn, RUN_KEY, self._run_id, "term", also={NODE_KEY: self.node})
 
     def kill(self) -> None:
-        remote_stop(self._conn, RUN_KEY, self._run_id, "kill")
+        remote_stop(self._conn, RUN_KEY, self._run_id, "kill", also={NODE_KEY: self.node})
 
 
 class SshExecutor:
@@ -134,7 +134,7 @@ class SshExecutor:
                 conn = connect(self.hosts[plan.nodes[i].node])
                 conns[i].close()
                 conns[i] = conn
-                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0)
+                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: plan.nodes[i].node})
                 return SshNodeProcess(conn, plan.nodes[i], plan.run_id)
 
             elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None

@@ -179,17 +179,14 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         """SIGTERM to every agent still running; ``_kill_after_grace`` does the rest."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                self.stopped.add(proc.node)
-                proc.terminate()
+        running = [proc for proc in self.procs if proc.poll() is None]
+        self.stopped.update(proc.node for proc in running)
+        _on_all(running, "terminate")
         self.kill_at = self.clock.now() + self.grace_s
 
     def _kill_after_grace(self) -> None:
         if self.kill_at is not None and self.clock.now() > self.kill_at:
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.kill()
+            _on_all([proc for proc in self.procs if proc.poll() is None], "kill")
             self.kill_at = None
 
     # -- elastic: a lost node started again
@@ -260,9 +257,7 @@ class Supervisor:
                 self.clock.sleep(self.tick_s)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: kill at once
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
+        _on_all([proc for proc in self.procs if proc.poll() is None], "kill")
 
     def _result(self, wall_s: float) -> RunResult:
         nodes = []
@@ -292,3 +287,17 @@ def _pump(i: int, proc: NodeProcess, out: queue.Queue) -> None:
             out.put((i, line))
     finally:
         out.put((i, None))
+
+
+def _on_all(procs: list[NodeProcess], verb: str) -> None:
+    """``terminate`` or ``kill`` every process at once: a remote node's is a round trip (SSH), and
+    one after the other they would add up with the nodes."""
+    if len(procs) <= 1:
+        for proc in procs:
+            getattr(proc, verb)()
+        return
+    threads = [threading.Thread(target=getattr(proc, verb), daemon=True) for proc in procs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

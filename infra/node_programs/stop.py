@@ -4,8 +4,10 @@ The same search as ddpctl's ``procs.stop_tagged``, with only the standard librar
 have psutil): ``/proc/PID/environ`` holds ``KEY=VALUE``. Zombies count as gone; this process is
 never one of those it signals.
 
-argv: KEY VALUE MODE GRACE. MODE is ``term`` (SIGTERM, no wait), ``kill`` (SIGKILL), or ``stop``
-(SIGTERM, then SIGKILL what is left after GRACE seconds). Prints how many processes it signalled.
+argv: KEY VALUE MODE GRACE [KEY VALUE]... MODE is ``term`` (SIGTERM, no wait), ``kill`` (SIGKILL),
+or ``stop`` (SIGTERM, then SIGKILL what is left after GRACE seconds). More KEY VALUE pairs narrow the
+search: a process must carry every one (one node's processes: the run's marker and the node's).
+Prints how many processes it signalled.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sys
 import time
 
 
-def tagged(marker: bytes, me: int) -> list[int]:
-    """The live processes, other than ``me``, whose environment has the entry ``marker``."""
+def tagged(markers: set[bytes], me: int) -> list[int]:
+    """The live processes, other than ``me``, whose environment has every entry of ``markers``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -25,7 +27,7 @@ def tagged(marker: bytes, me: int) -> list[int]:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker in f.read().split(b"\0") and int(pid) != me:
+                if markers <= set(f.read().split(b"\0")) and int(pid) != me:
                     found.append(int(pid))
         except (OSError, IndexError):
             pass
@@ -43,7 +45,8 @@ def send(pids: list[int], sig: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     key, value, mode, grace = args[0], args[1], args[2], float(args[3])
-    marker, me = (key + "=" + value).encode(), os.getpid()
+    pairs = [(key, value), *zip(args[4::2], args[5::2])]
+    marker, me = {f"{k}={v}".encode() for k, v in pairs}, os.getpid()
     pids = tagged(marker, me)
     send(pids, signal.SIGKILL if mode == "kill" else signal.SIGTERM)
     if mode == "stop":
