@@ -1123,7 +1123,7 @@ def test_missing_pcluster_is_one_line(pc: PcEnv) -> None:
     assert "the pcluster CLI (aws-parallelcluster) is not installed" in lines[0] and "pipx install" in lines[0]
     wrong = pc.run(*args, DDPCTL_PCLUSTER=str(pc.tmp / "nowhere" / "pcluster"))
     assert wrong.returncode == 2 and "is not an executable pcluster" in wrong.stderr.strip().splitlines()[-1]
-    up = pc.run(*args[:-1], DDPCTL_PCLUSTER=None, PATH=bare_path)  # type: ignore[arg-type]
+    up = pc.run(*args[:-1], "--yes", DDPCTL_PCLUSTER=None, PATH=bare_path)  # type: ignore[arg-type]
     assert up.returncode == 1 and "not installed" in up.stderr
     pc.assert_clean()
     assert tree(pc.home) == []
