@@ -425,18 +425,24 @@ def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
     token = hashlib.sha256(secret.encode()).hexdigest()[:12]
     nodes = json.loads(onprem["up"].stdout)["cluster"]["nodes"]
 
-    def run_and_copies() -> list[list[tuple[str, float]]]:
+    def copies() -> list[set[tuple[str, float]]]:
+        """Each node's project copies (earlier tests' scripts shipped theirs too)."""
+        found = [Path(n["workdir"], "projects") for n in nodes]
+        return [{(p.name, p.stat().st_mtime) for p in d.iterdir()} if d.is_dir() else set() for d in found]
+
+    def run_and_copies() -> list[set[tuple[str, float]]]:
         result = ddpctl("run", str(project / "train.py"), "--nodes", "3", "-e", "TOKEN", env=env, timeout=300)
         assert result.returncode == 0, result.stderr
         for rank in range(3):
             assert f"rank {rank}: hello from helpers: 3 words, token {token}" in result.stdout
-        return [sorted((p.name, p.stat().st_mtime) for p in Path(n["workdir"], "projects").iterdir()) for n in nodes]
+        return copies()
 
+    before = copies()
     first = run_and_copies()
-    assert all(len(copies) == 1 for copies in first)
+    assert all(len(now - then) == 1 for now, then in zip(first, before))  # one copy of this project
     assert run_and_copies() == first  # unchanged: not copied again
     (project / "helpers.py").write_text("def greeting():\n    return 'hello from helpers:'  # changed\n")
-    assert all(len(copies) == 2 for copies in run_and_copies())  # a new copy, named by the new content
+    assert all(len(now - then) == 1 for now, then in zip(run_and_copies(), first))  # a new copy, for the new content
     for path in onprem["home"].rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
