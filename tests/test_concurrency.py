@@ -46,6 +46,22 @@ def test_a_running_run_holds_its_cluster_and_its_id(home: Path) -> None:
     assert ddpctl("down").returncode == 0  # the lock went with the run
 
 
+def test_two_local_ups_of_one_name_make_one_cluster(home: Path) -> None:
+    """Started together (three trials): one `up` makes the cluster, the other is refused in one
+    line (busy, or already exists: whichever it meets), and exactly one cluster's nodes exist."""
+    for _ in range(3):
+        procs = [start("up", "--nodes", "2") for _ in range(2)]
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+        codes = [p.returncode for p in procs]
+        assert sorted(codes) == [0, 1], outputs
+        loser = outputs[codes.index(1)].strip()
+        assert "\n" not in loser and loser.startswith("Error: cluster 'default' "), loser
+        assert "is busy: `ddpctl up` (pid" in loser or "already exists" in loser, loser
+        assert sorted(p.name for p in (home / "clusters" / "default").iterdir()) == ["node0", "node1", "shared"]
+        assert ddpctl("down").returncode == 0
+        assert not (home / "clusters" / "default").exists()
+
+
 def test_two_ups_of_one_name_make_one_cluster(moto: Moto, home: Path, tmp_path: Path) -> None:
     env = moto.env(home, tmp_path)
     baseline = moto.inventory()

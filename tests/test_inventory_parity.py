@@ -227,14 +227,8 @@ def test_ddpctl_reaches_what_ansible_reaches(
 @pytest.fixture
 def bastion(testbed: Testbed) -> Iterator[Testbed]:
     """From here only node0 answers; node1 and node2 only through it (as hosts behind a bastion)."""
-    behind = [ip for _, ip in testbed.nodes[1:]]
-    for ip in behind:
-        subprocess.run(["ip", "route", "add", "prohibit", f"{ip}/32"], check=True)
-    try:
+    with testbed.behind_bastion():
         yield testbed
-    finally:
-        for ip in behind:
-            subprocess.run(["ip", "route", "del", "prohibit", f"{ip}/32"], check=False)
 
 
 def test_a_cluster_behind_a_bastion(bastion: Testbed, tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1150,17 +1151,11 @@ class Console:
 
 
 @pytest.fixture
-def bastion(testbed: Testbed):
+def bastion(testbed: Testbed) -> Iterator[Testbed]:
     """The test cluster behind its head node: from here only node0 answers; node1 and node2 are
     reachable from node0 alone, as a ParallelCluster's compute nodes are (../shared/testbed.md)."""
-    behind = [ip for _, ip in testbed.nodes[1:]]
-    for ip in behind:
-        subprocess.run(["ip", "route", "add", "prohibit", f"{ip}/32"], check=True)
-    try:
+    with testbed.behind_bastion():
         yield testbed
-    finally:
-        for ip in behind:
-            subprocess.run(["ip", "route", "del", "prohibit", f"{ip}/32"], check=False)
 
 
 @pytest.mark.slow

@@ -68,6 +68,19 @@ class Testbed:
             ["ssh", "-F", str(self.ssh_config), node, command], capture_output=True, text=True, timeout=timeout
         )
 
+    @contextmanager
+    def behind_bastion(self) -> Iterator[Testbed]:
+        """From this machine only node0 answers while the block runs; the other nodes only through it
+        (``ip route add prohibit``), as hosts behind a bastion or a ParallelCluster's compute nodes."""
+        behind = [ip for _, ip in self.nodes[1:]]
+        for ip in behind:
+            subprocess.run(["ip", "route", "add", "prohibit", f"{ip}/32"], check=True)
+        try:
+            yield self
+        finally:
+            for ip in behind:
+                subprocess.run(["ip", "route", "del", "prohibit", f"{ip}/32"], check=False)
+
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout
         return [int(p) for p in out.split()]
