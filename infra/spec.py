@@ -139,6 +139,12 @@ class RunSpec:
     def elastic(self) -> bool:
         return 0 < self.min_nodes < self.nodes
 
+    @property
+    def snapshot_path(self) -> str:
+        """``snapshot_dir`` when it is a directory on the nodes (what they must be able to write); "" for
+        s3:// or none given."""
+        return "" if self.snapshot_dir.startswith("s3://") else self.snapshot_dir
+
     def nprocs(self) -> tuple[int, ...]:
         """Processes on each node, in node order."""
         if isinstance(self.nproc_per_node, tuple):

@@ -187,6 +187,21 @@ def remote_stop(
             pass
 
 
+def writable_problem(conn: fabric.Connection, path: str) -> str:
+    """Why the user behind ``conn`` cannot write or create the directory ``path`` there ("": it can;
+    node_programs/writable.py)."""
+    from .node_programs import source
+
+    result = conn.run(
+        f"python3 -c {shlex.quote(source('writable'))} {shlex.quote(path)}",
+        hide=True,
+        warn=True,
+        in_stream=False,
+        timeout=60,
+    )
+    return (result.stdout.strip() or result.stderr.strip() or f"exit {result.exited}") if result.exited else ""
+
+
 def ssh_argv(host: Host, command: tuple[str, ...] = ()) -> list[str]:
     """OpenSSH's command line for ``host`` as ddpctl connects to it (``ddpctl ssh``): the inventory's
     options as Ansible passes them (``ssh_options.openssh_args``), host keys checked strictly.

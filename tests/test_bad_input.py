@@ -295,7 +295,7 @@ def test_unreadable_script_and_snapshot_dir(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
     with pytest.raises(UsageError, match=r"script '.*train.py' cannot be read: `chmod u\+r"):
         resolve_job(str(script))
-    with pytest.raises(UsageError, match=r"is not writable by you \(the local nodes run as you\)"):
+    with pytest.raises(UsageError, match=r"is not writable by \S+ \(the local nodes run as you\)"):
         check_local_snapshot_dir(str(tmp_path / "snapshots" / "mnist"))
     monkeypatch.undo()
     check_local_snapshot_dir(str(tmp_path / "snapshots" / "mnist"))  # creatable: fine

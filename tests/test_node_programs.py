@@ -507,3 +507,22 @@ def test_schema_without_aws_parallelcluster_says_so(tmp_path: Path) -> None:
     verdict = schema(CONFIG, env)
     assert verdict["ok"] is False and verdict["crash"].startswith("cannot import aws-parallelcluster: ")
     assert "version" not in verdict
+
+
+# --- writable ------------------------------------------------------------------------------------
+
+
+def test_writable_says_why_in_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    assert run("writable", str(tmp_path / "new" / "deeper")).returncode == 0  # creatable
+    assert not (tmp_path / "new").exists()
+    assert run("writable", str(tmp_path)).returncode == 0
+    under_file = run("writable", str(tmp_path / "file" / "snapshots"))
+    assert (under_file.returncode, under_file.stdout) == (1, f"{tmp_path / 'file'} is not a directory\n")
+    too_long = run("writable", str(tmp_path / ("x" * 300) / "y"))
+    assert (too_long.returncode, too_long.stdout) == (1, "File name too long\n")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root writes anything but a read-only or immutable folder (tests/test_onprem.py)
+        denied = run("writable", str(locked / "snapshots"))
+        assert denied.returncode == 1 and denied.stdout.startswith(f"{locked} is not writable by ")

@@ -106,6 +106,28 @@ def test_mnist_two_nodes_over_ssh(onprem) -> None:
     assert accuracies and accuracies[-1] >= 90.0, result.stdout
 
 
+def test_a_snapshot_dir_the_nodes_cannot_write_is_one_line(onprem, testbed: Testbed, tmp_path: Path) -> None:
+    """Checked on every node as the job's user, before anything of the run starts (the nodes run as
+    root, so the folder is made immutable: root cannot write it either)."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    subprocess.run(["chattr", "+i", str(locked)], check=True)
+    try:
+        args = ("run", "message-passing", "--nodes", "2", "--snapshot-dir", f"{locked}/snapshots")
+        result = ddpctl(*args, env=_env(onprem["env"]), timeout=120)
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: --snapshot-dir {locked}/snapshots: node0: {locked} is not writable by root; "
+        f"node1: {locked} is not writable by root: give a directory the job's user can write on every node "
+        "(shared storage they all mount, or s3://BUCKET/PREFIX)"
+    )
+    assert "rank" not in result.stdout  # nothing started
+    for node in ("node0", "node1"):
+        assert run_procs(testbed, node) == []
+
+
 def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
     proc = start_run(onprem, "mnist", "--nodes", "3", "--run-id", "sshkill", "--", "--epochs", "20")
     try:

@@ -120,6 +120,22 @@ def test_unschedulable_job_is_one_line(slurm_cluster, slurm_testbed: Testbed) ->
     assert squeue(slurm_testbed) == ""
 
 
+def test_a_snapshot_dir_the_login_node_cannot_write_is_one_line(slurm_cluster, slurm_testbed, tmp_path) -> None:
+    """Checked on the login node, as the job's user, before sbatch: nothing is queued."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    subprocess.run(["chattr", "+i", str(locked)], check=True)
+    try:
+        args = ("run", "message-passing", "--nodes", "2", "--snapshot-dir", f"{locked}/snap")
+        result = ddpctl(*args, env=slurm_cluster["env"], timeout=120)
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"Error: --snapshot-dir {locked}/snap: 10.77.0.10: {locked} is not writable by root: ")
+    assert squeue(slurm_testbed) == ""
+
+
 class _Console:
     """EC2's console output of the head node, as cloud-init prints it: here, the test node's host key."""
 

@@ -81,6 +81,10 @@ class LaunchPlan:
     #: the c10d rendezvous store on the head node (``node_programs/rdzv_store.py``): the executor starts
     #: it before the agents (each joins it with ``is_host=0``) and stops it after the last has left
     store: NodeLaunch | None = None
+    #: a directory every node must be able to write or create (the user's ``--snapshot-dir``, as the
+    #: nodes see it): the SSH executor checks it on its connections before anything starts
+    #: (``node_programs/writable.py``; this machine's nodes are checked by the local provider)
+    writable: str = ""
 
     def to_dict(self) -> dict:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""
@@ -170,6 +174,7 @@ def plan_torchrun(
         min_nodes=run.min_nodes if run.elastic else 0,
         project=project if any(launch.project_dir for launch in launches) else None,
         store=store_launch(cluster, run, head, port),
+        writable=run.snapshot_path,
     )
 
 

@@ -31,6 +31,8 @@ class SbatchPlan:
     script: str  # the sbatch script's text
     script_path: str  # where it is written on the login node
     output_dir: str  # per-job and per-node output files live here
+    #: the user's ``--snapshot-dir`` (a path, not s3://): checked on the login node before sbatch
+    writable: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -144,4 +146,5 @@ def plan_sbatch(
         f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + ifname + 'exec ' + torchrun_line)}",
     ]
     text = "\n".join(header + [""] + body) + "\n"
-    return SbatchPlan(run.run_id, run.nodes, text, f"{output_dir}/ddpctl-{run.run_id}.sbatch", output_dir)
+    script_path = f"{output_dir}/ddpctl-{run.run_id}.sbatch"
+    return SbatchPlan(run.run_id, run.nodes, text, script_path, output_dir, writable=run.snapshot_path)

@@ -21,6 +21,7 @@ from ..node_programs import source
 from ..procs import RUN_KEY
 from ..ssh import connect, remote_stop
 from .sbatch import SbatchPlan
+from .ssh import check_writable
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,6 +119,8 @@ class SlurmExecutor:
             raise DdpctlError(
                 f"--nodes {plan.nodes} but Slurm on {conn.host} has {nodes} node(s): use --nodes {nodes} or fewer"
             )
+        if plan.writable:  # as the compute nodes see it too, on a cluster's shared file systems
+            check_writable(plan.writable, {str(conn.host): conn})
         self._run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
         conn.put(io.StringIO(plan.script), remote=plan.script_path)
         out = self._run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)

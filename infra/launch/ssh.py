@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..errors import UsageError
 from ..inventory import Host
 from ..procs import NODE_KEY, RUN_KEY, STORE_KEY
 from ..project import pack
-from ..ssh import connect, remote_stop
+from ..ssh import connect, remote_stop, writable_problem
 from .plan import LaunchPlan, NodeLaunch
 from .rdzv_store import RdzvStore
 from .reach import REACH_LINE, raise_if_head_unreachable
@@ -70,6 +71,19 @@ class SshNodeProcess:
         remote_stop(self._conn, RUN_KEY, self._run_id, "kill", also={NODE_KEY: self.node})
 
 
+def check_writable(path: str, conns: dict[str, fabric.Connection]) -> None:
+    """Every node (name -> its connection) can write ``path`` or create it, as the user its agent runs
+    as; one line naming the nodes that cannot, before anything of the run starts."""
+    with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+        why = dict(zip(conns, pool.map(lambda c: writable_problem(c, path), conns.values())))
+    found = [f"{node}: {reason}" for node, reason in why.items() if reason]
+    if found:
+        raise UsageError(
+            f"--snapshot-dir {path}: {'; '.join(found)}: give a directory the job's user can write on "
+            "every node (shared storage they all mount, or s3://BUCKET/PREFIX)"
+        )
+
+
 class SshExecutor:
     """Carries out a ``LaunchPlan`` on remote nodes, one SSH connection per node."""
 
@@ -85,6 +99,8 @@ class SshExecutor:
             if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
+            if plan.writable:  # --snapshot-dir: found now, not when the first snapshot fails
+                check_writable(plan.writable, {n.node: c for n, c in zip(plan.nodes, conns)})
             if plan.project is not None:  # the user's project, once per content, on every node at once
                 archive = pack(plan.project)
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:

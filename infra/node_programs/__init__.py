@@ -8,6 +8,8 @@ travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter th
 - ``reach``: the pairwise reachability probe of ``ddpctl check`` and the head-port precheck (``infra/check.py``).
 - ``rdzv_store``: a run's c10d rendezvous store on the head node, from before the agents until after
   them (``infra/launch/plan.py``, ``sbatch.py``; it imports torch, so it runs with the node's Python).
+- ``writable``: can this user write (or create) a directory: ``--snapshot-dir`` on every node before a
+  run (``infra/launch/ssh.py``; ``infra/providers/local.py`` imports it for this machine's nodes).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
@@ -18,7 +20,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema")
+NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable")
 
 
 @cache

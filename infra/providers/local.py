@@ -21,6 +21,7 @@ from ..errors import UsageError
 from ..launch.local import LocalExecutor
 from ..launch.supervise import OutputLine
 from ..launch.torchrun import run_snapshot_dir
+from ..node_programs import writable
 from ..procs import CLUSTER_KEY, stop_tagged
 from ..spec import ClusterSpec, RunSpec
 from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
@@ -42,7 +43,7 @@ class LocalProvider(Provider):
 
     def check_run(self, cluster: ClusterState, run: RunSpec, python: str | None, *, cluster_exists: bool) -> None:
         check_local_ranks(run.nodes, run.nprocs())
-        check_local_snapshot_dir(run.snapshot_dir)
+        check_local_snapshot_dir(run.snapshot_path)
         if python and cluster_exists and python != cluster.spec.python:
             raise UsageError(
                 f"--python {python}: cluster {cluster.name!r} is up with {cluster.spec.python}, and a run uses its "
@@ -212,19 +213,10 @@ def check_local_python(python: str, flag: str = "--python") -> str:
 def check_local_snapshot_dir(path: str) -> None:
     """``--snapshot-dir`` for local nodes (processes of this user on this machine): a directory they can
     write, or can create (the trainer makes it), found now rather than when the first snapshot fails."""
-    if not path or path.startswith("s3://"):
+    if not path:
         return
-    probe = Path(path)
-    try:
-        while not probe.exists() and probe.parent != probe:
-            probe = probe.parent
-    except OSError as exc:  # a name too long, a loop of links...
+    reason = writable.problem(path)
+    if reason:
         raise UsageError(
-            f"--snapshot-dir {path}: {exc.strerror or exc}: give a directory the nodes can write"
-        ) from None
-    if not probe.is_dir():
-        raise UsageError(f"--snapshot-dir {path}: {probe} is not a directory: give a directory the nodes can write")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"--snapshot-dir {path}: {probe} is not writable by you (the local nodes run as you): give a directory you can write"
+            f"--snapshot-dir {path}: {reason} (the local nodes run as you): give a directory you can write"
         )
