@@ -77,3 +77,23 @@ def test_detach_refusals(home: Path) -> None:
     assert tree(home) == []
     result = ddpctl("stop", "rnotrunning")
     assert result.returncode == 2 and "run 'rnotrunning' is not running" in result.stderr
+
+
+def test_a_crashed_detached_run_is_cleaned_by_down(home: Path) -> None:
+    """The detached controller SIGKILLed mid-run: `stop` says in one line that it is gone and what to
+    do, `runs` offers the resume, and `down` stops what is left of the run and its cluster."""
+    result = ddpctl(
+        "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach004", "--", "--epochs", "5"
+    )
+    assert result.returncode == 0, result.stderr
+    wait_for_worker("rdetach004", 1)
+    controller = psutil.Process(json.loads(result.stdout)["pid"])
+    controller.kill()
+    controller.wait(timeout=30)
+    stopped = ddpctl("stop", "rdetach004", timeout=60)
+    assert stopped.returncode == 2 and len(stopped.stderr.strip().splitlines()) == 1, stopped.stderr
+    assert "`ddpctl down` stops what is left of it" in stopped.stderr
+    assert run_result("rdetach004").startswith("unfinished")
+    down = ddpctl("down", timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left("rdetach004", home)
