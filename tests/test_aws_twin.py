@@ -126,24 +126,24 @@ def node_dirs() -> list[Path]:
     return sorted((test_cluster.TESTBED_DIR / "nodes").glob("ec2-*"))
 
 
-# ---- one cluster of 2 nodes, as a user brings it up, uses it and takes it down ---------------------
+# ---- one cluster of 3 nodes, as a user brings it up, uses it and takes it down ---------------------
 
 
 def test_up_launches_and_configures_in_one_command(twin: TwinEnv) -> None:
-    result = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "2")
-    assert f"configuring 2 node(s) with {SITE}" in result.stderr  # the real path, as a wheel user finds it
-    assert "aws cluster 'default' is up: 2 x p3.2xlarge" in result.stderr
+    result = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3")
+    assert f"configuring 3 node(s) with {SITE}" in result.stderr  # the real path, as a wheel user finds it
+    assert "aws cluster 'default' is up: 3 x p3.2xlarge" in result.stderr
     assert "image: " in result.stderr and "NVIDIA's proprietary 580 driver" in result.stderr  # p3: why Ubuntu
     state = twin.state()
     assert state["status"] == "up"
-    assert [n["python"] for n in state["nodes"]] == ["/opt/ddpctl/venv/bin/python"] * 2
+    assert [n["python"] for n in state["nodes"]] == ["/opt/ddpctl/venv/bin/python"] * 3
     assert all(n["workdir"] == "/opt/ddpctl/work" for n in state["nodes"])
-    assert len(TwinProcess.nodes()) == 2
+    assert len(TwinProcess.nodes()) == 3
     for inst in twin.moto.alive_instances():  # every address an instance reports is one of the test cluster's
         for key in ("PrivateIpAddress", "PublicIpAddress"):
             assert in_test_range(inst[key]), inst
     known = (twin.home / "clusters" / "default" / "known_hosts").read_text().splitlines()
-    assert len(known) == 2 * 3  # rsa, ecdsa, ed25519 of each node, from the console output
+    assert len(known) == 3 * 3  # rsa, ecdsa, ed25519 of each node, from the console output
 
 
 def test_what_exists_is_locked_down(twin: TwinEnv) -> None:
@@ -195,19 +195,19 @@ def test_status_shows_the_running_instances(twin: TwinEnv) -> None:
     doc = json.loads(twin.ok("status", "--json").stdout)
     [cluster] = doc["clusters"]
     assert cluster["status"] == "up"
-    assert cluster["live"]["instances"] == {"running": 2} and cluster["live"]["billed_instances"] == 2
+    assert cluster["live"]["instances"] == {"running": 3} and cluster["live"]["billed_instances"] == 3
 
 
 def test_check_names_every_link(twin: TwinEnv) -> None:
     doc = json.loads(twin.ok("check", "--json", "--size-mb", "4").stdout)
     pairs = {(r["from"], r["to"]) for r in doc["reachability"] if r["result"] == "ok"}
-    assert pairs == {("node0", "node1"), ("node1", "node0")}
+    assert pairs == {(a, b) for a in ("node0", "node1", "node2") for b in ("node0", "node1", "node2") if a != b}
     assert doc["slowest_link"]["busbw_gbps"] > 0
 
 
 def test_message_passing(twin: TwinEnv) -> None:
-    result = twin.ok("run", "message-passing", "--nodes", "2")
-    assert "rank 1 received 42.0 from rank 0" in result.stdout
+    result = twin.ok("run", "message-passing", "--nodes", "3")
+    assert "rank 1 received 42.0 from rank 0" in result.stdout and "rank 2 received 42.0 from rank 0" in result.stdout
 
 
 def test_ssh_reaches_each_node(twin: TwinEnv) -> None:
@@ -241,7 +241,7 @@ def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
 
 def test_configure_again_changes_nothing(twin: TwinEnv) -> None:
     doc = json.loads(twin.ok("configure", "--json").stdout)
-    assert doc["changed"] == {"node0": 0, "node1": 0}
+    assert doc["changed"] == {"node0": 0, "node1": 0, "node2": 0}
 
 
 def test_down_leaves_nothing(twin: TwinEnv) -> None:
@@ -254,9 +254,9 @@ def test_down_leaves_nothing(twin: TwinEnv) -> None:
 
 
 def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path) -> None:
-    up = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "c3", "--no-configure")
-    known = (twin.home / "clusters" / "c3" / "known_hosts").read_text().splitlines()
-    assert len(known) == 3 * 3  # host keys are collected whether or not site.yml runs
+    up = twin.ok("up", "--provider", "aws", "--yes", "--nodes", "2", "--name", "c2", "--no-configure")
+    known = (twin.home / "clusters" / "c2" / "known_hosts").read_text().splitlines()
+    assert len(known) == 2 * 3  # host keys are collected whether or not site.yml runs
     command = re.search(r"by hand with: (.*)$", up.stderr, re.M).group(1)
     by_hand = subprocess.run(
         command,
@@ -269,13 +269,13 @@ def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path)
         stdin=subprocess.DEVNULL,
     )
     assert by_hand.returncode == 0, by_hand.stdout[-3000:] + by_hand.stderr
-    assert re.search(r"node2\s+: ok=\d+\s+changed=[1-9]", by_hand.stdout)
-    doc = json.loads(twin.ok("configure", "--name", "c3", "--json").stdout)
-    assert doc["changed"] == {"node0": 0, "node1": 0, "node2": 0}  # what ddpctl would have done, exactly
-    result = twin.ok("run", "message-passing", "--name", "c3", "--nodes", "3")
-    assert "rank 2 received 42.0 from rank 0" in result.stdout
-    twin.ok("down", "--name", "c3")
-    twin.assert_nothing_left("c3")
+    assert re.search(r"node1\s+: ok=\d+\s+changed=[1-9]", by_hand.stdout)
+    doc = json.loads(twin.ok("configure", "--name", "c2", "--json").stdout)
+    assert doc["changed"] == {"node0": 0, "node1": 0}  # what ddpctl would have done, exactly
+    result = twin.ok("run", "message-passing", "--name", "c2", "--nodes", "2")
+    assert "rank 1 received 42.0 from rank 0" in result.stdout
+    twin.ok("down", "--name", "c2")
+    twin.assert_nothing_left("c2")
 
 
 # ---- crashes and Ctrl-C in the configure step ------------------------------------------------------
