@@ -224,9 +224,15 @@ def test_image_follows_the_gpu_generation(instance_type: str, source: str, modul
     choice = choose_image(instance_type, ami="")
     assert choice.source is not None and choice.source.label == source
     assert modules in choice.driver
+    dlami_gpu = source == "the AWS Deep Learning AMI" and not instance_type.startswith("c5")
+    kept = "the Deep Learning AMI's own driver, loaded at boot: site.yml's nvidia role keeps it where it drives"
+    assert choice.driver.startswith(kept) == dlami_gpu  # a loaded DLAMI driver is kept, and the dry run says so
     mine = choose_image(instance_type, ami="ami-0123456789abcdef0")
     assert mine.source is None and mine.reason == "--ami: your image"  # the user's image wins, whatever the type
-    assert mine.driver == choice.driver  # the nvidia role still decides from the GPU
+    assert modules in mine.driver  # the nvidia role still decides from the GPU
+    assert mine.driver.startswith("your image's driver, if it has one, loaded at boot: ") == (
+        not instance_type.startswith("c5")
+    )
 
 
 def test_kepler_has_no_default_image() -> None:
@@ -379,7 +385,9 @@ def test_turing_and_newer_keep_the_deep_learning_ami(aws: Env) -> None:
     assert "warning: --no-configure" not in out  # the DLAMI has its own driver
     configured = json.loads(aws.ok(*CONFIGURED_UP, "--instance-type", "g5.xlarge", "--dry-run", "--json").stdout)
     assert configured["aws"]["image"]["ami"] == NEWEST_DLAMI
-    assert "open kernel modules (nvidia-open-580) and CUDA 13.0 for the A10G" in configured["aws"]["image"]["driver"]
+    driver = configured["aws"]["image"]["driver"]
+    assert driver.startswith("the Deep Learning AMI's own driver, loaded at boot: site.yml's nvidia role keeps it")
+    assert "open kernel modules (nvidia-open-580) and CUDA 13.0 for the A10G" in driver  # if it did not drive them
     aws.assert_clean()
 
 

@@ -75,8 +75,14 @@ class ImageChoice:
         return {"source": self.source.label if self.source else "--ami", "reason": self.reason, "driver": self.driver}
 
 
-def driver_plan(gpu: pricing.Gpu | None) -> str:
-    """What the nvidia role will choose on the nodes' GPUs (it decides there, from their PCI ids)."""
+def driver_plan(gpu: pricing.Gpu | None, loaded: str = "") -> str:
+    """What the nvidia role will choose on the nodes' GPUs (it decides there, from their PCI ids).
+    ``loaded``: whose driver the image loads at boot, which the role keeps where it drives every GPU
+    (``nvidia_keep_loaded_driver``) and installs over otherwise."""
+    if gpu is not None and loaded:
+        return f"{loaded}, loaded at boot: site.yml's nvidia role keeps it where it drives the GPUs; else " + (
+            driver_plan(gpu).removeprefix("site.yml's nvidia role ")
+        )
     if gpu is None:
         return "site.yml's nvidia role installs a driver only where it finds an NVIDIA GPU"
     if not gpu.open_modules:
@@ -96,7 +102,7 @@ def choose_image(instance_type: str, ami: str) -> ImageChoice:
     Learning AMI's open NVIDIA driver cannot drive the GPU (Volta and older); else the DLAMI."""
     gpu = pricing.gpu(instance_type)
     if ami:
-        return ImageChoice(None, "--ami: your image", driver_plan(gpu))
+        return ImageChoice(None, "--ami: your image", driver_plan(gpu, loaded="your image's driver, if it has one"))
     if gpu is not None and not gpu.current_driver:
         raise UsageError(
             f"{instance_type} has {gpu.model} GPUs ({gpu.architecture}), which no current NVIDIA driver "
@@ -111,5 +117,5 @@ def choose_image(instance_type: str, ami: str) -> ImageChoice:
         return ImageChoice(UBUNTU, reason, driver_plan(gpu))
     if gpu is not None:
         reason = f"its open NVIDIA driver supports {instance_type}'s {gpu.model} ({gpu.architecture})"
-        return ImageChoice(DLAMI, reason, driver_plan(gpu))
+        return ImageChoice(DLAMI, reason, driver_plan(gpu, loaded="the Deep Learning AMI's own driver"))
     return ImageChoice(DLAMI, "the default image", driver_plan(gpu))
