@@ -28,7 +28,8 @@ def ssh(name, print_only, node, command) -> int:
 
     OpenSSH connects with what ddpctl's own connections use: the node's user, port, key and ssh
     config (its ProxyJump, its known_hosts), with host keys checked strictly. Nodes are named as
-    `ddpctl status --json` lists them.
+    `ddpctl status --json` lists them; on a ParallelCluster, the compute nodes as `ddpctl check`
+    names them (ip-10-0-1-23), reached through the head node.
 
     \b
     Examples:
@@ -50,6 +51,14 @@ def ssh(name, print_only, node, command) -> int:
     if not state.nodes:
         raise UsageError(f"cluster {state.name!r} has no nodes yet: `ddpctl status` says what it is doing")
     target = next((n for n in state.nodes if n.name == (node or names[0])), None)
+    if target is None:  # the nodes jobs run on, if not recorded (pcluster: its compute nodes, through the head)
+        from ddpctl.infra.providers import get_provider
+
+        from .output import Output
+
+        workers, _ = get_provider(state.spec.provider).check_targets(state, Output(False).progress)
+        names += [n.name for n in workers.nodes if n.name not in names]
+        target = next((n for n in workers.nodes if n.name == node), None)
     if target is None:
         raise UsageError(f"no node {node!r} in cluster {state.name!r}: its nodes are {', '.join(names)}")
     if target.ssh is None:

@@ -117,14 +117,14 @@ def up(
         tags=tags,
         **kwargs,
     )
+    store = open_store()
+    if not dry_run:  # one command at a time changes a cluster
+        click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
+    provider_impl, state = clusters.plan_up(spec, store)  # the checks that cost nothing, before asking
     if not dry_run and impl.billed:  # what costs money is asked for, not assumed
         cost = impl.hourly_cost(spec)
         price = f", about ${cost:.2f}/h" if cost is not None else ""
         confirm(f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`", yes)
-    store = open_store()
-    if not dry_run:  # one command at a time changes a cluster
-        click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
-    provider_impl, state = clusters.plan_up(spec, store)
     if dry_run:
         report = provider_impl.dry_run(state, store, out.progress)
         if as_json:

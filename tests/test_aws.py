@@ -810,6 +810,8 @@ def test_up_asks_before_creating_what_is_billed(aws: Env) -> None:
     aws.assert_clean()
     assert tree(aws.home) == []
     assert aws.run(*ASKING_UP, "--nodes", "2", "--dry-run", stdin=subprocess.DEVNULL).returncode == 0
+    bad = aws.run(*ASKING_UP, "--nodes", "2", "--instance-type", "p2.xlarge", stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "which no current NVIDIA driver supports" in only_line(bad)  # checked before asking
     no = answer_on_a_terminal(aws, "n\n", *ASKING_UP, "--nodes", "2")
     assert no.returncode == 1 and "Go ahead? [y/N]" in no.stderr and "nothing was done (answered no)" in no.stderr
     aws.assert_clean()

@@ -1212,7 +1212,7 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     ips = [ip for _, ip in testbed.nodes[1:]]
     listed = {"instances": [_instance(ips[1]), _instance("10.77.0.13", "pending"), _instance(ips[0])]}
     ghost = {"instances": [_instance(ips[0]), _instance("10.77.0.13")]}  # "running", but no such node
-    standin = StandIn(tmp_path, sys.executable, {"describe-cluster-instances": [listed, listed, ghost]})
+    standin = StandIn(tmp_path, sys.executable, {"describe-cluster-instances": [listed, listed, listed, ghost]})
     env = {**os.environ, "DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp_path / "ansible-home"), **standin.env}
     result = ddpctl("check", "--json", "--size-mb", "4", env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -1243,6 +1243,11 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     assert plain.returncode == 0 and plain.stdout.strip() == "node1", plain.stderr  # the file works for OpenSSH too
     text = ddpctl("check", "--no-bandwidth", env=env, timeout=120)
     assert text.returncode == 0 and f"{names[0]} <-> {names[1]}" in text.stdout, text.stderr
+    # `ddpctl ssh` opens a compute node too, through the head, as check names it (the recorded head alone asks
+    # describe-cluster-instances nothing)
+    on_compute = ddpctl("ssh", names[1], "--", "hostname", env=env, timeout=120)
+    assert on_compute.returncode == 0 and on_compute.stdout.strip() == "node2", on_compute.stderr
+    assert ddpctl("ssh", "--", "hostname", env=env, timeout=60).stdout.strip() == "node0"
 
     # strict through the jump: a compute node's key that is not the one read on node0 is refused
     (cluster_dir / "compute_known_hosts").write_text(

@@ -54,6 +54,11 @@ def test_message_passing_through_sbatch(slurm_cluster, slurm_testbed: Testbed) -
     assert result.stdout.count("all_reduce OK (3.0 == 3.0)") == 2
     assert "through sbatch" in result.stderr
     assert squeue(slurm_testbed) == ""
+    logs = json.loads(ddpctl("logs", "--rank", "1", "--json", env=slurm_cluster["env"]).stdout)  # the job's node files
+    assert [(line["node"], line["text"]) for line in logs["lines"]] == [
+        ("node1", "rank 1 received 42.0 from rank 0"),
+        ("node1", "rank 1: all_reduce OK (3.0 == 3.0)"),
+    ]
 
 
 def test_mnist_through_sbatch(slurm_cluster) -> None:

@@ -210,7 +210,8 @@ class Provider:
         raise NotImplementedError
 
     def check_targets(self, state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
-        """The nodes ``ddpctl check`` tests and the executor that reaches them: the cluster's own."""
+        """The nodes jobs run on and the executor that reaches them: what ``ddpctl check`` tests, and
+        the nodes ``ddpctl ssh NODE`` opens beyond the recorded ones. Default: the cluster's own."""
         return state, lambda sink: self.executor(state, sink)
 
 

@@ -31,6 +31,7 @@ from .defaults import lookup_caller_address, with_defaults
 from .dry_run import DryRunReport, dry_run_report
 from .ec2 import Aws
 from .errors import aws_errors
+from .images import choose_image
 from .plan import DEFAULT_REGION, SPOT_NOTE, TAG_CLUSTER, AwsPlan, base_name, plan_from_spec
 from .steps import only
 from .up import Up
@@ -50,6 +51,11 @@ class AwsProvider(Provider):
     def hourly_cost(self, spec: ClusterSpec) -> float | None:
         spec = with_defaults(spec)
         return pricing.hourly_usd(spec.instance_type, spec.nodes)
+
+    def check_up(self, spec: ClusterSpec) -> None:
+        """A type that no image fits (p2's Kepler GPUs without --ami): refused before `up` asks or calls AWS."""
+        spec = with_defaults(spec)
+        choose_image(spec.instance_type, spec.ami)
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
