@@ -24,7 +24,9 @@ from .inventory import Host
 from .spec import ClusterSpec
 
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
-STATE_VERSION = 2
+#: 3: a resource's ``detail`` holds every field of its kind's typed record (``details.py``) where
+#: version 2 held only those known so far (both are read: a missing field is its default).
+STATE_VERSION = 3
 #: A temp file of an interrupted write (``atomic_write``) this old is left over, not being written.
 STALE_TMP_S = 60.0
 
@@ -61,6 +63,8 @@ class Resource:
     kind: str
     id: str
     status: str = "planned"  # planned -> created -> deleted
+    #: what the provider records of it: read and written only through its kind's typed record, a
+    #: ``details.Detail`` of the provider that makes it (``aws/details.py``, ``pcluster/details.py``)
     detail: dict[str, Any] = field(default_factory=dict)
 
 

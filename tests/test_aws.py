@@ -482,6 +482,26 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     aws.ok("down", "--name", "c1", "--region", REGION)
 
 
+def test_a_version_2_state_file_is_taken_down_by_what_it_records(aws: Env) -> None:
+    """State version 2 held a resource's detail fields only once known (version 3: every field).
+    With the cluster's tags gone from EC2, only the recorded ids find its instances and network."""
+    aws.ok(*UP, "--nodes", "2")
+    path = aws.home / "clusters" / "c1.json"
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 3
+    doc["version"] = 2
+    for res in doc["resources"]:
+        res["detail"] = {k: v for k, v in res["detail"].items() if v not in ("", [], {})}
+    path.write_text(json.dumps(doc))
+    added = aws.added()
+    tagged = [*added["instances"], *added["vpcs"], *added["subnets"], *added["internet_gateways"]]
+    tagged += added["security_groups"]
+    aws.moto.ec2.delete_tags(Resources=sorted(tagged), Tags=[{"Key": "ddpctl:cluster"}])
+    assert "c1" in aws.ok("status").stdout
+    aws.ok("down")
+    aws.assert_clean()
+
+
 @pytest.mark.parametrize(
     "step",
     [

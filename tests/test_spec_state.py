@@ -12,7 +12,7 @@ from ddpctl.config_file import load_default_map
 from ddpctl.infra.errors import ClusterNotFound, UsageError
 from ddpctl.infra.jobs import resolve_job
 from ddpctl.infra.spec import ClusterSpec, RunSpec, parse_env
-from ddpctl.infra.state import ClusterState, NodeInfo, Resource, StateStore
+from ddpctl.infra.state import STATE_VERSION, ClusterState, NodeInfo, Resource, StateStore
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
     assert store.load("c") == saved
     path = store.path("c")
     assert path.stat().st_mode & 0o777 == 0o600
-    assert json.loads(path.read_text())["version"] == 2
+    assert json.loads(path.read_text())["version"] == STATE_VERSION == 3
     assert not list(path.parent.glob(".*.tmp"))  # no temp file left behind
     store.delete("c")
     with pytest.raises(ClusterNotFound, match="no cluster named 'c'"):
@@ -102,6 +102,51 @@ def test_a_node_reached_over_ssh_is_a_typed_host_and_version_1_files_still_load(
     store.path("c").write_text(json.dumps(old))
     loaded = store.load("c")
     assert loaded.nodes[0].ssh is None and loaded.nodes[1].ssh.user == "ubuntu"
+
+
+def test_resource_details_are_typed_records_and_version_2_details_still_read(tmp_path: Path) -> None:
+    from ddpctl.infra.providers.aws.details import (
+        AwsIdDetail,
+        InstancesDetail,
+        InternetGatewayDetail,
+        VpcDetail,
+        aws_id,
+    )
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
+    from ddpctl.infra.providers.pcluster.config import Settings
+    from ddpctl.infra.providers.pcluster.details import ClusterDetail, ConfigDetail
+
+    spec = ClusterSpec(name="c", provider="aws", nodes=2, region="us-east-1", instance_type="p3.2xlarge")
+    planned = {r.kind: r for r in plan_from_spec(spec, "cid", "/h/clusters/c").resources()}
+    nodes = planned["instances"]
+    assert nodes.detail == InstancesDetail(count=2, instance_type="p3.2xlarge").to_dict()  # every field, written once
+    assert aws_id(planned["vpc"]) == "" and VpcDetail.of(planned["vpc"]).cidr == "10.77.0.0/16"
+    replace(InstancesDetail.of(nodes), ids=("i-1", "i-2"), nodes={"node0": "i-1"}).put(nodes)
+    assert InstancesDetail.of(nodes).ids == ("i-1", "i-2") and nodes.detail["ids"] == ["i-1", "i-2"]  # JSON's lists
+    with pytest.raises(ValueError, match="a vpc resource read as a instances record"):
+        InstancesDetail.of(planned["vpc"])
+
+    # What version 2 wrote: a detail held only the fields known so far (and keys no record names stay).
+    v2 = [
+        Resource("internet-gateway", "g", "created", {"aws_id": "igw-1", "vpc": "vpc-1"}),
+        Resource("placement-group", "pg", "skipped", {"strategy": "cluster", "reason": "unsupported"}),
+        Resource("instances", "n", "created", {"count": 2, "ids": ["i-1"], "zones": ["us-east-1a"], "old": 1}),
+        Resource("config", "/c.yaml", "planned", {"settings": {"head_instance_type": "t3.large"}}),
+        Resource("cluster", "ddpctl-c", "planned", {"region": "us-east-1", "create_called": True}),
+    ]
+    store = StateStore(tmp_path)
+    doc = {**ClusterState(spec=spec, cluster_id="cid", resources=v2).to_dict(), "version": 2}
+    store.private_dirs()
+    store.path("c").write_text(json.dumps(doc))
+    igw, group, inst, config, cluster = store.load("c").resources
+    assert InternetGatewayDetail.of(igw) == InternetGatewayDetail(aws_id="igw-1", vpc="vpc-1")
+    assert AwsIdDetail.of(group) == AwsIdDetail() and aws_id(group) == ""  # no id: a kind without one
+    read = InstancesDetail.of(inst)
+    assert read.ids == ("i-1",) and read.zones == ("us-east-1a",) and read.nodes == {} and read.client_token == ""
+    replace(read, ids=()).put(inst)
+    assert inst.detail["old"] == 1 and inst.detail["ids"] == [] and inst.detail["nodes"] == {}
+    assert ConfigDetail.of(config).plan_settings == Settings(head_instance_type="t3.large")
+    assert ClusterDetail.of(cluster).create_called and ClusterDetail.of(cluster).status == ""
 
 
 def test_state_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

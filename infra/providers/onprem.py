@@ -13,10 +13,12 @@ import shutil
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..ansible import Play, PlayReport
 from ..configure import reconfigure, record_nodes, run_site
+from ..details import Detail
 from ..errors import DdpctlError, UsageError
 from ..inventory import Host, load_inventory
 from ..launch.ssh import SshExecutor
@@ -26,6 +28,14 @@ from ..spec import ClusterSpec
 from ..ssh import check_reachable, connect, remote_stop
 from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
 from .base import Progress, Provider
+
+
+@dataclass(frozen=True)
+class HostConfigDetail(Detail):
+    """What the plan records of each host it configures (``infra/details.py``)."""
+
+    kind = "host-config"
+    address: str = ""
 
 
 class OnpremProvider(Provider):
@@ -51,7 +61,7 @@ class OnpremProvider(Provider):
         cluster_id = uuid.uuid4().hex[:12]
         nodes = [NodeInfo(name=h.name, host=h.address, workdir="", ssh=h, nproc=host_nproc(h)) for h in hosts]
         resources = [Resource("dir", str(root)), Resource("dir", str(root / "keys"))]
-        resources += [Resource("host-config", h.name, detail={"address": h.address}) for h in hosts]
+        resources += [HostConfigDetail(address=h.address).resource(h.name) for h in hosts]
         resources += [Resource("processes", f"{CLUSTER_KEY}={cluster_id}")]
         return ClusterState(
             spec=spec, cluster_id=cluster_id, status="planned", nodes=nodes, resources=resources, ephemeral=ephemeral

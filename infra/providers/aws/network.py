@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...errors import DdpctlError, UsageError
 from ...progress import Progress
 from ...state import ClusterState, Resource
 from . import boto
+from .details import InternetGatewayDetail, KeyPairDetail, RouteDetail, SubnetDetail, VpcDetail, aws_id
 from .ec2 import Aws, Tagged
 from .errors import code_of, explain, is_unsupported
 from .plan import VPC_CIDR, AwsPlan, subnet_cidr
@@ -77,19 +79,22 @@ def create_network(up: Steps, aws: Aws, plan: AwsPlan, zone: str, *, parallelclu
     """The VPC, its internet gateway, the default route and the first subnet (in ``zone``), each
     recorded before it is made: (VPC id, subnet id)."""
     state = up.state
+    vpc_res, igw_res, route = only(state, "vpc"), only(state, "internet-gateway"), only(state, "route")
 
-    def vpc() -> dict[str, Any]:
+    def vpc() -> VpcDetail:
         vpc_id = aws.ec2.create_vpc(CidrBlock=VPC_CIDR, TagSpecifications=plan.tag_specs("vpc", "vpc"))["Vpc"]["VpcId"]
         if parallelcluster:
             aws.ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
-        return {"aws_id": vpc_id}
+        return replace(VpcDetail.of(vpc_res), aws_id=vpc_id)
 
-    vpc_id = up.step(only(state, "vpc"), vpc)["aws_id"]
+    vpc_id = up.step(vpc_res, vpc).aws_id
     igw = up.step(
-        only(state, "internet-gateway"),
-        lambda: {"aws_id": _create_internet_gateway(aws, plan, vpc_id), "vpc": vpc_id},
-    )["aws_id"]
-    up.step(only(state, "route"), lambda: {"route_table": _add_default_route(aws, vpc_id, igw)})
+        igw_res,
+        lambda: replace(
+            InternetGatewayDetail.of(igw_res), aws_id=_create_internet_gateway(aws, plan, vpc_id), vpc=vpc_id
+        ),
+    ).aws_id
+    up.step(route, lambda: replace(RouteDetail.of(route), route_table=_add_default_route(aws, vpc_id, igw)))
     subnet_id = add_subnet(up, aws, plan, only(state, "subnet"), vpc_id, zone, public_ips=parallelcluster)
     return vpc_id, subnet_id
 
@@ -98,11 +103,11 @@ def add_subnet(
     up: Steps, aws: Aws, plan: AwsPlan, res: Resource, vpc_id: str, zone: str, *, public_ips: bool = False
 ) -> str:
     """The subnet ``res`` (``...-subnet-N``: the VPC's N-th /24) in ``zone``; its id."""
-    res.detail["az"] = zone
+    replace(SubnetDetail.of(res), az=zone).put(res)
     up.save()  # the zone is part of the record before the call
     index = int(res.id.rsplit("-", 1)[1])
 
-    def subnet() -> dict[str, Any]:
+    def subnet() -> SubnetDetail:
         subnet_id = aws.ec2.create_subnet(
             VpcId=vpc_id,
             CidrBlock=subnet_cidr(index),
@@ -111,15 +116,15 @@ def add_subnet(
         )["Subnet"]["SubnetId"]
         if public_ips:
             aws.ec2.modify_subnet_attribute(SubnetId=subnet_id, MapPublicIpOnLaunch={"Value": True})
-        return {"aws_id": subnet_id}
+        return replace(SubnetDetail.of(res), aws_id=subnet_id)
 
-    return up.step(res, subnet)["aws_id"]
+    return up.step(res, subnet).aws_id
 
 
 def import_key_pair(up: Steps, aws: Aws, plan: AwsPlan, public_key: str) -> str:
     """The cluster's key (made here, ``keys.py``) imported as key pair ``plan.unique_name``; its id."""
     res = up.state.resource("key-pair", plan.unique_name)
-    return up.step(res, lambda: {"aws_id": _import_key_pair(aws, plan, public_key)})["aws_id"]
+    return up.step(res, lambda: replace(KeyPairDetail.of(res), aws_id=_import_key_pair(aws, plan, public_key))).aws_id
 
 
 def _import_key_pair(aws: Aws, plan: AwsPlan, public_key: str) -> str:
@@ -169,8 +174,8 @@ def deletions(found: Tagged, state: ClusterState) -> list[Deletion]:
     subnets, internet gateways (detached from their VPCs first), VPCs."""
     igws = dict(found.internet_gateways)
     for res in state.resources:
-        if res.kind == "internet-gateway" and res.detail.get("aws_id"):
-            igws.setdefault(res.detail["aws_id"], [res.detail.get("vpc", "")])
+        if res.kind == "internet-gateway" and (igw := InternetGatewayDetail.of(res)).aws_id:
+            igws.setdefault(igw.aws_id, [igw.vpc])
     steps: list[Deletion] = []
     steps += [("key-pair", k, None) for k in sorted(set(found.key_pairs) | recorded_names(state, "key-pair"))]
     steps += [("subnet", s, None) for s in sorted(set(found.subnets) | recorded_ids(state, "subnet"))]
@@ -181,7 +186,7 @@ def deletions(found: Tagged, state: ClusterState) -> list[Deletion]:
 
 def recorded_ids(state: ClusterState, kind: str) -> set[str]:
     """The AWS ids the state records for ``kind``."""
-    return {r.detail["aws_id"] for r in state.resources if r.kind == kind and r.detail.get("aws_id")}
+    return {aws_id(r) for r in state.resources if r.kind == kind and aws_id(r)}
 
 
 def recorded_names(state: ClusterState, kind: str) -> set[str]:
@@ -205,7 +210,7 @@ def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> lis
             problems.append(f"{kind} {ident}: {explain(exc, aws.region)}")
         else:
             for res in state.resources:
-                if res.kind == kind and ident in (res.id, res.detail.get("aws_id")):
+                if res.kind == kind and ident in (res.id, aws_id(res)):
                     res.status = "deleted"
     return problems
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...state import Resource
+from . import details as d
 from . import pricing
 from .images import UBUNTU, ImageChoice, choose_image
 
@@ -110,27 +111,22 @@ class AwsPlan:
 
     def resources(self) -> list[Resource]:
         """Everything ``up`` creates, in order, each ``planned``."""
-        res = [Resource("dir", self.cluster_dir), Resource("key-file", self.key_path)]
+        res = [Resource("dir", self.cluster_dir), d.KeyFileDetail().resource(self.key_path)]
         if self.new_network:
             res += [
-                Resource("vpc", f"{self.base_name}-vpc", detail={"cidr": VPC_CIDR}),
-                Resource("internet-gateway", f"{self.base_name}-igw"),
-                Resource("route", "0.0.0.0/0", detail={"via": "internet-gateway", "table": "main"}),
-                Resource("subnet", f"{self.base_name}-subnet-0", detail={"cidr": subnet_cidr(0), "az": self.az}),
+                d.VpcDetail(cidr=VPC_CIDR).resource(f"{self.base_name}-vpc"),
+                d.InternetGatewayDetail().resource(f"{self.base_name}-igw"),
+                d.RouteDetail(via="internet-gateway", table="main").resource("0.0.0.0/0"),
+                d.SubnetDetail(cidr=subnet_cidr(0), az=self.az).resource(f"{self.base_name}-subnet-0"),
             ]
-        res.append(Resource("security-group", self.unique_name, detail={"ssh_cidr": self.ssh_cidr}))
-        res.append(Resource("key-pair", self.unique_name))
+        res.append(d.SecurityGroupDetail(ssh_cidr=self.ssh_cidr).resource(self.unique_name))
+        res.append(d.KeyPairDetail().resource(self.unique_name))
         if self.placement_group:
-            res.append(Resource("placement-group", self.unique_name, detail={"strategy": "cluster"}))
-        res.append(
-            Resource(
-                "instances",
-                f"{self.base_name}-node",
-                detail={"count": self.count, "instance_type": self.instance_type, "spot": self.spot, "ids": []},
-            )
-        )
+            res.append(d.PlacementGroupDetail(strategy="cluster").resource(self.unique_name))
+        nodes = d.InstancesDetail(count=self.count, instance_type=self.instance_type, spot=self.spot)
+        res.append(nodes.resource(f"{self.base_name}-node"))
         if self.configure:
-            res.append(Resource("configure", "playbooks/site.yml"))
+            res.append(d.ConfigureDetail().resource("playbooks/site.yml"))
         return res
 
     def describe(self) -> list[str]:

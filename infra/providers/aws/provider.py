@@ -16,6 +16,7 @@ import shutil
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...ansible import Play, PlayReport
@@ -28,6 +29,7 @@ from ...state import ClusterState, NodeInfo, StateStore
 from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, pricing
 from .defaults import lookup_caller_address, with_defaults
+from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
 from .ec2 import Aws
 from .errors import aws_errors
@@ -95,9 +97,10 @@ class AwsProvider(Provider):
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             pre = preflight.check(aws, plan, self.caller_address)  # nothing recorded or created before this passes
-            state.resource("security-group", plan.unique_name).detail["ssh_cidr"] = pre.ssh_cidr
+            group = state.resource("security-group", plan.unique_name)
+            replace(SecurityGroupDetail.of(group), ssh_cidr=pre.ssh_cidr).put(group)
             inst = only(state, "instances")
-            inst.detail.update({"ami": pre.ami, "zones": pre.zones})
+            replace(InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones)).put(inst)
             state.status = "creating"
             store.save(state)
             for warning in pre.warnings:
@@ -126,7 +129,7 @@ class AwsProvider(Provider):
         with aws_errors(region):
             aws = Aws(region)
             found = aws.find_tagged(name)
-            recorded = [i for r in state.resources if r.kind == "instances" for i in r.detail.get("ids", [])]
+            recorded = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
             alive = found.instances
             if not set(recorded) <= set(alive):
                 described = aws.instances_by_id(sorted(set(recorded) | set(alive)))
@@ -139,7 +142,7 @@ class AwsProvider(Provider):
                 )
             for res in state.resources:  # dropped only now that EC2 reports them terminated
                 if res.kind == "instances":
-                    res.detail["ids"] = []
+                    replace(InstancesDetail.of(res), ids=()).put(res)
                     res.status = "deleted"
             if persisted:
                 store.save(state)
@@ -224,7 +227,7 @@ class AwsProvider(Provider):
     def _collect_missing_host_keys(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         """Host keys that `up --no-configure` did not find yet, from the consoles; the SSH files rewritten."""
         plan = self.aws_plan(state, store)
-        ids = only(state, "instances").detail.get("nodes", {})
+        ids = InstancesDetail.of(only(state, "instances")).nodes
         launched = [
             configure.Launched(
                 name=n.name,

@@ -11,14 +11,19 @@ made (``adopt``), and nothing else.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from ...details import Detail
 from ...errors import DdpctlError
 from ...progress import Progress
 from ...state import ClusterState, Resource, StateStore
 from . import faults, keys
+from .details import AwsIdDetail, KeyFileDetail
 from .plan import TAG_CLUSTER_ID, AwsPlan
+
+D = TypeVar("D", bound=Detail)
 
 
 class Steps:
@@ -27,17 +32,18 @@ class Steps:
     def __init__(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         self.state, self.store, self.progress = state, store, progress
 
-    def step(self, res: Resource, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Create one planned resource (already in the saved state as planned) and record what was made."""
+    def step(self, res: Resource, create: Callable[[], D]) -> D:
+        """Create one planned resource (already in the saved state as planned) and record what was
+        made: ``create`` returns the resource's whole record (its planned one completed)."""
         faults.point("before", res.kind)
-        detail = create()
+        made = create()
         faults.point("after", res.kind)  # made in AWS, not yet in the state: down finds it by tag
-        res.detail.update(detail)
+        made.put(res)
         res.status = "created"
         self.store.save(self.state)
-        if "aws_id" in detail:
-            self.progress(f"created {res.kind} {detail['aws_id']}")
-        return res.detail
+        if isinstance(made, AwsIdDetail):
+            self.progress(f"created {res.kind} {made.aws_id}")
+        return made
 
     def save(self) -> None:
         self.store.save(self.state)
@@ -45,16 +51,19 @@ class Steps:
     def dir_and_key(self, plan: AwsPlan) -> str:
         """The first two steps: the cluster's directory and its ed25519 key, made here; the public key."""
 
-        def make_dir() -> dict[str, Any]:
+        def make_dir() -> Detail:
             Path(plan.cluster_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-            return {}
+            return Detail()
 
         self.step(only(self.state, "dir"), make_dir)
+        key_file = only(self.state, "key-file")
         made = self.step(
-            only(self.state, "key-file"),
-            lambda: {"public_key": keys.ensure_key(Path(plan.key_path), plan.unique_name)},
+            key_file,
+            lambda: replace(
+                KeyFileDetail.of(key_file), public_key=keys.ensure_key(Path(plan.key_path), plan.unique_name)
+            ),
         )
-        return made["public_key"]
+        return made.public_key
 
 
 def only(state: ClusterState, kind: str) -> Resource:

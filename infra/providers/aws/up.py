@@ -7,14 +7,23 @@ SSH files from their console output and playbooks/site.yml on them (``configure.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...configure import record_nodes, run_site, site_command
 from ...errors import DdpctlError
 from ...progress import Progress
-from ...state import ClusterState, Resource, StateStore
+from ...state import ClusterState, StateStore
 from . import configure, faults, instances, network, pricing
+from .details import (
+    ConfigureDetail,
+    InstancesDetail,
+    PlacementGroupDetail,
+    SecurityGroupDetail,
+    SubnetDetail,
+    VpcDetail,
+)
 from .ec2 import Aws
 from .errors import CapacityError
 from .plan import TAG_CLUSTER_ID, AwsPlan, client_token, ingress_rules, run_instances_request, subnet_cidr
@@ -39,16 +48,18 @@ class Up(Steps):
         else:
             vpc_id, subnet_id = self.pre.vpc_id, plan.subnet_id
 
-        def make_group() -> dict[str, Any]:
+        group = state.resource("security-group", plan.unique_name)
+
+        def make_group() -> SecurityGroupDetail:
             gid = instances.create_security_group(
                 aws, plan.unique_name, vpc_id, plan.cluster_id, plan.tag_specs("sg", "security-group")
             )
             instances.authorize_ingress(
                 aws, gid, ingress_rules(self.pre.ssh_cidr, gid), plan.tag_specs("sg-rule", "security-group-rule")
             )
-            return {"aws_id": gid, "vpc": vpc_id}
+            return replace(SecurityGroupDetail.of(group), aws_id=gid, vpc=vpc_id)
 
-        group_id = self.step(state.resource("security-group", plan.unique_name), make_group)["aws_id"]
+        group_id = self.step(group, make_group).aws_id
         self.progress(f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes")
         network.import_key_pair(self, aws, plan, public_key)
         placement = self.placement_group()
@@ -66,7 +77,7 @@ class Up(Steps):
         faults.point("after", res.kind)
         if made is None:
             res.status = "skipped"
-            res.detail["reason"] = "this EC2 endpoint does not support placement groups"
+            replace(PlacementGroupDetail.of(res), reason="this EC2 endpoint does not support placement groups").put(res)
             self.save()
             self.progress("warning: this EC2 endpoint does not support placement groups: launching without one")
             return None
@@ -82,15 +93,16 @@ class Up(Steps):
             if n > 0:
                 if not plan.new_network:
                     break
-                res = Resource("subnet", f"{plan.base_name}-subnet-{n}", detail={"cidr": subnet_cidr(n), "az": zone})
+                res = SubnetDetail(cidr=subnet_cidr(n), az=zone).resource(f"{plan.base_name}-subnet-{n}")
                 state.resources.insert(state.resources.index(inst), res)
-                subnet_id = network.add_subnet(self, aws, plan, res, only_created(state, "vpc").detail["aws_id"], zone)
+                vpc = VpcDetail.of(only_created(state, "vpc")).aws_id
+                subnet_id = network.add_subnet(self, aws, plan, res, vpc, zone)
             existing = [
                 i["InstanceId"] for i in aws.alive_instances(plan.cluster) if _tag(i, TAG_CLUSTER_ID) == plan.cluster_id
             ]
             count = plan.count - len(existing)  # reconcile: a retried up launches only what is missing
             token = client_token(plan.cluster_id, zone, count)
-            inst.detail.update({"az": zone, "client_token": token, "ids": existing})
+            replace(InstancesDetail.of(inst), az=zone, client_token=token, ids=tuple(existing)).put(inst)
             if count <= 0:
                 inst.status = "created"
                 self.save()
@@ -118,10 +130,11 @@ class Up(Steps):
                 self.progress(f"no capacity in {zone} ({exc}){': trying the next zone' if more else ''}")
                 continue
             faults.point("after", "instances")
-            inst.detail["ids"] = existing + [i["InstanceId"] for i in launched]
+            ids = existing + [i["InstanceId"] for i in launched]
+            replace(InstancesDetail.of(inst), ids=tuple(ids)).put(inst)
             inst.status = "created"
             self.save()
-            return inst.detail["ids"]
+            return ids
         if plan.subnet_id:
             hint = f"the zone of --subnet-id {plan.subnet_id}: try later, or give a subnet in another zone"
         elif plan.az:
@@ -175,21 +188,24 @@ class Up(Steps):
             for n in launched
         ]
         state.nodes = configure.node_infos(launched, hosts, cpus=self.pre.facts.vcpus, gpus=self.pre.facts.gpus)
-        only(state, "instances").detail["nodes"] = {n.name: n.instance_id for n in launched}
+        inst = only(state, "instances")
+        replace(InstancesDetail.of(inst), nodes={n.name: n.instance_id for n in launched}).put(inst)
         self.save()
         if plan.configure:
             state.status = "configuring"  # an interruption from here on can be finished with `ddpctl configure`
             self.save()
 
-            def configure_nodes() -> dict[str, Any]:
+            step = only(state, "configure")
+
+            def configure_nodes() -> ConfigureDetail:
                 cpus = configure.wait_for_ssh(hosts, self.progress)
                 report = run_site(
                     str(files.inventory), state.nodes, cluster_dir / "keys", self.progress, state.spec.playbook_vars
                 )
                 state.nodes = record_nodes(state.nodes, report, cpus)
-                return {"inventory": str(files.inventory)}
+                return replace(ConfigureDetail.of(step), inventory=str(files.inventory))
 
-            self.step(only(state, "configure"), configure_nodes)
+            self.step(step, configure_nodes)
         else:
             command = site_command(str(files.inventory), state.nodes, cluster_dir / "keys", state.spec.playbook_vars)
             self.progress(

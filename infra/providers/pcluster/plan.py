@@ -25,6 +25,7 @@ from .config import (
     cluster_config,
     compute_resource_name,
 )
+from .details import ClusterDetail, ConfigDetail
 
 #: The aws plan's resources this provider makes itself (ParallelCluster makes the security
 #: groups, placement group, instances and volumes, in its CloudFormation stack).
@@ -135,8 +136,8 @@ class PclusterPlan:
         """Everything ``up`` creates, in order, each ``planned``."""
         own = [r for r in self.aws.resources() if r.kind in OWN_KINDS]
         return own + [
-            Resource("config", self.config_path, detail={"settings": self.settings.to_dict()}),
-            Resource("cluster", self.pcluster_name, detail={"region": self.region, "create_called": False}),
+            ConfigDetail.planned(self.settings).resource(self.config_path),
+            ClusterDetail(region=self.region).resource(self.pcluster_name),
         ]
 
     def describe(self) -> list[str]:

@@ -40,7 +40,7 @@ from ...errors import DdpctlError
 from ...launch.ssh import SshExecutor
 from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
-from ...state import ClusterState, NodeInfo, Resource, StateStore
+from ...state import ClusterState, NodeInfo, StateStore
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
 from ..aws.ec2 import Aws
@@ -51,6 +51,7 @@ from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
 from . import compute, schema
 from .cli import Install, PclusterCli, find_pcluster
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
+from .details import ClusterDetail, ConfigDetail
 from .dry_run import DryRunReport, dry_run_report
 from .plan import HEAD_TAGS, PclusterPlan, plan_from_spec
 from .up import Up, configure_head
@@ -103,7 +104,7 @@ class PclusterProvider(Waits, Provider):
     def pcluster_plan(state: ClusterState, store: StateStore) -> PclusterPlan:
         """The plan as recorded: settings from the state, not from today's environment."""
         recorded = next((r for r in state.resources if r.kind == "config"), None)
-        settings = Settings.from_dict(recorded.detail.get("settings", {})) if recorded else Settings()
+        settings = ConfigDetail.of(recorded).plan_settings if recorded else Settings()
         return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)), settings)
 
     @contextmanager
@@ -165,7 +166,7 @@ class PclusterProvider(Waits, Provider):
             store.save(state)
         cluster = only(state, "cluster")
         deleted_cluster = False
-        if cluster.status != "deleted" and cluster.detail.get("create_called"):
+        if cluster.status != "deleted" and ClusterDetail.of(cluster).create_called:
             install = find_pcluster(self.env)  # one line on how to install it, if missing
             with self.pcluster_cli(install, plan, Path(plan.log_path)) as cli:
                 deleted_cluster = self._delete_cluster(cli, plan, state, progress)
@@ -198,7 +199,7 @@ class PclusterProvider(Waits, Provider):
         progress(
             f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}"
         )
-        lost = Resource("cluster", cluster, detail={"region": region, "create_called": True})
+        lost = ClusterDetail(region=region, create_called=True).resource(cluster)
         self.down(
             ClusterState(spec=spec, cluster_id="", status="deleting", resources=[lost], launcher="sbatch"),
             store,

@@ -26,6 +26,7 @@ from ..aws.steps import Steps, only
 from . import schema
 from .cli import ClusterInfo, Install
 from .config import Resolved, to_yaml
+from .details import ClusterDetail, ConfigDetail
 from .plan import HEAD_TAGS, PclusterPlan
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ class Up(Steps):
     def run(self, zone: str, cidr: str) -> None:
         plan, aws, state = self.plan, self.aws, self.state
         a = plan.aws
-        only(state, "config").detail.update({"ssh_cidr": cidr, "zone": zone})
+        config = only(state, "config")
+        replace(ConfigDetail.of(config), ssh_cidr=cidr, zone=zone).put(config)
         state.status = "creating"
         self.save()
         public_key = self.dir_and_key(a)
@@ -63,26 +65,27 @@ class Up(Steps):
         text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.unique_name, ssh_cidr=cidr)))
         schema.validate(text, plan.pcluster_name, self.install)  # the final file, as create-cluster gets it
 
-        def write_config() -> dict[str, Any]:
+        def write_config() -> ConfigDetail:
             atomic_write(Path(plan.config_path), text)
-            return {"subnet_id": subnet_id}
+            return replace(ConfigDetail.of(config), subnet_id=subnet_id)
 
-        self.step(only(state, "config"), write_config)
+        self.step(config, write_config)
         with self.provider.pcluster_cli(self.install, plan, Path(plan.log_path)) as cli:
             cluster = only(state, "cluster")
-            cluster.detail["create_called"] = True  # from here on, `down` asks ParallelCluster
+            # from here on, `down` asks ParallelCluster
+            replace(ClusterDetail.of(cluster), create_called=True).put(cluster)
             self.save()
             self.progress(
                 f"pcluster create-cluster {plan.pcluster_name}: validating, synthesizing and submitting the stack"
             )
 
-            def create() -> dict[str, Any]:
+            def create() -> ClusterDetail:
                 result = cli.create(
                     plan.pcluster_name, Path(plan.config_path), dryrun=False, suppress=plan.settings.suppress_validators
                 )
                 for warning in result.warnings:
                     self.progress(f"pcluster: {warning}")
-                return {"status": result.message}
+                return replace(ClusterDetail.of(cluster), status=result.message)
 
             self.step(cluster, create)
             info = self.provider.wait_created(cli, plan, self.progress)
