@@ -66,9 +66,7 @@ def measure(nodes: int, home: Path) -> Measurement:
             name=f"bench{nodes}",
             provider="aws",
             nodes=nodes,
-            region="us-east-1",
-            ssh_cidr="203.0.113.7/32",
-            configure=False,
+            options={"region": "us-east-1", "ssh_cidr": "203.0.113.7/32", "configure": False},
         )
         start = time.perf_counter()
         provider, state = clusters.plan_up(spec, store)

@@ -10,15 +10,17 @@ from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
 
 from .options import (
     EXIT_CODES,
-    aws_up_options,
     confirm,
+    down_on_failure_option,
     dry_run_option,
     env_option,
+    given_options,
     json_option,
     name_option,
     nproc_option,
     open_store,
     port_option,
+    provider_options,
     python_option,
     yes_option,
 )
@@ -61,12 +63,13 @@ from .plans import print_cluster_plan
     "e.g. nvidia_cuda_version=12.8 or python_env_mode=existing.",
 )
 @python_option
-@aws_up_options
+@provider_options
+@down_on_failure_option
 @dry_run_option
 @yes_option
 @json_option
 def up(
-    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, yes, as_json, **aws
+    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, yes, as_json, **opts
 ) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
@@ -101,10 +104,9 @@ def up(
     out = Output(as_json)
     kwargs = {"python": python} if python else {}
     impl = get_provider(provider)
-    down_on_failure = aws.pop("down_on_failure")
-    tags = parse_env(aws.pop("tags"), flag="--tag")
+    down_on_failure = opts.pop("down_on_failure")
+    given = given_options(opts)  # the providers' options
     impl.check_up_flags(down_on_failure=down_on_failure)
-    kwargs.update({k: v for k, v in aws.items() if v is not None})
     spec = ClusterSpec(
         name=name or "default",
         provider=provider,
@@ -114,7 +116,7 @@ def up(
         env=parse_env(env),
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
-        tags=tags,
+        options=given,
         **kwargs,
     )
     store = open_store()

@@ -8,8 +8,9 @@
     port = 29500
     python = "/opt/venv/bin/python"
     inventory = "hosts.ini"   # --provider onprem
-    region = "us-west-2"      # --provider aws (also: az, instance_type, volume_gb, ami, spot,
-                              # ssh_cidr, vpc_id, subnet_id, ssh_user, private_ip, iam_instance_profile)
+    region = "us-west-2"      # a provider's options, as its flags of `up` without the dashes
+    instance_type = "g5.xlarge"   # (the providers declare them: infra/providers/<name>/options.py)
+    spot = true
 
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
@@ -41,6 +42,7 @@ else:  # pragma: no cover - Python 3.10 (Ubuntu 22.04's)
     import tomli as tomllib
 
 from ddpctl.infra.errors import UsageError
+from ddpctl.infra.providers import all_options
 
 #: The TOML type each key takes (a value of another type is refused, never coerced: `nodes = 2.7`
 #: is not 2). What the value may be (a range, a known provider...) is the option's own check.
@@ -54,23 +56,10 @@ CLUSTER_TYPES: dict[str, tuple[type, ...]] = {
     "python": STR,
     "env": TABLE,
     "inventory": STR,
-    # aws
-    "region": STR,
-    "az": STR,
-    "instance_type": STR,
-    "volume_gb": INT,
-    "ami": STR,
-    "spot": BOOL,
-    "ssh_cidr": STR,
-    "vpc_id": STR,
-    "subnet_id": STR,
-    "ssh_user": STR,
-    "private_ip": BOOL,
-    "iam_instance_profile": STR,
-    "configure": BOOL,
     "down_on_failure": BOOL,
     "playbook_vars": TABLE,
-    "tags": TABLE,
+    # the providers' own options: region, instance_type, spot, tags...
+    **{option.name: (option.kind,) for option in all_options()},
 }
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "name": STR,
@@ -173,7 +162,7 @@ def _section(section: Any, types: dict[str, tuple[type, ...]], title: str, path:
                 f"[{title}] {key} in {path} is {_kind(value)} ({_show(value)}): give {_kind(allowed[0]())}, "
                 f"e.g. {example}"
             )
-    for key in ("env", "playbook_vars", "tags"):  # a table -> the repeated --env / --playbook-var / --tag option
+    for key in [k for k, kinds in types.items() if kinds == TABLE]:  # -> the repeated --env, --tag... option
         if key in out:
             out[key] = [f"{k}={_scalar(v, f'{title}.{key}', k, path)}" for k, v in out[key].items()]
     return out

@@ -240,92 +240,48 @@ def open_store():
     return StateStore()
 
 
-AWS_UP_OPTIONS = [
-    click.option(
-        "--region",
-        default=None,
-        metavar="REGION",
-        help="aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else us-east-1]",
-    ),
-    click.option(
-        "--az",
-        default=None,
-        metavar="ZONE",
-        help="aws: launch in this zone only. [default: the first zone with capacity]",
-    ),
-    click.option("--instance-type", default=None, metavar="TYPE", help="aws: EC2 instance type. [default: p3.2xlarge]"),
-    click.option(
-        "--volume-gb",
-        type=click.IntRange(8, 16384),
-        default=None,
-        help="aws: root volume size (gp3, encrypted). [default: 200]",
-    ),
-    click.option(
-        "--ami",
-        default=None,
-        metavar="AMI_ID",
-        help="aws: the image. [default: by the GPU generation: Canonical's Ubuntu 22.04 for p3 (Volta), with "
-        "the driver installed by the playbooks; the newest AWS Deep Learning AMI for g4dn, g5, p4d, p5]",
-    ),
-    click.option(
-        "--spot",
-        is_flag=True,
-        help="aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
-        "terminated, the run fails, and `down` + `up` start over from the last snapshot).",
-    ),
-    click.option(
-        "--ssh-cidr",
-        default=None,
-        metavar="CIDR",
-        help="aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]",
-    ),
-    click.option("--vpc-id", default=None, metavar="VPC_ID", help="aws: an existing VPC (with --subnet-id)."),
-    click.option(
-        "--subnet-id",
-        default=None,
-        metavar="SUBNET_ID",
-        help="aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]",
-    ),
-    click.option("--ssh-user", default=None, metavar="USER", help="aws: the AMI's login user. [default: ubuntu]"),
-    click.option(
-        "--private-ip",
-        is_flag=True,
-        help="aws: reach the nodes at their private addresses (run ddpctl inside the VPC).",
-    ),
-    click.option(
-        "--iam-instance-profile",
-        default=None,
-        metavar="NAME",
-        help="aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
-        "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
-        "nodes get short-lived credentials from it; none are ever copied to them. [default: none]",
-    ),
-    click.option(
-        "--tag",
-        "tags",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="aws, pcluster: a tag for everything ddpctl creates (repeatable), e.g. team=ml or "
-        "cost-center=42, for tag policies and cost allocation. [ddpctl.toml: [cluster.tags]]",
-    ),
-    click.option(
-        "--configure/--no-configure",
-        default=True,
-        show_default=True,
-        help="aws: configure the nodes with playbooks/site.yml; --no-configure only launches them and "
-        "collects their host keys (not ready for jobs until `ddpctl configure`).",
-    ),
-    click.option(
-        "--down-on-failure/--no-down-on-failure",
-        default=True,
-        show_default=True,
-        help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how.",
-    ),
-]
+down_on_failure_option = click.option(
+    "--down-on-failure/--no-down-on-failure",
+    default=True,
+    show_default=True,
+    help="aws: if `up` fails, delete what it made. Ctrl-C never deletes: it stops and says how.",
+)  # of every billed provider (``Provider.check_up_flags``), not a spec's
 
 
-def aws_up_options(func):
-    """The AWS options of `up` (aws and pcluster)."""
-    for option in reversed(AWS_UP_OPTIONS):
-        func = option(func)
+def provider_options(func):
+    """The options the providers declare (``infra.providers.all_options``: aws's, pcluster's) as
+    Click options of ``up``, in the registry's order. Their values are checked by ``ClusterSpec``."""
+    from ddpctl.infra.providers import all_options
+
+    for option in reversed(all_options()):
+        func = _click_option(option)(func)
     return func
+
+
+def _click_option(option):
+    """One declared option as Click's: a flag (a pair, showing its default, for one on by default),
+    a repeatable KEY=VALUE for a table, an integer range, or text. Not given: None (or the flag's default)."""
+    if option.kind is bool:
+        if "/" in option.flag:
+            return click.option(option.flag, option.name, default=option.empty, show_default=True, help=option.help)
+        return click.option(option.flag, option.name, is_flag=True, help=option.help)
+    if option.kind is dict:
+        return click.option(option.flag, option.name, multiple=True, metavar=option.metavar, help=option.help)
+    kind = click.IntRange(*option.bounds) if option.bounds else option.kind
+    return click.option(option.flag, option.name, type=kind, default=None, metavar=option.metavar, help=option.help)
+
+
+def given_options(values: dict) -> dict:
+    """``up``'s values of the providers' options, as ``ClusterSpec.options`` takes them: those given
+    (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
+    from ddpctl.infra.providers import all_options
+    from ddpctl.infra.spec import parse_env
+
+    given = {}
+    for option in all_options():
+        value = values[option.name]
+        if option.kind is dict:
+            value = parse_env(value, flag=option.flag)
+        if value is not None:
+            given[option.name] = value
+    return given

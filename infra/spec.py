@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -43,30 +44,14 @@ class ClusterSpec:
     python: str = sys.executable
     #: onprem: the Ansible inventory (INI or YAML) that lists the hosts.
     inventory: str = ""
-    # aws: "" / 0 / False mean the provider's default, which its plan fills in (see providers/aws).
-    region: str = ""
-    az: str = ""
-    instance_type: str = ""
-    volume_gb: int = 0
-    ami: str = ""
-    spot: bool = False
-    #: aws: who may SSH to the nodes ("" = the caller's public address as a /32).
-    ssh_cidr: str = ""
-    #: aws: an existing network (subnet, and optionally its VPC); "" = a new VPC for the cluster.
-    vpc_id: str = ""
-    subnet_id: str = ""
-    ssh_user: str = ""
-    #: aws: reach the nodes at their private addresses (the controller runs inside the VPC).
-    private_ip: bool = False
-    #: aws: run playbooks/site.yml on the new instances (False: launch only).
-    configure: bool = True
     #: onprem, aws, pcluster: variables for playbooks/site.yml (e.g. nvidia_cuda_version=12.8); they
     #: win over the inventory's, as ansible-playbook's --extra-vars do
     playbook_vars: dict[str, str] = field(default_factory=dict)
-    #: aws: an IAM instance profile for the nodes (their S3 access, e.g. for snapshots); "" = none.
-    iam_instance_profile: str = ""
-    #: aws, pcluster: the user's tags, put on everything ddpctl creates (tag policies, cost allocation)
-    tags: dict[str, str] = field(default_factory=dict)
+    #: The options this provider takes beyond those above (aws: region, instance_type, tags...), as
+    #: it declares them (``providers/<name>/options.py``): every one, given or at its empty value
+    #: ("", 0, False: the provider's default, which its plan fills in). Given another provider's
+    #: option, construction refuses it by its flag.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_cluster_name(self.name)
@@ -79,9 +64,10 @@ class ClusterSpec:
         if self.port is not None and (isinstance(self.port, bool) or not 1024 <= self.port <= 65535):
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
         check_env_names(self.env)
-        get_provider(self.provider).check_spec(self)  # what this provider takes
+        impl = get_provider(self.provider)
+        impl.check_spec(self)  # what this provider takes
+        object.__setattr__(self, "options", impl.take_options(self.options))
         check_playbook_vars(self)
-        check_aws_fields(self)
 
 
 @dataclass(frozen=True)
@@ -179,61 +165,6 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
         if key in RESERVED_PLAYBOOK_VARS:
             raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
-
-
-#: AWS's rules for a tag (EC2 and CloudFormation alike), and the keys ddpctl sets itself.
-TAG_KEY_RE = re.compile(r"^[\w .:/=+@-]{1,128}$")
-TAG_VALUE_RE = re.compile(r"^[\w .:/=+@-]{0,256}$")
-MAX_USER_TAGS = 40  # AWS allows 50 per resource; ddpctl's own take 4
-
-
-def check_user_tags(tags: Mapping[str, str]) -> None:
-    """``--tag KEY=VALUE``: what AWS accepts on every resource, and not a key ddpctl sets itself."""
-    for key, value in tags.items():
-        if not TAG_KEY_RE.fullmatch(key):
-            raise UsageError(
-                f"invalid --tag key {key!r}: 1 to 128 letters, digits, spaces or _ . : / = + - @, e.g. team=ml"
-            )
-        if key.lower().startswith(("aws:", "ddpctl:")) or key == "Name":
-            raise UsageError(
-                f"--tag {key} is reserved (aws:, ddpctl: and Name are set by AWS or ddpctl): choose another key"
-            )
-        if not TAG_VALUE_RE.fullmatch(value):
-            raise UsageError(f"invalid --tag value for {key}: up to 256 letters, digits, spaces or _ . : / = + - @")
-    if len(tags) > MAX_USER_TAGS:
-        raise UsageError(f"{len(tags)} --tag values: give at most {MAX_USER_TAGS} (AWS allows 50 tags per resource)")
-
-
-def check_aws_fields(spec: ClusterSpec) -> None:
-    """The AWS fields' formats (whether a region or AMI exists is checked against AWS at `up`; which
-    providers take them at all: ``Provider.check_spec``)."""
-    import ipaddress
-
-    checks = [
-        ("--region", spec.region, r"^[a-z]{2}(-[a-z]+)+-\d+$", "e.g. us-east-1"),
-        ("--az", spec.az, r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$", "e.g. us-east-1a"),
-        ("--instance-type", spec.instance_type, r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$", "e.g. p3.2xlarge"),
-        ("--ami", spec.ami, r"^ami-[0-9a-f]{8,17}$", "e.g. ami-0123456789abcdef0"),
-        ("--vpc-id", spec.vpc_id, r"^vpc-[0-9a-f]{8,17}$", "e.g. vpc-0123456789abcdef0"),
-        ("--subnet-id", spec.subnet_id, r"^subnet-[0-9a-f]{8,17}$", "e.g. subnet-0123456789abcdef0"),
-        ("--ssh-user", spec.ssh_user, r"^[a-z_][a-z0-9_-]{0,31}$", "e.g. ubuntu"),
-        ("--iam-instance-profile", spec.iam_instance_profile, r"^[\w+=,.@-]{1,128}$", "a profile name, e.g. ddpctl-s3"),
-    ]
-    for flag, value, pattern, example in checks:
-        if value and not re.fullmatch(pattern, value):
-            raise UsageError(f"invalid {flag} {value!r}: {example}")
-    check_user_tags(spec.tags)
-    if spec.volume_gb and not 8 <= spec.volume_gb <= 16384:
-        raise UsageError(f"--volume-gb {spec.volume_gb} is out of range: choose 8 to 16384 (GB)")
-    if spec.ssh_cidr:
-        try:
-            ipaddress.ip_network(spec.ssh_cidr, strict=False)
-        except ValueError:
-            raise UsageError(
-                f"invalid --ssh-cidr {spec.ssh_cidr!r}: an address or network, e.g. 203.0.113.7/32"
-            ) from None
-    if spec.vpc_id and not spec.subnet_id:
-        raise UsageError("--vpc-id needs --subnet-id (a subnet of that VPC for the nodes)")
 
 
 def check_cluster_name(name: str) -> None:

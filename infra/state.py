@@ -15,7 +15,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,9 @@ from .spec import ClusterSpec
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
 #: 3: a resource's ``detail`` holds every field of its kind's typed record (``details.py``) where
 #: version 2 held only those known so far (both are read: a missing field is its default).
-STATE_VERSION = 3
+#: 4: a provider's own options (aws: region, instance_type, ...) are in the spec's ``options``, where
+#: versions 1 to 3 had every provider's as keys of the spec itself (``_spec`` moves them).
+STATE_VERSION = 4
 #: A temp file of an interrupted write (``atomic_write``) this old is left over, not being written.
 STALE_TMP_S = 60.0
 
@@ -115,13 +117,23 @@ class ClusterState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterState:
         data = dict(data)
-        data.pop("version", None)
+        version = data.pop("version", 1)
         return cls(
-            spec=ClusterSpec(**data.pop("spec")),
+            spec=_spec(data.pop("spec"), version),
             nodes=[_node(n) for n in data.pop("nodes")],
             resources=[Resource(**r) for r in data.pop("resources")],
             **data,
         )
+
+
+def _spec(data: dict[str, Any], version: int) -> ClusterSpec:
+    """Before version 4, a provider's options were keys of the spec: they move into ``options``
+    (another provider's, at their empty value, are dropped there: ``providers.take_options``)."""
+    data = dict(data)
+    if version < 4:
+        own = {f.name for f in fields(ClusterSpec)}
+        data["options"] = {key: data.pop(key) for key in list(data) if key not in own}
+    return ClusterSpec(**data)
 
 
 def _node(data: dict[str, Any]) -> NodeInfo:

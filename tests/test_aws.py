@@ -123,11 +123,13 @@ def test_plan_and_requests_are_pure_values() -> None:
         name="c1",
         provider="aws",
         nodes=2,
-        region=REGION,
-        instance_type="p3.2xlarge",
-        volume_gb=200,
-        ssh_user="ubuntu",
-        ssh_cidr=SSH_CIDR,
+        options={
+            "region": REGION,
+            "instance_type": "p3.2xlarge",
+            "volume_gb": 200,
+            "ssh_user": "ubuntu",
+            "ssh_cidr": SSH_CIDR,
+        },
     )
     plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
     kinds = [r.kind for r in plan.resources()]
@@ -162,7 +164,7 @@ def test_plan_and_requests_are_pure_values() -> None:
     assert rules[0]["IpRanges"][0]["CidrIp"] == SSH_CIDR and rules[1]["UserIdGroupPairs"][0]["GroupId"] == "sg-1"
     assert pricing.vcpu_quota("p3.2xlarge", spot=False).code == "L-417A185B"
     assert not plan_from_spec(
-        ClusterSpec(name="c1", provider="aws", nodes=2, instance_type="t3.micro"), "x", "/d"
+        ClusterSpec(name="c1", provider="aws", nodes=2, options={"instance_type": "t3.micro"}), "x", "/d"
     ).placement_group
 
 
@@ -177,10 +179,12 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
         name="c1",
         provider="aws",
         nodes=2,
-        region=REGION,
-        instance_type="p3.2xlarge",
-        volume_gb=200,
-        iam_instance_profile="ddpctl-s3",
+        options={
+            "region": REGION,
+            "instance_type": "p3.2xlarge",
+            "volume_gb": 200,
+            "iam_instance_profile": "ddpctl-s3",
+        },
     )
     plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
     kwargs = dict(
@@ -199,9 +203,9 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **kwargs)
     for provider in ("local", "pcluster"):
         with pytest.raises(UsageError, match=f"--iam-instance-profile is for --provider aws, not {provider}"):
-            ClusterSpec(name="c1", provider=provider, iam_instance_profile="ddpctl-s3")
+            ClusterSpec(name="c1", provider=provider, options={"iam_instance_profile": "ddpctl-s3"})
     with pytest.raises(UsageError, match="invalid --iam-instance-profile"):
-        ClusterSpec(name="c1", provider="aws", iam_instance_profile="arn:aws:iam::1:instance-profile/x y")
+        ClusterSpec(name="c1", provider="aws", options={"iam_instance_profile": "arn:aws:iam::1:instance-profile/x y"})
 
 
 @pytest.mark.parametrize(
@@ -644,7 +648,7 @@ def test_instance_profile_reaches_the_nodes(aws: Env) -> None:
     # moto 5.2 associates the profile with the first instance of a RunInstances call only (EC2: every one)
     assert instances[0]["IamInstanceProfile"]["Arn"] == arn
     state = json.loads((aws.home / "clusters" / "c1.json").read_text())
-    assert state["spec"]["iam_instance_profile"] == "ddpctl-s3"
+    assert state["spec"]["options"]["iam_instance_profile"] == "ddpctl-s3"
     aws.ok("down")
     aws.assert_clean()
     assert iam.get_instance_profile(InstanceProfileName="ddpctl-s3")  # the user's: never deleted
@@ -692,7 +696,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     baseline = moto.inventory()
     provider = AwsProvider(caller_address=lambda: "198.51.100.4")
     store = StateStore(tmp_path / "home")
-    spec = ClusterSpec(name="c2", provider="aws", nodes=2, spot=True, configure=False)
+    spec = ClusterSpec(name="c2", provider="aws", nodes=2, options={"spot": True, "configure": False})
     state = provider.plan(spec, store)
     messages: list[str] = []
     clusters.up(provider, state, store, messages.append)

@@ -163,7 +163,7 @@ def test_damaged_aws_state_without_its_region(moto: Moto, home: Path, aws_env: d
     baseline = moto.inventory()
     ok(*AWS_UP, env=aws_env, timeout=120)
     path = home / "clusters" / "c1.json"
-    region = json.loads(path.read_text())["spec"]["region"]
+    region = json.loads(path.read_text())["spec"]["options"]["region"]
     path.write_text('{"spec": {"name": "c1", "provider": "aws"')
     result = ddpctl("down", "--name", "c1", env=aws_env)
     assert result.returncode == 2 and "--region REGION" in one_error(result)

@@ -70,11 +70,8 @@ def _plan(**spec_kw: Any):
     from ddpctl.infra.providers.pcluster.plan import plan_from_spec
     from ddpctl.infra.spec import ClusterSpec
 
-    settings = spec_kw.pop("settings", Settings())
-    kw = {
-        "name": "c1",
-        "provider": "pcluster",
-        "nodes": 2,
+    settings, nodes = spec_kw.pop("settings", Settings()), spec_kw.pop("nodes", 2)
+    options = {
         "region": REGION,
         "instance_type": "p3.2xlarge",
         "volume_gb": 200,
@@ -82,7 +79,8 @@ def _plan(**spec_kw: Any):
         "ssh_cidr": SSH_CIDR,
         **spec_kw,
     }
-    return plan_from_spec(ClusterSpec(**kw), "abc123", "/h/clusters/c1", settings)
+    spec = ClusterSpec(name="c1", provider="pcluster", nodes=nodes, options=options)
+    return plan_from_spec(spec, "abc123", "/h/clusters/c1", settings)
 
 
 def _resolved(subnet: str = "subnet-0123456789abcdef0"):
@@ -541,7 +539,7 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
 def _spec():
     from ddpctl.infra.spec import ClusterSpec
 
-    return ClusterSpec(name="c1", provider="pcluster", nodes=2, region=REGION)
+    return ClusterSpec(name="c1", provider="pcluster", nodes=2, options={"region": REGION})
 
 
 def test_help_and_import_load_nothing_heavy() -> None:
@@ -1185,8 +1183,7 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
         name="pc",
         provider="pcluster",
         nodes=2,
-        region=REGION,
-        ssh_user="root",
+        options={"region": REGION, "ssh_user": "root"},
         playbook_vars={
             **GROUP_VARS,
             "ddpctl_node_dir": str(shared_home / "ddpctl"),

@@ -7,8 +7,8 @@ import pytest
 
 from ddpctl.infra.ansible import Play
 from ddpctl.infra.errors import UsageError
-from ddpctl.infra.providers import NAMES, get_provider, provider_class
-from ddpctl.infra.providers.base import PROVIDER_FLAGS, LiveStatus, Provider
+from ddpctl.infra.providers import NAMES, all_options, declared_options, get_provider, provider_class
+from ddpctl.infra.providers.base import LiveStatus, Provider
 from ddpctl.infra.spec import ClusterSpec
 from ddpctl.infra.state import ClusterState, StateStore
 
@@ -63,9 +63,9 @@ def test_a_lost_cluster_is_found_by_tag_only_where_something_is_billed(name, tmp
 def test_no_configure_is_taken_by_both_aws_providers():
     """`up --provider pcluster --no-configure` was refused by the CLI although the provider does it."""
     for name in ("aws", "pcluster"):
-        assert ClusterSpec(name="c1", provider=name, configure=False).configure is False
+        assert ClusterSpec(name="c1", provider=name, options={"configure": False}).options["configure"] is False
     with pytest.raises(UsageError, match="^--no-configure is for --provider aws or pcluster, not onprem$"):
-        ClusterSpec(name="c1", provider="onprem", configure=False)
+        ClusterSpec(name="c1", provider="onprem", options={"configure": False})
 
 
 @pytest.mark.parametrize(
@@ -73,15 +73,15 @@ def test_no_configure_is_taken_by_both_aws_providers():
     [
         ({"provider": "local", "inventory": "hosts.ini"}, "--inventory is for --provider onprem, not local"),
         (
-            {"provider": "pcluster", "iam_instance_profile": "p"},
+            {"provider": "pcluster", "options": {"iam_instance_profile": "p"}},
             "--iam-instance-profile is for --provider aws, not pcluster",
         ),
         (
-            {"provider": "local", "region": "us-east-1", "spot": True},
+            {"provider": "local", "options": {"region": "us-east-1", "spot": True}},
             "--region, --spot are for --provider aws or pcluster, not local",
         ),
         (
-            {"provider": "local", "inventory": "h.ini", "spot": True},
+            {"provider": "local", "inventory": "h.ini", "options": {"spot": True}},
             "--inventory, --spot are not for --provider local",
         ),
         (
@@ -95,9 +95,27 @@ def test_a_provider_refuses_the_flags_it_does_not_take(kwargs, message):
         ClusterSpec(name="c1", **kwargs)
 
 
-def test_every_provider_only_field_is_taken_by_some_provider():
-    taken = set().union(*(provider_class(n).options for n in NAMES))
-    assert taken == set(PROVIDER_FLAGS)
+def test_each_provider_takes_the_options_it_declares():
+    """The light declaration the CLI reads (the registry's) is the provider's own, and the CLI's
+    provider options are exactly theirs: each once, pcluster's shared with aws."""
+    for name in NAMES:
+        assert provider_class(name).options == declared_options(name)
+    assert {o.name for o in all_options()} == set().union(*(provider_class(n).option_names() for n in NAMES))
+    assert declared_options("pcluster") == tuple(o for o in declared_options("aws") if o.name != "iam_instance_profile")
+    assert all(o.kind in (str, int, bool, dict) and o.help for o in all_options())
+
+
+def test_a_spec_holds_its_providers_options_only():
+    """Every option the provider takes, at its empty value where not given; another provider's at
+    its empty value is dropped (as `up` passes every flag); a name no provider declares is refused."""
+    spec = ClusterSpec(name="c1", provider="pcluster", options={"region": "us-west-2", "iam_instance_profile": ""})
+    assert set(spec.options) == {o.name for o in declared_options("pcluster")}
+    assert spec.options["region"] == "us-west-2" and spec.options["spot"] is False and spec.options["configure"] is True
+    assert ClusterSpec(name="c1", options={"spot": False, "configure": True}).options == {}
+    with pytest.raises(UsageError, match=r"^unknown provider option\(s\) \['colour'\]"):
+        ClusterSpec(name="c1", provider="aws", options={"colour": "red"})
+    with pytest.raises(UsageError, match=r"^--volume-gb 'big' is not a whole number$"):
+        ClusterSpec(name="c1", provider="aws", options={"volume_gb": "big"})
 
 
 def test_down_on_failure_is_a_choice_only_where_something_is_billed():

@@ -176,8 +176,7 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
         name="pc",
         provider="pcluster",
         nodes=2,
-        region="us-east-1",
-        ssh_user="root",
+        options={"region": "us-east-1", "ssh_user": "root"},
         playbook_vars={
             **GROUP_VARS,
             "ddpctl_node_dir": str(shared_home / "ddpctl"),

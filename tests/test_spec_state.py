@@ -81,7 +81,7 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
     assert store.load("c") == saved
     path = store.path("c")
     assert path.stat().st_mode & 0o777 == 0o600
-    assert json.loads(path.read_text())["version"] == STATE_VERSION == 3
+    assert json.loads(path.read_text())["version"] == STATE_VERSION == 4
     assert not list(path.parent.glob(".*.tmp"))  # no temp file left behind
     store.delete("c")
     with pytest.raises(ClusterNotFound, match="no cluster named 'c'"):
@@ -116,7 +116,9 @@ def test_resource_details_are_typed_records_and_version_2_details_still_read(tmp
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.details import ClusterDetail, ConfigDetail
 
-    spec = ClusterSpec(name="c", provider="aws", nodes=2, region="us-east-1", instance_type="p3.2xlarge")
+    spec = ClusterSpec(
+        name="c", provider="aws", nodes=2, options={"region": "us-east-1", "instance_type": "p3.2xlarge"}
+    )
     planned = {r.kind: r for r in plan_from_spec(spec, "cid", "/h/clusters/c").resources()}
     nodes = planned["instances"]
     assert nodes.detail == InstancesDetail(count=2, instance_type="p3.2xlarge").to_dict()  # every field, written once
@@ -147,6 +149,37 @@ def test_resource_details_are_typed_records_and_version_2_details_still_read(tmp
     assert inst.detail["old"] == 1 and inst.detail["ids"] == [] and inst.detail["nodes"] == {}
     assert ConfigDetail.of(config).plan_settings == Settings(head_instance_type="t3.large")
     assert ClusterDetail.of(cluster).create_called and ClusterDetail.of(cluster).status == ""
+
+
+#: The AWS keys every version-2 spec had at its top level, whatever its provider, at their empty values.
+V2_AWS_KEYS = {
+    **dict.fromkeys(("region", "az", "instance_type", "ami", "ssh_cidr", "vpc_id", "subnet_id", "ssh_user"), ""),
+    **{"volume_gb": 0, "spot": False, "private_ip": False, "configure": True, "iam_instance_profile": "", "tags": {}},
+}
+
+
+@pytest.mark.parametrize("provider", ["local", "aws", "pcluster"])
+def test_version_2_files_load_with_the_providers_options_moved(tmp_path: Path, provider: str) -> None:
+    """Version 2 kept every provider's options as keys of the spec; version 4 keeps the cluster's
+    provider's in ``spec.options`` (another provider's, all empty, are dropped)."""
+    store = StateStore(tmp_path)
+    spec = {"name": "c", "provider": provider, "nodes": 2, "nproc_per_node": 1, "port": None, "env": {}}
+    spec |= {"python": "/usr/bin/python3", "inventory": "", "playbook_vars": {}, **V2_AWS_KEYS}
+    if provider != "local":
+        spec |= {"region": "eu-west-1", "spot": True, "tags": {"team": "ml"}}
+    doc = {"version": 2, "spec": spec, "cluster_id": "cid", "status": "up", "nodes": [], "resources": []}
+    store.clusters_dir.mkdir(parents=True)
+    store.path("c").write_text(json.dumps(doc))
+    loaded = store.load("c").spec
+    if provider == "local":
+        assert loaded.options == {}
+    else:
+        assert loaded.options["region"] == "eu-west-1" and loaded.options["spot"] is True
+        assert loaded.options["tags"] == {"team": "ml"} and loaded.options["configure"] is True
+        assert ("iam_instance_profile" in loaded.options) == (provider == "aws")
+    assert store.salvage("c").reason == "readable"
+    store.save(store.load("c"))  # written back as version 4, read back the same
+    assert json.loads(store.path("c").read_text())["version"] == STATE_VERSION == 4 and store.load("c").spec == loaded
 
 
 def test_state_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

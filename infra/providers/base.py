@@ -2,8 +2,9 @@
 
 Every verb that any caller uses is declared here once, with a default that either works or raises
 one clear error; a provider overrides what it does differently. What a provider can do is said by
-its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``options``), never by
-comparing its name: nothing outside ``infra/providers/`` looks at a provider's name.
+its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``takes_inventory``,
+``options``), never by comparing its name: nothing outside ``infra/providers/`` looks at a
+provider's name.
 
 ``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up``
 records that plan before creating anything, then creates resource by resource; ``down`` deletes
@@ -12,8 +13,8 @@ whatever the state (and, for clouds, the tags) says may exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from ..launch.supervise import OutputLine, RunResult
     from ..spec import ClusterSpec, RunSpec
     from ..state import ClusterState, Salvage, StateStore
+    from .options import Option
 
 Sink = Callable[["OutputLine"], None]
 
@@ -35,26 +37,6 @@ class Executor(Protocol):
 
 
 ExecutorFor = Callable[[Sink], Executor]
-
-#: The cluster-spec fields that only some providers take, with the flag that sets each. A provider
-#: lists the ones it takes in ``options``; ``check_spec`` refuses the others by their flag.
-PROVIDER_FLAGS = {
-    "inventory": "--inventory",
-    "region": "--region",
-    "az": "--az",
-    "instance_type": "--instance-type",
-    "volume_gb": "--volume-gb",
-    "ami": "--ami",
-    "spot": "--spot",
-    "ssh_cidr": "--ssh-cidr",
-    "vpc_id": "--vpc-id",
-    "subnet_id": "--subnet-id",
-    "ssh_user": "--ssh-user",
-    "private_ip": "--private-ip",
-    "iam_instance_profile": "--iam-instance-profile",
-    "tags": "--tag",
-    "configure": "--no-configure",  # True by default: the flag sets it False
-}
 
 
 @dataclass(frozen=True)
@@ -96,8 +78,15 @@ class Provider:
     #: ``--no-down-on-failure``); an interrupted one keeps it and says how to finish or delete it.
     #: Not billed: any failure or Ctrl-C of ``up`` takes down what was made at once.
     billed: ClassVar[bool] = False
-    #: The ``PROVIDER_FLAGS`` fields it takes.
-    options: ClassVar[frozenset[str]] = frozenset()
+    #: It takes ``--inventory`` (the hosts of an Ansible inventory).
+    takes_inventory: ClassVar[bool] = False
+    #: The options it takes beyond the common ones, as its ``options`` module declares them (the
+    #: registry's ``_OPTIONS`` names that module, so ``--help`` reads it without the provider).
+    options: ClassVar[tuple[Option, ...]] = ()
+
+    @classmethod
+    def option_names(cls) -> set[str]:
+        return {o.name for o in cls.options}
 
     # ---- the life cycle ---------------------------------------------------------------------------
 
@@ -152,22 +141,41 @@ class Provider:
     # ---- checks before anything is made ------------------------------------------------------------
 
     def check_spec(self, spec: ClusterSpec) -> None:
-        """Refuse what this provider does not take: another provider's flags, playbook variables
-        where no playbook runs. Cheap: every ``ClusterSpec`` is checked with it as it is made."""
+        """Refuse what this provider does not take: playbook variables where no playbook runs, and
+        another provider's options (``--inventory`` among them) given a value, by their flags.
+        Cheap: every ``ClusterSpec`` is checked with it as it is made."""
         if spec.playbook_vars and not self.runs_playbooks:
             raise UsageError(
                 f"--playbook-var is for --provider {_who(lambda p: p.runs_playbooks)} (they run "
                 f"playbooks/site.yml), not {self.name}"
             )
-        defaults = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(spec)}
-        given = [f for f in PROVIDER_FLAGS if f not in self.options and getattr(spec, f) != defaults[f]]
+        from . import all_options
+
+        given = {"inventory": "--inventory"} if spec.inventory and not self.takes_inventory else {}
+        given |= {  # another provider's options, given a value
+            o.name: o.given_flag
+            for o in all_options()
+            if o not in self.options and spec.options.get(o.name, o.empty) != o.empty
+        }
         if given:
-            flags = ", ".join(PROVIDER_FLAGS[f] for f in given)
-            takers = _who(lambda p: all(f in p.options for f in given))
+            flags = ", ".join(given.values())
+            takers = _who(lambda p: all(f == "inventory" and p.takes_inventory or f in p.option_names() for f in given))
             verb = "is" if len(given) == 1 else "are"
             if not takers:  # flags of different providers
                 raise UsageError(f"{flags} are not for --provider {self.name}")
             raise UsageError(f"{flags} {verb} for --provider {takers}, not {self.name}")
+
+    def take_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``ClusterSpec.options``: every option it takes (``options``), from ``given`` or at its
+        empty value, each checked (``Option.validate``); a key no provider declares is refused.
+        Another provider's options are left out (``check_spec`` refused any given a value)."""
+        from . import all_options
+        from .options import take
+
+        unknown = sorted(set(given) - {o.name for o in all_options()})
+        if unknown:
+            raise UsageError(f"unknown provider option(s) {unknown}: known are {sorted(o.name for o in all_options())}")
+        return take(self.options, given)
 
     def check_up(self, spec: ClusterSpec) -> None:
         """What bringing this spec up needs, found before anything is made (local: CPUs, Python)."""

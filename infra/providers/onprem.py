@@ -41,7 +41,7 @@ class HostConfigDetail(Detail):
 class OnpremProvider(Provider):
     name = "onprem"
     runs_playbooks = True
-    options = frozenset({"inventory"})
+    takes_inventory = True
 
     def default_nodes(self, inventory: str) -> int:
         """Every host in the inventory."""

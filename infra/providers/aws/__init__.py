@@ -1,6 +1,7 @@
 """The AWS provider (EC2), one package; its network, key and AWS plumbing serve the pcluster
 provider too.
 
+    options.py     its options (flags, ddpctl.toml keys, format checks), declared once (pure)
     plan.py        the typed plan: resources, names, tags, the exact EC2 requests (pure)
     images.py      which AMI for which GPU, and the NVIDIA driver plan (pure)
     pricing.py     built-in prices, vCPUs/GPUs, vCPU quota codes (pure)
@@ -19,11 +20,23 @@ provider too.
     configure.py   inventory + playbooks/site.yml, as for on-prem hosts
     faults.py      DDPCTL_FAULT: test-only fault injection
 
-Importing this package does not import boto3.
+Importing this package imports neither boto3 nor the provider (``PROVIDER`` is loaded when first used).
 """
 
 from __future__ import annotations
 
-from .provider import PROVIDER, AwsProvider
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .provider import PROVIDER, AwsProvider
 
 __all__ = ["PROVIDER", "AwsProvider"]
+
+
+def __getattr__(name: str) -> Any:
+    """The provider, imported on first use: its ``options`` module is read without it (``--help``)."""
+    if name in __all__:
+        from . import provider
+
+        return getattr(provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,27 +12,28 @@ from dataclasses import replace
 from ...errors import UsageError
 from ...spec import ClusterSpec
 from . import boto
-from .plan import DEFAULT_INSTANCE_TYPE, DEFAULT_REGION, DEFAULT_SSH_USER, DEFAULT_VOLUME_GB
+from .options import DEFAULT_INSTANCE_TYPE, DEFAULT_REGION, DEFAULT_SSH_USER, DEFAULT_VOLUME_GB
 
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
 
 def with_defaults(spec: ClusterSpec) -> ClusterSpec:
     """The spec with AWS defaults filled in, and the region checked against botocore's list."""
-    region = spec.region or boto.default_region() or DEFAULT_REGION
+    o = spec.options
+    region = o["region"] or boto.default_region() or DEFAULT_REGION
     regions = boto.available_regions()
     if region not in regions:
         sample = ", ".join(r for r in regions if r.startswith(("us-", "eu-west-1")))
         raise UsageError(f"unknown AWS region {region!r}: use one of {sample}, ... (`aws ec2 describe-regions`)")
-    if spec.az and not spec.az.startswith(region):
-        raise UsageError(f"--az {spec.az} is not in region {region}: give a zone of {region} (e.g. {region}a)")
-    return replace(
-        spec,
-        region=region,
-        instance_type=spec.instance_type or DEFAULT_INSTANCE_TYPE,
-        volume_gb=spec.volume_gb or DEFAULT_VOLUME_GB,
-        ssh_user=spec.ssh_user or DEFAULT_SSH_USER,
-    )
+    if o["az"] and not o["az"].startswith(region):
+        raise UsageError(f"--az {o['az']} is not in region {region}: give a zone of {region} (e.g. {region}a)")
+    filled = {
+        "region": region,
+        "instance_type": o["instance_type"] or DEFAULT_INSTANCE_TYPE,
+        "volume_gb": o["volume_gb"] or DEFAULT_VOLUME_GB,
+        "ssh_user": o["ssh_user"] or DEFAULT_SSH_USER,
+    }
+    return replace(spec, options={**o, **filled})
 
 
 def lookup_caller_address(timeout: float = 5.0) -> str:

@@ -18,11 +18,6 @@ from . import details as d
 from . import pricing
 from .images import UBUNTU, ImageChoice, choose_image
 
-DEFAULT_INSTANCE_TYPE = "p3.2xlarge"
-DEFAULT_REGION = "us-east-1"
-DEFAULT_VOLUME_GB = 200
-DEFAULT_SSH_USER = "ubuntu"  # the Ubuntu DLAMIs' login user
-
 TAG_CLUSTER = "ddpctl:cluster"
 TAG_CLUSTER_ID = "ddpctl:cluster-id"
 TAG_CREATED_BY = "ddpctl:created-by"
@@ -194,28 +189,30 @@ def base_name(cluster: str) -> str:
 
 
 def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
-    """``spec`` is a ClusterSpec with the AWS defaults already filled in (``defaults.with_defaults``)."""
+    """``spec`` is a ClusterSpec with the AWS defaults already filled in (``defaults.with_defaults``);
+    its ``options`` are aws's (``options.py``) or pcluster's (the same, less the instance profile)."""
+    o = spec.options
     return AwsPlan(
         cluster=spec.name,
         cluster_id=cluster_id,
-        region=spec.region,
-        az=spec.az,
-        instance_type=spec.instance_type,
+        region=o["region"],
+        az=o["az"],
+        instance_type=o["instance_type"],
         count=spec.nodes,
-        ami=spec.ami,
-        volume_gb=spec.volume_gb,
-        spot=spec.spot,
-        ssh_cidr=spec.ssh_cidr,
-        vpc_id=spec.vpc_id,
-        subnet_id=spec.subnet_id,
-        ssh_user=spec.ssh_user,
-        private_ip=spec.private_ip,
-        configure=spec.configure,
-        placement_group=spec.nodes > 1 and pricing.supports_cluster_placement(spec.instance_type),
+        ami=o["ami"],
+        volume_gb=o["volume_gb"],
+        spot=o["spot"],
+        ssh_cidr=o["ssh_cidr"],
+        vpc_id=o["vpc_id"],
+        subnet_id=o["subnet_id"],
+        ssh_user=o["ssh_user"],
+        private_ip=o["private_ip"],
+        configure=o["configure"],
+        placement_group=spec.nodes > 1 and pricing.supports_cluster_placement(o["instance_type"]),
         cluster_dir=cluster_dir,
         key_path=f"{cluster_dir}/id_ed25519",
-        iam_instance_profile=spec.iam_instance_profile,
-        user_tags=dict(spec.tags),
+        iam_instance_profile=o.get("iam_instance_profile", ""),
+        user_tags=dict(o["tags"]),
     )
 
 

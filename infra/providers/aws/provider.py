@@ -26,7 +26,7 @@ from ...launch.ssh import SshExecutor
 from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, StateStore
-from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
+from ..base import LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, pricing
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
@@ -34,7 +34,8 @@ from .dry_run import DryRunReport, dry_run_report
 from .ec2 import Aws
 from .errors import aws_errors
 from .images import choose_image
-from .plan import DEFAULT_REGION, SPOT_NOTE, TAG_CLUSTER, AwsPlan, base_name, plan_from_spec
+from .options import DEFAULT_REGION, OPTIONS
+from .plan import SPOT_NOTE, TAG_CLUSTER, AwsPlan, base_name, plan_from_spec
 from .steps import only
 from .up import Up
 
@@ -43,7 +44,7 @@ class AwsProvider(Provider):
     name = "aws"
     runs_playbooks = True
     billed = True
-    options = frozenset(PROVIDER_FLAGS) - {"inventory"}
+    options = OPTIONS
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:
         self.caller_address = caller_address
@@ -52,18 +53,18 @@ class AwsProvider(Provider):
 
     def hourly_cost(self, spec: ClusterSpec) -> float | None:
         spec = with_defaults(spec)
-        return pricing.hourly_usd(spec.instance_type, spec.nodes)
+        return pricing.hourly_usd(spec.options["instance_type"], spec.nodes)
 
     def check_up(self, spec: ClusterSpec) -> None:
         """A type that no image fits (p2's Kepler GPUs without --ami): refused before `up` asks or calls AWS."""
         spec = with_defaults(spec)
-        choose_image(spec.instance_type, spec.ami)
+        choose_image(spec.options["instance_type"], spec.options["ami"])
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
         cluster_id = uuid.uuid4().hex[:12]
         plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)))
-        facts = pricing.TYPES.get(spec.instance_type)
+        facts = pricing.TYPES.get(spec.options["instance_type"])
         nodes = [
             NodeInfo(
                 name=f"node{i}", host="", workdir="", cpus=facts.vcpus if facts else 1, gpus=facts.gpus if facts else 0
@@ -120,7 +121,7 @@ class AwsProvider(Provider):
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         name = state.name
-        region = state.spec.region or DEFAULT_REGION
+        region = state.spec.options["region"] or DEFAULT_REGION
         persisted = store.exists(name)
         if persisted:
             state.status = "deleting"
@@ -168,7 +169,9 @@ class AwsProvider(Provider):
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R`` with no state file: everything found by tag."""
-        spec = with_defaults(ClusterSpec(name=name, provider="aws", region=region))  # the region as `up` checks it
+        spec = with_defaults(
+            ClusterSpec(name=name, provider="aws", options={"region": region})
+        )  # the region as `up` checks it
         stack_name = base_name(name)  # what a ParallelCluster cluster of that name is called
         with aws_errors(region):
             stack = Aws(region).stack_tags(stack_name)
@@ -184,12 +187,15 @@ class AwsProvider(Provider):
 
     def status(self, state: ClusterState) -> LiveStatus:
         """What EC2 says runs for the cluster now, and what that costs per hour."""
-        price = pricing.ON_DEMAND_USD_PER_HOUR.get(state.spec.instance_type)
-        details: dict[str, Any] = {"instance_type": state.spec.instance_type, "region": state.spec.region}
+        price = pricing.ON_DEMAND_USD_PER_HOUR.get(state.spec.options["instance_type"])
+        details: dict[str, Any] = {
+            "instance_type": state.spec.options["instance_type"],
+            "region": state.spec.options["region"],
+        }
         error = ""
         try:
-            with aws_errors(state.spec.region):
-                alive = Aws(state.spec.region).alive_instances(state.name)
+            with aws_errors(state.spec.options["region"]):
+                alive = Aws(state.spec.options["region"]).alive_instances(state.name)
         except DdpctlError as exc:
             error = str(exc)
             billed = len(state.nodes) if state.status == "up" else 0

@@ -1,5 +1,6 @@
 """The ParallelCluster provider: a Slurm cluster on AWS, made by the real ``pcluster`` CLI.
 
+    options.py    its options: the aws provider's, less --iam-instance-profile (pure)
     config.py     the ParallelCluster 3 configuration from the cluster spec (pure)
     plan.py       the typed plan: the aws provider's network/key plan + the config and the cluster (pure)
     schema.py     the configuration checked by aws-parallelcluster's own schema, offline, in its venv
@@ -18,6 +19,18 @@ finds it. Importing this package imports neither boto3 nor pcluster.
 
 from __future__ import annotations
 
-from .provider import PROVIDER, PclusterProvider
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .provider import PROVIDER, PclusterProvider
 
 __all__ = ["PROVIDER", "PclusterProvider"]
+
+
+def __getattr__(name: str) -> Any:
+    """The provider, imported on first use: its ``options`` module is read without it (``--help``)."""
+    if name in __all__:
+        from . import provider
+
+        return getattr(provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,12 +47,13 @@ from ..aws.ec2 import Aws
 from ..aws.errors import aws_errors
 from ..aws.plan import base_name, ssh_cidr_for
 from ..aws.steps import only
-from ..base import PROVIDER_FLAGS, LiveStatus, Progress, Provider
+from ..base import LiveStatus, Progress, Provider
 from . import compute, schema
 from .cli import Install, PclusterCli, find_pcluster
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
 from .details import ClusterDetail, ConfigDetail
 from .dry_run import DryRunReport, dry_run_report
+from .options import OPTIONS
 from .plan import HEAD_TAGS, PclusterPlan, plan_from_spec
 from .up import Up, configure_head
 from .waits import Waits
@@ -62,7 +63,7 @@ class PclusterProvider(Waits, Provider):
     name = "pcluster"
     runs_playbooks = True
     billed = True
-    options = frozenset(PROVIDER_FLAGS) - {"inventory", "iam_instance_profile"}
+    options = OPTIONS
 
     def __init__(
         self, caller_address: Callable[[], str] = lookup_caller_address, env: Mapping[str, str] | None = None
@@ -80,7 +81,7 @@ class PclusterProvider(Waits, Provider):
         spec = with_defaults(spec)
         cluster_id = uuid.uuid4().hex[:12]
         plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)), settings_from_env(self.env))
-        facts = pricing.TYPES.get(spec.instance_type)
+        facts = pricing.TYPES.get(spec.options["instance_type"])
         # The login node as the launcher sees it; jobs run on compute nodes, so cpus/gpus are theirs.
         head = NodeInfo(
             name="head",
@@ -194,7 +195,7 @@ class PclusterProvider(Waits, Provider):
         """``ddpctl down --name X --region R --provider pcluster`` with no state file: the
         ParallelCluster named for X, if its ``ddpctl:cluster`` tag says it is X's, then the key pair
         and network found by their tags."""
-        spec = with_defaults(ClusterSpec(name=name, provider="pcluster", region=region))
+        spec = with_defaults(ClusterSpec(name=name, provider="pcluster", options={"region": region}))
         cluster = base_name(name)  # the ParallelCluster of that name
         progress(
             f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}"

@@ -1,0 +1,177 @@
+"""The AWS provider's options, declared once (``providers.options.Option``): ``ddpctl up``'s flags,
+the ``[cluster]`` keys of ``ddpctl.toml`` and ``ClusterSpec.options`` come from ``OPTIONS``, with
+their format checks (whether a region or AMI exists is checked against AWS at ``up``). pcluster
+takes them too, less ``iam_instance_profile`` (``pcluster/options.py``). Pure: no boto3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...errors import UsageError
+from ..options import Option
+
+#: What the plan fills in for an option not given (``defaults.with_defaults``).
+DEFAULT_INSTANCE_TYPE = "p3.2xlarge"
+DEFAULT_REGION = "us-east-1"
+DEFAULT_VOLUME_GB = 200
+DEFAULT_SSH_USER = "ubuntu"  # the Ubuntu DLAMIs' login user
+
+#: AWS's rules for a tag (EC2 and CloudFormation alike), and how many a user may give.
+TAG_KEY_PATTERN = r"[\w .:/=+@-]{1,128}"
+TAG_VALUE_PATTERN = r"[\w .:/=+@-]{0,256}"
+MAX_USER_TAGS = 40  # AWS allows 50 per resource; ddpctl's own take 4
+
+
+def check_user_tags(tags: Mapping[str, str]) -> None:
+    """``--tag KEY=VALUE``: what AWS accepts on every resource, and not a key ddpctl sets itself."""
+    import re
+
+    for key, value in tags.items():
+        if not re.fullmatch(TAG_KEY_PATTERN, key):
+            raise UsageError(
+                f"invalid --tag key {key!r}: 1 to 128 letters, digits, spaces or _ . : / = + - @, e.g. team=ml"
+            )
+        if key.lower().startswith(("aws:", "ddpctl:")) or key == "Name":
+            raise UsageError(
+                f"--tag {key} is reserved (aws:, ddpctl: and Name are set by AWS or ddpctl): choose another key"
+            )
+        if not re.fullmatch(TAG_VALUE_PATTERN, value):
+            raise UsageError(f"invalid --tag value for {key}: up to 256 letters, digits, spaces or _ . : / = + - @")
+    if len(tags) > MAX_USER_TAGS:
+        raise UsageError(f"{len(tags)} --tag values: give at most {MAX_USER_TAGS} (AWS allows 50 tags per resource)")
+
+
+def check_cidr(value: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise UsageError(f"invalid --ssh-cidr {value!r}: an address or network, e.g. 203.0.113.7/32") from None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "region",
+        "--region",
+        str,
+        f"aws: the region. [default: AWS_REGION, AWS_DEFAULT_REGION or your profile's; else {DEFAULT_REGION}]",
+        metavar="REGION",
+        pattern=r"[a-z]{2}(-[a-z]+)+-\d+",
+        example="e.g. us-east-1",
+    ),
+    Option(
+        "az",
+        "--az",
+        str,
+        "aws: launch in this zone only. [default: the first zone with capacity]",
+        metavar="ZONE",
+        pattern=r"[a-z]{2}(-[a-z]+)+-\d+[a-z]",
+        example="e.g. us-east-1a",
+    ),
+    Option(
+        "instance_type",
+        "--instance-type",
+        str,
+        f"aws: EC2 instance type. [default: {DEFAULT_INSTANCE_TYPE}]",
+        metavar="TYPE",
+        pattern=r"[a-z][a-z0-9-]*\.[a-z0-9-]+",
+        example="e.g. p3.2xlarge",
+    ),
+    Option(
+        "volume_gb",
+        "--volume-gb",
+        int,
+        f"aws: root volume size (gp3, encrypted). [default: {DEFAULT_VOLUME_GB}]",
+        bounds=(8, 16384),
+        unit="GB",
+    ),
+    Option(
+        "ami",
+        "--ami",
+        str,
+        "aws: the image. [default: by the GPU generation: Canonical's Ubuntu 22.04 for p3 (Volta), with "
+        "the driver installed by the playbooks; the newest AWS Deep Learning AMI for g4dn, g5, p4d, p5]",
+        metavar="AMI_ID",
+        pattern=r"ami-[0-9a-f]{8,17}",
+        example="e.g. ami-0123456789abcdef0",
+    ),
+    Option(
+        "spot",
+        "--spot",
+        bool,
+        "aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
+        "terminated, the run fails, and `down` + `up` start over from the last snapshot).",
+    ),
+    Option(
+        "ssh_cidr",
+        "--ssh-cidr",
+        str,
+        "aws: who may SSH to the nodes. [default: your public address/32, from checkip.amazonaws.com]",
+        metavar="CIDR",
+        check=check_cidr,
+    ),
+    Option(
+        "vpc_id",
+        "--vpc-id",
+        str,
+        "aws: an existing VPC (with --subnet-id).",
+        metavar="VPC_ID",
+        pattern=r"vpc-[0-9a-f]{8,17}",
+        example="e.g. vpc-0123456789abcdef0",
+        needs=("subnet_id", "a subnet of that VPC for the nodes"),
+    ),
+    Option(
+        "subnet_id",
+        "--subnet-id",
+        str,
+        "aws: an existing subnet for the nodes. [default: a new VPC and subnet for the cluster]",
+        metavar="SUBNET_ID",
+        pattern=r"subnet-[0-9a-f]{8,17}",
+        example="e.g. subnet-0123456789abcdef0",
+    ),
+    Option(
+        "ssh_user",
+        "--ssh-user",
+        str,
+        f"aws: the AMI's login user. [default: {DEFAULT_SSH_USER}]",
+        metavar="USER",
+        pattern=r"[a-z_][a-z0-9_-]{0,31}",
+        example="e.g. ubuntu",
+    ),
+    Option(
+        "private_ip",
+        "--private-ip",
+        bool,
+        "aws: reach the nodes at their private addresses (run ddpctl inside the VPC).",
+    ),
+    Option(
+        "iam_instance_profile",
+        "--iam-instance-profile",
+        str,
+        "aws: an existing IAM instance profile for the nodes, e.g. one allowed s3:GetObject, "
+        "s3:PutObject and s3:ListBucket on the bucket of `run --snapshot-dir s3://...`. The "
+        "nodes get short-lived credentials from it; none are ever copied to them. [default: none]",
+        metavar="NAME",
+        pattern=r"[\w+=,.@-]{1,128}",
+        example="a profile name, e.g. ddpctl-s3",
+    ),
+    Option(
+        "tags",
+        "--tag",
+        dict,
+        "aws, pcluster: a tag for everything ddpctl creates (repeatable), e.g. team=ml or "
+        "cost-center=42, for tag policies and cost allocation. [ddpctl.toml: [cluster.tags]]",
+        metavar="KEY=VALUE",
+        check=check_user_tags,
+    ),
+    Option(
+        "configure",
+        "--configure/--no-configure",
+        bool,
+        "aws: configure the nodes with playbooks/site.yml; --no-configure only launches them and "
+        "collects their host keys (not ready for jobs until `ddpctl configure`).",
+        default=True,
+    ),
+)
