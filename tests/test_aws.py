@@ -487,13 +487,17 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
 
 
 def test_a_version_2_state_file_is_taken_down_by_what_it_records(aws: Env) -> None:
-    """State version 2 held a resource's detail fields only once known (version 3: every field).
-    With the cluster's tags gone from EC2, only the recorded ids find its instances and network."""
+    """State version 2 held a resource's detail fields only once known (version 3: every field), and
+    the AWS options as keys of the spec (version 4: ``spec.options``). With the cluster's tags gone
+    from EC2, only the recorded ids find its instances and network."""
+    from ddpctl.infra.state import STATE_VERSION
+
     aws.ok(*UP, "--nodes", "2")
     path = aws.home / "clusters" / "c1.json"
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3
+    assert doc["version"] == STATE_VERSION
     doc["version"] = 2
+    doc["spec"] |= doc["spec"].pop("options")
     for res in doc["resources"]:
         res["detail"] = {k: v for k, v in res["detail"].items() if v not in ("", [], {})}
     path.write_text(json.dumps(doc))
