@@ -261,8 +261,10 @@ class Store:
         self.first = self.proc.stdout.readline()
 
     def finish(self, timeout: float = 20) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, out, err
+        """Its exit status and the rest of its output. Read through the same buffered pipes as the first
+        line (``communicate`` reads the raw pipes and would miss a line already buffered with it)."""
+        self.proc.wait(timeout=timeout)
+        return self.proc.returncode, self.proc.stdout.read(), self.proc.stderr.read()
 
 
 @pytest.fixture
