@@ -63,7 +63,7 @@ class RunId(click.ParamType):
         """The recorded runs, newest first (``--run-id`` names a new one: nothing to complete)."""
         if self.allow_empty:
             return []
-        from ddpctl.infra.runs import list_runs
+        from ddpctl.infra.run_records import list_runs
 
         return _completions(incomplete, [r.run_id for r in reversed(list_runs(open_store()))])
 

@@ -162,8 +162,10 @@ def run(
     """
     from click.core import ParameterSource
 
-    from ddpctl.infra import runs
     from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.run_execute import execute
+    from ddpctl.infra.run_prepare import prepare, prepare_resume
+    from ddpctl.infra.run_records import RunOptions
 
     from .output import Output
 
@@ -180,12 +182,12 @@ def run(
         if job or job_args or given:
             what = " ".join(([job] if job else []) + given + (["-- ..."] if job_args else []))
             raise UsageError(f"--resume runs {resume_id} with its recorded job and options: leave out {what}")
-        prep = runs.prepare_resume(resume_id, store)
+        prep = prepare_resume(resume_id, store)
     else:
         if not job:
             raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
         min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
-        opts = runs.RunOptions(
+        opts = RunOptions(
             job=job,
             args=tuple(job_args),
             nodes=nodes,
@@ -203,7 +205,7 @@ def run(
             resume_from=resume_from or "",
             workdir=str(Path(workdir).resolve()) if workdir else "",
         )
-        prep = runs.prepare(opts, store)
+        prep = prepare(opts, store)
     if dry_run:
         if as_json:
             doc = {"ok": True, "dry_run": True, "plan": prep.plan.to_dict()}
@@ -232,7 +234,7 @@ def run(
         out.hide_repeats(prep.run.run_id)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = runs.execute(prep, store, out.line, out.progress)
+        result = execute(prep, store, out.line, out.progress)
     finally:
         signal.signal(signal.SIGTERM, previous)
         out.end_lines()
@@ -258,7 +260,7 @@ def runs(as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra.runs import list_runs
+    from ddpctl.infra.run_records import list_runs
 
     from .output import Output
 

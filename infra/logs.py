@@ -2,7 +2,7 @@
 lines the run printed, filtered by node and rank, and followed while the run is alive.
 
 Each line of ``output.log`` is ``[NODE rRANK] text`` (a rank's line) or ``[NODE] text`` (the
-node's agent), as ``runs.execute`` writes it.
+node's agent), as ``run_execute.execute`` writes it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import locks
 from .errors import UsageError
-from .runs import list_runs
+from .run_records import list_runs
 from .state import StateStore
 
 LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")

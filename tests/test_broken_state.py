@@ -31,7 +31,8 @@ import pytest
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.inventory import Host
 from ddpctl.infra.procs import RUN_KEY, find_tagged
-from ddpctl.infra.runs import RunOptions, prepare
+from ddpctl.infra.run_prepare import prepare
+from ddpctl.infra.run_records import RunOptions
 from ddpctl.infra.spec import ClusterSpec, run_env
 from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
 from tests.support.cli import ddpctl, tree

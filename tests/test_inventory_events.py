@@ -111,7 +111,7 @@ def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
 def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
     """ddpctl_nproc_per_node per host (nodes with different GPU counts) -> each node's ranks in `run`."""
     from ddpctl.infra.providers.onprem import host_nproc
-    from ddpctl.infra.runs import cluster_nprocs
+    from ddpctl.infra.run_prepare import cluster_nprocs
 
     hosts = hosts_from_list(
         listing(

@@ -22,7 +22,7 @@ import pytest
 from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.launch.sbatch import plan_sbatch
-from ddpctl.infra.runs import RunOptions
+from ddpctl.infra.run_records import RunOptions
 from ddpctl.infra.spec import ClusterSpec, RunSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 from tests.support.cli import ddpctl, tree

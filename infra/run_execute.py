@@ -1,0 +1,94 @@
+"""Executing a prepared run: bring up the cluster if the run owns it, record the run, run the
+plan with the cluster's executor (or Slurm's), keep its outputs, take the cluster down again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, replace
+
+from . import clusters, locks
+from .jobs import resolve_job
+from .launch.sbatch import SbatchPlan
+from .launch.slurm import SlurmExecutor
+from .launch.supervise import OutputLine, RunResult
+from .project import LARGE_BYTES
+from .providers.base import Progress
+from .run_prepare import PreparedRun
+from .run_records import OUTPUTS
+from .state import DownStore, StateStore, atomic_write
+
+
+def execute(prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress) -> RunResult:
+    """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
+    prep.provider.preflight(prep.cluster)
+    name, run_id = prep.cluster.name, prep.run.run_id
+    with locks.run(store, run_id, f"run {run_id} ({prep.run.job})"):
+        bring_up = prep.ephemeral and not store.exists(name)
+        hold = locks.ClusterLock(store, name, f"run {run_id} ({prep.run.job})").take(shared=not bring_up)
+        try:
+            if bring_up:
+                clusters.up(prep.provider, prep.cluster, store, progress)
+                hold.share()  # up: other runs may use it, nothing may change it
+            elif prep.ephemeral and store.load(name).cluster_id != prep.cluster.cluster_id:
+                raise locks.Busy(f"cluster {name!r} was just brought up by another command: run again to use it")
+            return _execute(prep, store, sink, progress, hold)
+        finally:
+            hold.release()
+
+
+def _execute(
+    prep: PreparedRun,
+    store: StateStore,
+    sink: Callable[[OutputLine], None],
+    progress: Progress,
+    hold: locks.ClusterLock,
+) -> RunResult:
+    run_dir = store.run_dir(prep.run.run_id)
+    try:
+        store.make_run_dir(prep.run.run_id)  # private: only this user reads a run's output
+        job = prep.options.job
+        job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
+        recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
+        options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
+        atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+        where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
+        project = getattr(prep.plan, "project", None)
+        if project is not None and project.size > LARGE_BYTES:
+            progress(project.size_warning())
+        progress(
+            f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
+            f"process(es), {where}; output also in {run_dir / 'output.log'}"
+        )
+        log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(log_fd, "a", buffering=1) as log:
+
+            def tee(line: OutputLine) -> None:
+                rank = "" if line.rank is None else f" r{line.rank}"
+                log.write(f"[{line.node}{rank}] {line.text}\n")
+                sink(line)
+
+            if isinstance(prep.plan, SbatchPlan):
+                result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
+            else:
+                result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
+    finally:
+        if prep.ephemeral:
+            try:
+                if prep.provider.keep_outputs(prep.cluster, prep.run, run_dir / OUTPUTS):
+                    progress(f"run {prep.run.run_id}: its snapshot folder is kept in {run_dir / OUTPUTS}")
+            except OSError as exc:  # a full disk: the cluster still goes
+                progress(f"warning: could not keep the run's snapshot folder in {run_dir / OUTPUTS}: {exc}")
+            if hold.try_exclusive():
+                prep.provider.down(store.load(prep.cluster.name), DownStore(store.home, progress), progress)
+            else:
+                users = ", ".join(h.describe() for h in hold.others()) or "another run"
+                progress(
+                    f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
+                    f"{prep.cluster.name}` after that"
+                )
+    doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
+    atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
+    return result

@@ -1,0 +1,170 @@
+"""Preparing a run: pick (or plan) the cluster and plan the launch; nothing is created.
+
+``prepare`` is what ``run --dry-run`` shows; ``run_execute.execute`` carries it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import clusters, locks
+from .errors import UsageError
+from .jobs import BUNDLE_DIR, resolve_job
+from .launch.plan import LaunchPlan, plan_torchrun
+from .launch.reach import head_reach_plan
+from .launch.sbatch import SbatchPlan, plan_sbatch
+from .launch.torchrun import run_snapshot_dir
+from .project import locate, scan
+from .providers import get_provider
+from .providers.base import Provider
+from .run_records import OUTPUTS, RunOptions, read_options, resume_options
+from .spec import ClusterSpec, RunSpec, run_env
+from .state import ClusterState, StateStore
+
+
+@dataclass
+class PreparedRun:
+    provider: Provider
+    cluster: ClusterState
+    run: RunSpec
+    plan: LaunchPlan | SbatchPlan
+    ephemeral: bool  # the cluster is brought up for this run (unless it is up already) and taken down after it
+    options: RunOptions  # as given, recorded for `run --resume`
+
+
+def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
+    """Plan ``run --resume``: the recorded run's options again, same run id, on the same cluster.
+
+    The cluster is brought up again if the run owned it and it is gone; whatever is left of the
+    earlier attempt is stopped first; the job picks up from its snapshot.
+    """
+    locks.check_run_free(store, run_id)
+    opts, owned = resume_options(run_id, store)
+    if not owned and not store.exists(opts.name):
+        raise UsageError(
+            f"run {run_id!r} ran on cluster {opts.name!r}, which is gone: bring it up again "
+            f"(`ddpctl up --name {opts.name} ...`), then resume"
+        )
+    return prepare(opts, store, resume=True, owned=owned)
+
+
+def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned: bool = False) -> PreparedRun:
+    """Validate everything and plan the launch; nothing is created.
+
+    ``owned``: the run owns its cluster even if that is up already (a resumed run that brought it up).
+    """
+    job = resolve_job(opts.job)
+    env, secret_env = run_env(opts.env, opts.env_files)
+    store.check_writable()
+    name = clusters.resolve_name(store, opts.name)
+    if name is not None and store.exists(name):
+        cluster = store.load(name)
+        provider = get_provider(cluster.spec.provider)
+        ephemeral = owned
+        nproc = opts.nproc_per_node or cluster_nprocs(cluster, opts.nodes)
+    else:
+        nproc = opts.nproc_per_node or 1
+        spec_kwargs = {"python": opts.python} if opts.python else {}
+        spec = ClusterSpec(
+            name=name or "default",
+            nodes=opts.nodes,
+            nproc_per_node=nproc if isinstance(nproc, int) else 1,
+            port=opts.port,
+            **spec_kwargs,
+        )
+        provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
+        ephemeral = True
+    # a resumed run whose cluster went with it starts from the snapshot folder it kept
+    kept = resume and opts.run_id and (store.run_dir(opts.run_id) / OUTPUTS).is_dir()
+    source = opts.resume_from or (opts.run_id if kept else "")
+    run = RunSpec(
+        job=job.name,
+        args=opts.args,
+        nodes=opts.nodes,
+        nproc_per_node=nproc,
+        max_restarts=opts.max_restarts,
+        run_id=opts.run_id,
+        env=env,
+        secret_env=secret_env,
+        min_nodes=opts.min_nodes,
+        snapshot_dir=opts.snapshot_dir,
+        resume_from=resume_source(source, store, cluster, provider) if source else "",
+    )
+    provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
+    launcher = opts.launcher or cluster.launcher
+    if launcher == "sbatch":
+        if run.elastic:
+            raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
+        if resume:
+            raise UsageError("--resume is for torchrun launches: on Slurm, resubmit the job with the same --run-id")
+        if run.secret_env:
+            raise UsageError(
+                "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
+                "use --launcher torchrun, or keep them in the job's environment on the cluster"
+            )
+        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
+    port = provider.rdzv_port(cluster, opts.port)
+    project = None
+    if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
+        workdir = Path(opts.workdir) if opts.workdir else None
+        project = (scan if provider.remote_nodes else locate)(job.script, workdir)
+    plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
+    if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
+        plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
+    if resume:
+        plan = replace(plan, stop_first=True)
+    return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
+
+
+def resume_source(run_id: str, store: StateStore, cluster: ClusterState, provider: Provider) -> str:
+    """Where the nodes of ``cluster`` find run ``run_id``'s snapshot (``run --resume-from``): its
+    --snapshot-dir, its kept outputs (on this machine's nodes), or its own folder on the same cluster."""
+    path = store.run_dir(run_id) / "options.json"
+    if not path.is_file():
+        raise UsageError(f"--resume-from {run_id}: no such run under {store.home}: `ddpctl runs` lists them")
+    doc, old = read_options(path)
+    kept = store.run_dir(run_id) / OUTPUTS
+    if old.snapshot_dir:
+        return old.snapshot_dir
+    if kept.is_dir() and not provider.remote_nodes:
+        return str(kept)
+    if doc.get("cluster") == cluster.name and not doc.get("ephemeral"):
+        return run_snapshot_dir(cluster.shared_dir, run_id)
+    raise UsageError(
+        f"--resume-from {run_id}: that run kept no snapshot these nodes can read (it ran on {doc.get('cluster')!r}): "
+        "give runs that must outlive their cluster a --snapshot-dir"
+    )
+
+
+def cluster_nprocs(cluster: ClusterState, nodes: int) -> int | tuple[int, ...]:
+    """Processes per node for a run that gives no --nproc-per-node: each node's own count, if it has one."""
+    if nodes > len(cluster.nodes):
+        return cluster.spec.nproc_per_node  # the planner says what is wrong with --nodes
+    counts = tuple(n.nproc or cluster.spec.nproc_per_node for n in cluster.nodes[:nodes])
+    return counts[0] if len(set(counts)) == 1 else counts
+
+
+def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
+    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem)."""
+    if not cluster.nodes or not cluster.nodes[0].ssh:
+        raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
+    head = cluster.nodes[0]
+    if len(set(run.nprocs())) > 1:
+        raise UsageError("--launcher sbatch runs the same --nproc-per-node on every node: give one value")
+    node_script = str(script)
+    if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
+        node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"
+    elif head.bundle_dir:
+        raise UsageError("--launcher sbatch runs bundled jobs; copy your script to the nodes' shared filesystem first")
+    return plan_sbatch(
+        run,
+        python=head.python or cluster.spec.python,
+        script=node_script,
+        output_dir=f"{head.workdir}/slurm",
+        workdir=head.workdir,
+        cluster_id=cluster.cluster_id,
+        gpus_per_node=head.gpus,
+        env_file=head.env_file,
+        env=cluster.spec.env,
+    )

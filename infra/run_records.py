@@ -1,0 +1,139 @@
+"""A run's record under the state home (``runs/<id>/``): the options it was started with
+(``options.json``, what ``run --resume`` reads again), its result (``run.json``), and the listing
+``ddpctl runs`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from . import locks
+from .errors import UsageError
+from .state import StateStore
+
+#: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
+OUTPUTS = "outputs"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``ddpctl run``'s options as given (None: not given)."""
+
+    job: str
+    args: tuple[str, ...] = ()
+    nodes: int = 1
+    nproc_per_node: int | tuple[int, ...] | None = None
+    max_restarts: int | None = None  # None: 0, or 3 for an elastic run
+    name: str | None = None
+    port: int | None = None
+    run_id: str = ""
+    env: tuple[str, ...] = ()  # as given: KEY=VALUE, or a bare KEY (a secret from the caller's environment)
+    env_files: tuple[str, ...] = ()  # --env-file: every value a secret, read again by `run --resume`
+    python: str | None = None
+    launcher: str | None = None  # torchrun | sbatch; None: the cluster's (sbatch where Slurm runs)
+    min_nodes: int = 0  # elastic (--nodes MIN:MAX): go on while this many nodes remain
+    snapshot_dir: str = ""  # DDPCTL_SNAPSHOT_DIR for the jobs: a directory or s3://bucket/prefix
+    workdir: str = ""  # a user's script: its project's directory ("": the script's), shipped to remote nodes
+    resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> RunOptions:
+        doc = dict(doc, args=tuple(doc["args"]), env=tuple(doc["env"]), env_files=tuple(doc.get("env_files", ())))
+        if isinstance(doc["nproc_per_node"], list):
+            doc["nproc_per_node"] = tuple(doc["nproc_per_node"])
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as recorded under the state home (``ddpctl runs``)."""
+
+    run_id: str
+    job: str
+    nodes: int | str  # "2:3" for an elastic run
+    cluster: str
+    started: float  # epoch seconds
+    result: str  # succeeded | failed (exit N) | interrupted | unfinished (ddpctl stopped before the end)
+    outputs: str = ""  # where what the run wrote was kept when its cluster went ("": nothing kept)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def list_runs(store: StateStore) -> list[RunRecord]:
+    """Every recorded run, oldest first; an unfinished one is what `run --resume` is for, a
+    damaged one (a record that cannot be read) is listed as such."""
+    records = []
+    for run_dir in (store.home / "runs").glob("*/"):
+        path = run_dir / "options.json"
+        if not path.exists():
+            continue  # not a run (or one that never got going)
+        try:
+            doc, opts = read_options(path)
+        except UsageError as exc:
+            records.append(
+                RunRecord(
+                    run_dir.name, "?", "?", "?", _mtime(path), f"damaged (options.json: {_reason(exc.__cause__)})"
+                )
+            )
+            continue
+        result = "running" if locks.run_alive(store, run_dir.name) else "unfinished"
+        done = path.with_name("run.json")
+        if done.is_file():
+            try:
+                outcome = json.loads(done.read_text())["result"]
+                code = outcome.get("exit_code")
+                result = (
+                    "interrupted"
+                    if outcome.get("interrupted")
+                    else "succeeded"
+                    if code == 0
+                    else f"failed (exit {code})"
+                )
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                result = f"damaged (run.json: {_reason(exc)})"
+        nodes = opts.nodes if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
+        kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
+        records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result, kept))
+    return sorted(records, key=lambda r: r.started)
+
+
+def read_options(path: Path) -> tuple[dict, RunOptions]:
+    """A run's recorded options; UsageError (caused by what is wrong) if the record cannot be read."""
+    try:
+        doc = json.loads(path.read_bytes().decode())
+        return doc, RunOptions.from_dict(doc["options"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"the record of run {path.parent.name!r} ({path}) is damaged ({_reason(exc)}): start the job again "
+            "with `ddpctl run`"
+        ) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, (KeyError, TypeError, AttributeError)) else str(exc)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def resume_options(run_id: str, store: StateStore) -> tuple[RunOptions, bool]:
+    """The options a run was started with (``name``: its cluster) and whether the run owned that cluster."""
+    path = store.run_dir(run_id) / "options.json"
+    if not path.is_file():
+        known = [r.run_id for r in list_runs(store)]
+        hint = f" (runs recorded: {', '.join(known[-5:])})" if known else ""
+        raise UsageError(f"no run {run_id!r} to resume under {store.home}{hint}: `ddpctl runs` lists them")
+    doc, opts = read_options(path)
+    if not isinstance(doc.get("cluster"), str) or not isinstance(doc.get("ephemeral"), bool):
+        raise UsageError(f"the record of run {run_id!r} ({path}) is damaged (no cluster): start the job again")
+    return replace(opts, name=doc["cluster"]), doc["ephemeral"]
