@@ -1,4 +1,4 @@
-"""The commands that make, show, change and remove clusters: ``up``, ``status``, ``configure``, ``down``."""
+"""The commands that make, change and remove clusters: ``up``, ``configure``, ``down``."""
 
 from __future__ import annotations
 
@@ -143,68 +143,6 @@ def up(
     state = clusters.up(provider_impl, state, store, out.progress, down_on_failure=down_on_failure)
     if as_json:
         out.document({"ok": True, "cluster": state.to_dict()})
-    return 0
-
-
-@click.command(epilog=EXIT_CODES)
-@name_option
-@json_option
-def status(name, as_json) -> int:
-    """Show the clusters under the state home (or just --name)."""
-    from rich.table import Table
-
-    from ddpctl.infra.state import DamagedState
-
-    from .output import Output
-
-    out = Output(as_json)
-    store = open_store()
-    states, damaged = [], []
-    for each in [name] if name else store.names():
-        try:
-            states.append(store.load(each))
-        except DamagedState as exc:  # shown as such: `down` still cleans it up
-            damaged.append(exc)
-    from ddpctl.infra.providers import get_provider
-
-    live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
-    if as_json:
-        from .output_json import iso
-
-        clusters_doc = [
-            {
-                **s.to_dict(),
-                "created_at": iso(s.created_at),
-                **({"live": live[s.name].to_dict()} if live[s.name] else {}),
-            }
-            for s in states
-        ]
-        clusters_doc += [
-            {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
-            for d in damaged
-        ]
-        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
-        return 0
-    if not states and not damaged:
-        out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
-        return 0
-    table = Table(title=f"clusters under {store.home}", title_justify="left")
-    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "cost/h"):
-        table.add_column(col)
-    for s in states:
-        hosts = ", ".join(sorted({n.host for n in s.nodes}))
-        label = s.status + (" (for one run)" if s.ephemeral else "")
-        cost = ""
-        info = live[s.name]
-        if info is not None:
-            label += f" ({info.summary})"
-            cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
-        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
-    for d in damaged:
-        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
-    out.table(table)
-    for d in damaged:
-        out.progress(f"{d.name}: {d}")
     return 0
 
 

@@ -17,7 +17,7 @@ import click
 from ddpctl import __version__
 from ddpctl.infra.errors import DdpctlError
 
-from . import access_commands, cluster_commands, run_commands
+from . import access_commands, cluster_commands, inspect_commands, run_command
 from .options import EXIT_CODES, JSON_META, QUIET_META, VERBOSE_META
 from .output_json import envelope
 
@@ -113,12 +113,12 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 
 for command in (
     cluster_commands.up,
-    cluster_commands.status,
+    inspect_commands.status,
     cluster_commands.configure,
     cluster_commands.down,
-    run_commands.run,
-    run_commands.runs,
-    run_commands.check,
+    run_command.run,
+    inspect_commands.runs,
+    inspect_commands.check,
     access_commands.ssh,
     access_commands.logs,
     access_commands.stop,

@@ -1,4 +1,4 @@
-"""The commands that run jobs and look at them: ``run``, ``runs``, ``check``."""
+"""The command that runs a job: ``run`` (in the foreground, detached, or again with ``--resume``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import click
 
 from .options import (
     EXIT_CODES,
-    FiniteFloatRange,
     RunId,
     complete_job,
     dry_run_option,
@@ -244,110 +243,6 @@ def run(
 
         out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": asdict(result)})
     return result.exit_code
-
-
-@click.command(epilog=EXIT_CODES)
-@json_option
-def runs(as_json) -> int:
-    """List the runs recorded under the state home, oldest first.
-
-    A run that ddpctl did not see to its end (ddpctl was killed, the machine went down) shows as
-    unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
-    in RUNS_DIR/<run id>/output.log; a run on a cluster brought up for it keeps its snapshot folder
-    in RUNS_DIR/<run id>/outputs ("kept"), which `ddpctl run JOB --resume-from RUN_ID` starts from.
-    """
-    import time
-
-    from rich.table import Table
-
-    from ddpctl.infra.run_records import list_runs
-
-    from .output import Output
-
-    out = Output(as_json)
-    store = open_store()
-    records = list_runs(store)
-    if as_json:
-        from .output_json import iso
-
-        docs = [{**r.to_dict(), "started": iso(r.started)} for r in records]
-        out.document({"ok": True, "runs_dir": str(store.home / "runs"), "runs": docs})
-        return 0
-    if not records:
-        out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
-        return 0
-    table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
-    for col in ("run id", "job", "nodes", "cluster", "started", "result", "kept"):
-        table.add_column(col)
-    for r in records:
-        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
-        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result, "outputs/" if r.outputs else "")
-    out.table(table)
-    return 0
-
-
-@click.command(epilog=EXIT_CODES)
-@name_option
-@port_option
-@click.option(
-    "--size-mb",
-    type=FiniteFloatRange(0.001, 8192),
-    default=32,
-    show_default=True,
-    help="All-reduce message size for the bandwidth test, in MB; at most 8192 (each rank of the pair "
-    "holds it, in GPU memory on GPU nodes).",
-)
-@click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
-@json_option
-def check(name, port, size_mb, no_bandwidth, as_json) -> int:
-    """Check the links between a cluster's nodes.
-
-    For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
-    all-reduce between the two, reported as bus bandwidth; the slowest link is named. Exits 1 if
-    any node cannot reach another.
-    """
-    from rich.table import Table
-
-    from ddpctl.infra import clusters
-    from ddpctl.infra.check import run_check
-    from ddpctl.infra.providers import get_provider
-
-    from .output import Output
-
-    out = Output(as_json)
-    state = clusters.load(open_store(), name)
-    provider = get_provider(state.spec.provider)
-    port = provider.rdzv_port(state, port)
-    targets, executor_for = provider.check_targets(state, out.progress)  # pcluster: its compute nodes
-    report = run_check(
-        targets,
-        executor_for,
-        port,
-        out.progress,
-        bandwidth=not no_bandwidth,
-        size_mb=size_mb,
-    )
-    if as_json:
-        out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
-    else:
-        table = Table(title=f"links of {state.name!r} (port {port})", title_justify="left")
-        for col in ("link", "reachable", "all-reduce busbw"):
-            table.add_column(col)
-        pairs = sorted({tuple(sorted(k)) for k in [*report.reach, *report.bandwidth_gbps]})
-        for a, b in pairs:
-            reach = [report.reach.get((a, b)), report.reach.get((b, a))]
-            shown = "n/a (same host)" if reach == [None, None] else ("yes" if reach == ["ok", "ok"] else f"{reach}")
-            bw = report.bandwidth_gbps.get((a, b)) or report.bandwidth_gbps.get((b, a))
-            table.add_row(f"{a} <-> {b}", shown, "" if bw is None else f"{bw:.3f} GB/s")
-        out.table(table)
-        slowest = report.slowest
-        if slowest:
-            out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")
-    if report.unreachable:
-        out.progress("unreachable: " + "; ".join(report.unreachable))
-        return 1
-    return 0
 
 
 def _detached_argv(argv: list[str], new_run_id: str | None) -> list[str]:

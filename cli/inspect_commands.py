@@ -1,0 +1,174 @@
+"""The commands that look at what is there: ``status`` (the clusters), ``runs`` (the recorded runs),
+``check`` (the links between a cluster's nodes)."""
+
+from __future__ import annotations
+
+import click
+
+from .options import EXIT_CODES, FiniteFloatRange, json_option, name_option, open_store, port_option
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@json_option
+def status(name, as_json) -> int:
+    """Show the clusters under the state home (or just --name)."""
+    from rich.table import Table
+
+    from ddpctl.infra.state import DamagedState
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    states, damaged = [], []
+    for each in [name] if name else store.names():
+        try:
+            states.append(store.load(each))
+        except DamagedState as exc:  # shown as such: `down` still cleans it up
+            damaged.append(exc)
+    from ddpctl.infra.providers import get_provider
+
+    live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
+    if as_json:
+        from .output_json import iso
+
+        clusters_doc = [
+            {
+                **s.to_dict(),
+                "created_at": iso(s.created_at),
+                **({"live": live[s.name].to_dict()} if live[s.name] else {}),
+            }
+            for s in states
+        ]
+        clusters_doc += [
+            {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
+            for d in damaged
+        ]
+        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
+        return 0
+    if not states and not damaged:
+        out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
+        return 0
+    table = Table(title=f"clusters under {store.home}", title_justify="left")
+    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "cost/h"):
+        table.add_column(col)
+    for s in states:
+        hosts = ", ".join(sorted({n.host for n in s.nodes}))
+        label = s.status + (" (for one run)" if s.ephemeral else "")
+        cost = ""
+        info = live[s.name]
+        if info is not None:
+            label += f" ({info.summary})"
+            cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
+    for d in damaged:
+        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
+    out.table(table)
+    for d in damaged:
+        out.progress(f"{d.name}: {d}")
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@json_option
+def runs(as_json) -> int:
+    """List the runs recorded under the state home, oldest first.
+
+    A run that ddpctl did not see to its end (ddpctl was killed, the machine went down) shows as
+    unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
+    in RUNS_DIR/<run id>/output.log; a run on a cluster brought up for it keeps its snapshot folder
+    in RUNS_DIR/<run id>/outputs ("kept"), which `ddpctl run JOB --resume-from RUN_ID` starts from.
+    """
+    import time
+
+    from rich.table import Table
+
+    from ddpctl.infra.run_records import list_runs
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    records = list_runs(store)
+    if as_json:
+        from .output_json import iso
+
+        docs = [{**r.to_dict(), "started": iso(r.started)} for r in records]
+        out.document({"ok": True, "runs_dir": str(store.home / "runs"), "runs": docs})
+        return 0
+    if not records:
+        out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
+        return 0
+    table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
+    for col in ("run id", "job", "nodes", "cluster", "started", "result", "kept"):
+        table.add_column(col)
+    for r in records:
+        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
+        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result, "outputs/" if r.outputs else "")
+    out.table(table)
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@name_option
+@port_option
+@click.option(
+    "--size-mb",
+    type=FiniteFloatRange(0.001, 8192),
+    default=32,
+    show_default=True,
+    help="All-reduce message size for the bandwidth test, in MB; at most 8192 (each rank of the pair "
+    "holds it, in GPU memory on GPU nodes).",
+)
+@click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
+@json_option
+def check(name, port, size_mb, no_bandwidth, as_json) -> int:
+    """Check the links between a cluster's nodes.
+
+    For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
+    all-reduce between the two, reported as bus bandwidth; the slowest link is named. Exits 1 if
+    any node cannot reach another.
+    """
+    from rich.table import Table
+
+    from ddpctl.infra import clusters
+    from ddpctl.infra.check import run_check
+    from ddpctl.infra.providers import get_provider
+
+    from .output import Output
+
+    out = Output(as_json)
+    state = clusters.load(open_store(), name)
+    provider = get_provider(state.spec.provider)
+    port = provider.rdzv_port(state, port)
+    targets, executor_for = provider.check_targets(state, out.progress)  # pcluster: its compute nodes
+    report = run_check(
+        targets,
+        executor_for,
+        port,
+        out.progress,
+        bandwidth=not no_bandwidth,
+        size_mb=size_mb,
+    )
+    if as_json:
+        out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
+    else:
+        table = Table(title=f"links of {state.name!r} (port {port})", title_justify="left")
+        for col in ("link", "reachable", "all-reduce busbw"):
+            table.add_column(col)
+        pairs = sorted({tuple(sorted(k)) for k in [*report.reach, *report.bandwidth_gbps]})
+        for a, b in pairs:
+            reach = [report.reach.get((a, b)), report.reach.get((b, a))]
+            shown = "n/a (same host)" if reach == [None, None] else ("yes" if reach == ["ok", "ok"] else f"{reach}")
+            bw = report.bandwidth_gbps.get((a, b)) or report.bandwidth_gbps.get((b, a))
+            table.add_row(f"{a} <-> {b}", shown, "" if bw is None else f"{bw:.3f} GB/s")
+        out.table(table)
+        slowest = report.slowest
+        if slowest:
+            out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")
+    if report.unreachable:
+        out.progress("unreachable: " + "; ".join(report.unreachable))
+        return 1
+    return 0
