@@ -110,13 +110,8 @@ def only_line(result: subprocess.CompletedProcess) -> str:
 
 def test_plan_and_requests_are_pure_values() -> None:
     from ddpctl.infra.providers.aws import pricing
-    from ddpctl.infra.providers.aws.plan import (
-        STEPS,
-        client_token,
-        ingress_rules,
-        plan_from_spec,
-        run_instances_request,
-    )
+    from ddpctl.infra.providers.aws.ec2_requests import client_token, ingress_rules, run_instances_request
+    from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
     from ddpctl.infra.spec import ClusterSpec
 
     spec = ClusterSpec(
@@ -172,7 +167,8 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     from dataclasses import replace
 
     from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.providers.aws.plan import plan_from_spec, run_instances_request
+    from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
     from ddpctl.infra.spec import ClusterSpec
 
     spec = ClusterSpec(

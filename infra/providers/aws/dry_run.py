@@ -10,8 +10,9 @@ from typing import Any
 
 from . import keys, preflight
 from .ec2 import Aws
+from .ec2_requests import client_token, run_instances_request
 from .errors import aws_errors
-from .plan import VPC_CIDR, AwsPlan, client_token, run_instances_request
+from .plan import VPC_CIDR, AwsPlan
 
 
 @dataclass

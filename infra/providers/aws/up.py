@@ -25,8 +25,9 @@ from .details import (
     VpcDetail,
 )
 from .ec2 import Aws
+from .ec2_requests import client_token, ingress_rules, run_instances_request
 from .errors import CapacityError
-from .plan import TAG_CLUSTER_ID, AwsPlan, client_token, ingress_rules, run_instances_request, subnet_cidr
+from .plan import TAG_CLUSTER_ID, AwsPlan, subnet_cidr
 from .preflight import Preflight
 from .steps import Steps, only, only_created
 

@@ -1,0 +1,90 @@
+"""The EC2 requests an ``AwsPlan`` makes, as plain dicts: pure, no boto3, no network.
+
+``up`` sends them (``dry_run`` with DryRun=True), so the requests themselves are unit-tested: the
+security group's rules, the one RunInstances call that launches every node, and its client token.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from .plan import AwsPlan
+
+
+def ingress_rules(ssh_cidr: str, group_id: str) -> list[dict[str, Any]]:
+    """SSH from ``ssh_cidr`` only, and all traffic between members of the group."""
+    net = ipaddress.ip_network(ssh_cidr, strict=False)
+    ranges = (
+        {"IpRanges": [{"CidrIp": str(net), "Description": "ddpctl: SSH from the controller"}]}
+        if net.version == 4
+        else {"Ipv6Ranges": [{"CidrIpv6": str(net), "Description": "ddpctl: SSH from the controller"}]}
+    )
+    return [
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges},
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "ddpctl: between the nodes"}]},
+    ]
+
+
+def run_instances_request(
+    plan: AwsPlan,
+    *,
+    ami: str,
+    root_device: str,
+    subnet_id: str,
+    group_id: str,
+    key_name: str,
+    az: str,
+    count: int,
+    placement_group: str | None,
+    client_token: str,
+) -> dict[str, Any]:
+    """The one RunInstances call that launches every node (MinCount = MaxCount: all or none)."""
+    placement: dict[str, Any] = {"AvailabilityZone": az}
+    if placement_group:
+        placement["GroupName"] = placement_group
+    request: dict[str, Any] = {
+        "ImageId": ami,
+        "InstanceType": plan.instance_type,
+        "MinCount": count,
+        "MaxCount": count,
+        "KeyName": key_name,
+        "ClientToken": client_token,
+        "Placement": placement,
+        "NetworkInterfaces": [
+            {
+                "DeviceIndex": 0,
+                "SubnetId": subnet_id,
+                "Groups": [group_id],
+                "AssociatePublicIpAddress": not plan.private_ip,
+                "DeleteOnTermination": True,
+            }
+        ],
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": root_device,
+                "Ebs": {
+                    "VolumeSize": plan.volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "TagSpecifications": plan.tag_specs("node", "instance", "volume", "network-interface"),
+    }
+    if plan.spot:
+        request["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    if plan.iam_instance_profile:  # the user's profile: the nodes' role credentials come from IMDS, not from ddpctl
+        request["IamInstanceProfile"] = {"Name": plan.iam_instance_profile}
+    # No UserData, and no IamInstanceProfile unless given: ddpctl copies no AWS credentials to the nodes.
+    return request
+
+
+def client_token(cluster_id: str, az: str, count: int) -> str:
+    """Same launch, same token: a retried RunInstances does not launch twice (EC2 allows 64 chars)."""
+    return f"ddpctl-{cluster_id}-{az}-{count}"[:64]
