@@ -1,5 +1,7 @@
 """Shared DDP plumbing for the bundled jobs: process-group setup, a config helper and a Trainer.
 
+Over 300 lines on purpose: the jobs' one Trainer, one file as in nanoGPT, that plain torchrun runs with only torch.
+
 Not run on its own: mnist.py and mingpt/main.py import it (`from trainer import ...`), e.g.
 
     torchrun --standalone --nproc-per-node 2 training/mnist.py

@@ -1,5 +1,7 @@
 """Run one agent per node, stream their output, fail fast, stop everything on Ctrl-C.
 
+Over 300 lines because it is one state machine: every rule of ``Supervisor`` reads and sets the same run's state.
+
 Executor-agnostic: it drives ``NodeProcess`` handles (a local subprocess, an SSH session...), so the
 local and SSH executors share the same fail-fast and clean-up behaviour. ``supervise()`` is the
 entry point; ``Supervisor`` holds one run's state, one method per rule.
