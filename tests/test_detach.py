@@ -36,7 +36,8 @@ def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
 
     follow = ddpctl("logs", "rdetach001", "--follow", "--rank", "0", timeout=300)
     assert follow.returncode == 0, follow.stderr
-    assert "held-out accuracy" in follow.stdout  # the whole run, to its end
+    controller_log = home / "runs" / "rdetach001" / "controller.log"
+    assert "held-out accuracy" in follow.stdout, controller_log.read_text()  # the whole run, to its end
     controller.wait(timeout=60)
     assert run_result("rdetach001") == "succeeded"
     assert (home / "runs" / "rdetach001" / "outputs" / "mnist_snapshot.pt").is_file()

@@ -83,10 +83,11 @@ def test_message_passing_across_three_namespaces(onprem) -> None:
         assert f"[node{rank} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
     assert result.stdout.count("all_reduce OK (6.0 == 6.0)") == 3
     logs = ddpctl("logs", "--node", "node2", env=_env(onprem["env"]))  # the last run, from its record
-    assert logs.returncode == 0 and logs.stdout.strip().splitlines() == [
+    assert logs.returncode == 0 and [line for line in logs.stdout.splitlines() if "rank 2" in line] == [
         "[node2 r2] rank 2 received 42.0 from rank 0",
         "[node2 r2] rank 2: all_reduce OK (6.0 == 6.0)",
-    ], logs.stdout + logs.stderr
+    ], logs.stdout + logs.stderr  # (torch's own warnings may come first)
+    assert all(line.startswith("[node2") for line in logs.stdout.splitlines())
 
 
 def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> None:

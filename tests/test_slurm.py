@@ -55,10 +55,11 @@ def test_message_passing_through_sbatch(slurm_cluster, slurm_testbed: Testbed) -
     assert "through sbatch" in result.stderr
     assert squeue(slurm_testbed) == ""
     logs = json.loads(ddpctl("logs", "--rank", "1", "--json", env=slurm_cluster["env"]).stdout)  # the job's node files
-    assert [(line["node"], line["text"]) for line in logs["lines"]] == [
-        ("node1", "rank 1 received 42.0 from rank 0"),
-        ("node1", "rank 1: all_reduce OK (3.0 == 3.0)"),
-    ]
+    assert {line["node"] for line in logs["lines"]} == {"node1"}
+    assert [line["text"] for line in logs["lines"] if line["text"].startswith("rank 1")] == [
+        "rank 1 received 42.0 from rank 0",
+        "rank 1: all_reduce OK (3.0 == 3.0)",
+    ]  # (torch's own warnings may come too)
 
 
 def test_mnist_through_sbatch(slurm_cluster) -> None:
