@@ -33,7 +33,6 @@ from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
 from .ec2 import Aws
 from .errors import aws_errors
-from .images import choose_image
 from .options import DEFAULT_REGION, OPTIONS
 from .plan import SPOT_NOTE, TAG_CLUSTER, AwsPlan, base_name, plan_from_spec
 from .steps import only
@@ -55,15 +54,11 @@ class AwsProvider(Provider):
         spec = with_defaults(spec)
         return pricing.hourly_usd(spec.options["instance_type"], spec.nodes)
 
-    def check_up(self, spec: ClusterSpec) -> None:
-        """A type that no image fits (p2's Kepler GPUs without --ami): refused before `up` asks or calls AWS."""
-        spec = with_defaults(spec)
-        choose_image(spec.options["instance_type"], spec.options["ami"])
-
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
         cluster_id = uuid.uuid4().hex[:12]
         plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)))
+        _ = plan.image  # a type no image fits (p2 without --ami): refused here, before `up` asks or calls AWS
         facts = pricing.TYPES.get(spec.options["instance_type"])
         nodes = [
             NodeInfo(
