@@ -165,7 +165,7 @@ def test_run_dry_run_json(home: Path) -> None:
     assert (
         store["node"] == "node0"
         and store["argv"][1] == "-c"
-        and store["argv"][-1] == plan["rdzv_endpoint"].split(":")[1]
+        and store["argv"][-2:] == [plan["rdzv_endpoint"].split(":")[1], "dry2"]  # its port, the rendezvous id
     )
     assert store["env"]["DDPCTL_RUN_ID"] == store["env"]["DDPCTL_RDZV_STORE"] == "dry2"
     assert all("is_host=0" in n["argv"] for n in plan["nodes"])

@@ -1,15 +1,24 @@
 """Failures explained (issue 15), produced for real: small scripts that fail the way users' scripts
 do, run on 2 local nodes; the summary names the failing node and says what the failure means
-(every signature is also fed through the supervisor in tests/test_supervisor.py)."""
+(every signature is also fed through the supervisor in tests/test_supervisor.py). A rendezvous
+timeout names the node that never joined."""
 
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ddpctl.infra.launch.local import LocalExecutor
+from ddpctl.infra.launch.nodes import OutputLine
+from ddpctl.infra.launch.plan import plan_torchrun
+from ddpctl.infra.spec import ClusterSpec, RunSpec
+from ddpctl.infra.state import ClusterState, NodeInfo
 from tests.support.cli import ddpctl
+from tests.support.processes import free_port
 
 SCRIPTS = {
     "abort-at-exit": (
@@ -46,5 +55,30 @@ def test_a_real_failure_is_explained(cause: str, home: Path, tmp_path: Path) -> 
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
     assert doc["result"]["failed_node"] in ("node0", "node1")
-    assert hint in doc["result"]["hint"]
+    assert hint in doc["result"]["hint"] and doc["result"]["cause"] == cause
     assert f"hint: {doc['result']['hint']}" in result.stderr  # under the summary
+
+
+def test_a_rendezvous_timeout_names_the_node_that_never_joined(tmp_path: Path) -> None:
+    """Real: the run's store and node0's torchrun agent (a 5 s join timeout), through the local
+    executor; node1's agent never starts (a sleep stands in for it). node0 times out, and the hint
+    names node1, from what the store saw join (the agents share an address: told apart by pid)."""
+    nodes = [NodeInfo(f"node{i}", "127.0.0.1", str(tmp_path / f"node{i}"), cpus=1, ifname=None) for i in range(2)]
+    for node in nodes:
+        Path(node.workdir).mkdir()
+    spec = ClusterSpec(name="c", nodes=2, python=sys.executable)
+    cluster = ClusterState(spec=spec, cluster_id="cid-rdzv-timeout", status="up", shared_dir=str(tmp_path), nodes=nodes)
+    script = tmp_path / "job.py"
+    script.write_text("print('never reached')\n")
+    plan = plan_torchrun(
+        cluster, RunSpec(job="mnist", nodes=2, run_id="rdzv-timeout"), script=str(script), port=free_port()
+    )
+    argv = list(plan.nodes[0].argv)
+    argv[argv.index("--rdzv-conf") + 1] += ",join_timeout=5"
+    sleeper = (sys.executable, "-c", "import time; time.sleep(120)")
+    plan = replace(plan, nodes=(replace(plan.nodes[0], argv=tuple(argv)), replace(plan.nodes[1], argv=sleeper)))
+    lines: list[OutputLine] = []
+    result = LocalExecutor(lines.append, grace_s=1.0).run(plan)
+    assert (result.failed_node, result.cause) == ("node0", "rendezvous-timeout"), lines[-5:]
+    assert result.hint.startswith("node1 never joined the rendezvous"), result.hint
+    assert not any(line.text.startswith("JOINED") for line in lines)  # the store's answer is not output

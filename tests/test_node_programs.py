@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -25,6 +26,7 @@ import pytest
 
 from ddpctl.infra import node_programs
 from ddpctl.infra.launch.reach import REACH_LINE
+from tests.support.processes import free_port
 
 PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable
 #: what a program may import besides the standard library: its interpreter's own packages
@@ -168,12 +170,6 @@ def test_stop_does_not_signal_itself(marker) -> None:
 # --- reach ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def reach(port: int, me: str, peers: list[str], expect: int, seconds: float, *strict: str) -> subprocess.Popen:
     argv = [str(port), me, ",".join(peers), str(expect), str(seconds), *strict]
     return subprocess.Popen([PYTHON, "-c", node_programs.source("reach"), *argv], stdout=subprocess.PIPE, text=True)
@@ -247,13 +243,13 @@ def test_reach_the_head_waits_for_the_nodes_expected() -> None:
 class Store:
     """The store program as the executors start it, ``python -c TEXT HOST PORT``, its first line read."""
 
-    def __init__(self, port: int, *, prelude: str = "") -> None:
+    def __init__(self, port: int, *, prelude: str = "", rdzv_id: str = "") -> None:
         self.port = port
         text = node_programs.source("rdzv_store")
         if prelude:  # run first, then the program as its own module (its __future__ import stays first)
             text = f"{prelude}exec(compile({text!r}, 'rdzv_store', 'exec'), {{'__name__': '__main__'}})\n"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", text, "127.0.0.1", str(port)],
+            [sys.executable, "-c", text, "127.0.0.1", str(port), *([rdzv_id] if rdzv_id else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -317,6 +313,34 @@ def test_store_clients_that_come_while_it_imports_torch_wait_for_it(stores, capf
     del agent
     store.proc.terminate()
     assert store.finish() == (0, "", "")
+
+
+def test_store_names_every_agent_that_ever_joined_as_it_stops(stores) -> None:
+    """Told the rendezvous id, it reads torch's own rendezvous state (written here through torch's
+    c10d backend, as agents write it): an agent that joined and then removed itself (as one whose
+    join timed out does) is still named when it stops."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
+
+    stores.append(store := Store(free_port(), rdzv_id="run7"))
+    assert store.proc.stdout.readline().startswith("READY ")
+    backend = C10dRendezvousBackend(client(store.port), "run7")
+    state = _RendezvousState()
+    state.participants[_NodeDesc("10.0.0.5", 4242, 0)] = 0
+    state.wait_list.add(_NodeDesc("10.0.0.6", 77, 0))
+    token = backend.set_state(pickle.dumps(state))[1]
+    time.sleep(2.5)  # it reads the state every second
+    backend.set_state(pickle.dumps(_RendezvousState()), token)  # both gone again
+    time.sleep(1.5)
+    store.proc.terminate()
+    assert store.finish() == (0, "JOINED 10.0.0.5:4242 10.0.0.6:77\n", "")
+
+
+def test_store_told_a_rendezvous_nobody_joined_says_so(stores) -> None:
+    stores.append(store := Store(free_port(), rdzv_id="run8"))
+    assert store.proc.stdout.readline().startswith("READY ")
+    store.proc.terminate()
+    assert store.finish() == (0, "JOINED\n", "")
 
 
 def test_store_a_stop_signal_while_it_starts_is_not_lost(stores) -> None:

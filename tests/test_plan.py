@@ -59,7 +59,7 @@ def test_the_head_node_hosts_the_store_apart_from_its_agent() -> None:
     plan = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, run_id="r5"), script="s.py", port=29400)
     store = plan.store
     assert store is not None and (store.node, store.host, store.node_rank) == ("node0", "10.0.0.10", 0)
-    assert store.argv == ("/opt/venv/bin/python", "-c", source("rdzv_store"), "10.0.0.10", "29400")
+    assert store.argv == ("/opt/venv/bin/python", "-c", source("rdzv_store"), "10.0.0.10", "29400", "r5")
     assert plan.rdzv_endpoint == "10.0.0.10:29400"  # where every agent finds it
     assert store.env == {"DDPCTL_RUN_ID": "r5", "DDPCTL_CLUSTER_ID": "cid", "DDPCTL_RDZV_STORE": "r5"}
     assert store.cwd == "/work/node0" and store.secret == () and store.log_dir == ""
@@ -74,8 +74,8 @@ def test_the_store_on_a_remote_head_uses_its_python_and_env_file() -> None:
     assert store.argv[0] == "/opt/env/bin/python" and store.env_file == "/srv/n0/ddpctl.env"
     line = store.shell()  # how the SSH executor starts it
     assert line.startswith("mkdir -p /srv/n0 && cd /srv/n0 && set -a && . /srv/n0/ddpctl.env && set +a && exec env ")
-    assert "DDPCTL_RDZV_STORE=r6" in line and line.endswith(" 10.0.0.10 1")
-    assert shlex.split(line.split(" && ", 5)[5])[-2:] == ["10.0.0.10", "1"]
+    assert "DDPCTL_RDZV_STORE=r6" in line and line.endswith(" 10.0.0.10 1 r6")
+    assert shlex.split(line.split(" && ", 5)[5])[-3:] == ["10.0.0.10", "1", "r6"]  # host, port, rendezvous id
 
 
 def test_secrets_never_reach_the_store() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from ddpctl.infra.launch.diagnose import Agent, never_joined, rendezvous_hint
 from ddpctl.infra.launch.supervise import Elastic, OutputLine, RunResult, Supervisor, parse_line
 
 
@@ -450,6 +451,39 @@ def test_the_failing_nodes_own_cause_wins() -> None:
         FakeNode(clock, "node1", ("x", "[rank1]:torch.OutOfMemoryError: CUDA out of memory."), code=1, at=2.0),
     ]
     assert "batch size" in supervise(clock, nodes).hint
+
+
+def test_a_rendezvous_timeout_is_named_as_a_cause() -> None:
+    clock = FakeClock()
+    line = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+    assert supervise(clock, [FakeNode(clock, "node0", (line,), code=1)]).cause == "rendezvous-timeout"
+
+
+REMOTE = [Agent("node0", "10.0.0.10"), Agent("node1", "10.0.0.11"), Agent("node2", "10.0.0.12")]
+LOCAL = [Agent("node0", "127.0.0.1", 100), Agent("node1", "127.0.0.1", 101)]
+
+
+@pytest.mark.parametrize(
+    ("agents", "joined", "missing"),
+    [
+        (REMOTE, ["10.0.0.10:5", "10.0.0.12:9"], ["node1"]),  # by address, whatever the remote pid
+        (REMOTE, ["10.0.0.10:5"], ["node1", "node2"]),
+        (REMOTE, ["10.0.0.10:5", "10.0.0.11:6", "10.0.0.12:7"], []),  # all joined: the general hint
+        (REMOTE, [], ["node0", "node1", "node2"]),
+        (LOCAL, ["127.0.0.1:100"], ["node1"]),  # one address: told apart by pid
+        (LOCAL, ["127.0.0.1:999"], ["node0", "node1"]),  # an agent started again (another pid)
+        ([Agent("node0", "127.0.0.1"), Agent("node1", "127.0.0.1")], ["127.0.0.1:5"], None),  # cannot tell
+        ([Agent("a", "fe80::1"), Agent("b", "fe80::2")], ["fe80::1:5"], ["b"]),  # IPv6: the pid is after the last colon
+    ],
+)
+def test_the_nodes_that_never_joined(agents: list[Agent], joined: list[str], missing: list[str] | None) -> None:
+    assert never_joined(agents, joined) == missing
+
+
+def test_the_rendezvous_hint_names_the_missing_nodes() -> None:
+    assert rendezvous_hint(["node2"]).startswith("node2 never joined the rendezvous: check that it reaches")
+    assert rendezvous_hint(["node1", "node2"]).startswith("node1, node2 never joined the rendezvous: check that they")
+    assert rendezvous_hint([]).startswith("not every node joined the rendezvous in time")
 
 
 def test_no_hint_for_an_unknown_failure_or_a_success_or_ctrl_c() -> None:

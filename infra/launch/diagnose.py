@@ -8,6 +8,7 @@ other node print connection errors too), then everyone's.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from .nodes import OutputLine
@@ -76,6 +77,8 @@ CAUSES = (
     ),
 )
 
+RENDEZVOUS_TIMEOUT = next(cause for cause in CAUSES if cause.name == "rendezvous-timeout")
+
 
 @dataclass
 class Diagnosis:
@@ -91,10 +94,59 @@ class Diagnosis:
                 self.order.append(cause)
                 return
 
-    def hint(self, failed_node: str | None) -> str:
-        """The hint for the failure: the failing node's most specific cause, else anyone's."""
+    def cause(self, failed_node: str | None) -> Cause | None:
+        """The failure's cause: the failing node's most specific one, else anyone's."""
         mine = self.seen.get(failed_node or "", [])
         for found in (mine, self.order):
             if found:
-                return min(found, key=CAUSES.index).hint
-        return ""
+                return min(found, key=CAUSES.index)
+        return None
+
+    def hint(self, failed_node: str | None) -> str:
+        """The hint for the failure (``cause``'s), or ""."""
+        cause = self.cause(failed_node)
+        return cause.hint if cause else ""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A node's agent as the rendezvous knows it: torchrun's ``--local-addr`` (the node's host) and,
+    where the launcher knows it (a local subprocess), the agent's pid."""
+
+    node: str
+    addr: str
+    pid: int | None = None
+
+
+def never_joined(agents: Sequence[Agent], joined: Collection[str]) -> list[str] | None:
+    """The nodes whose agent the rendezvous never saw, from the store's ``ADDR:PID`` list
+    (``node_programs/rdzv_store.py``); None where that cannot be told: nodes that share an address
+    (this machine's) and whose pids are not known."""
+    seen = {tuple(member.rsplit(":", 1)) for member in joined}
+    addrs = [agent.addr for agent in agents]
+    missing = []
+    for agent in agents:
+        if agent.pid is not None:
+            found = (agent.addr, str(agent.pid)) in seen
+        elif addrs.count(agent.addr) == 1:
+            found = any(addr == agent.addr for addr, _ in seen)
+        else:
+            return None
+        if not found:
+            missing.append(agent.node)
+    return missing
+
+
+def rendezvous_hint(missing: Sequence[str]) -> str:
+    """The rendezvous-timeout hint, naming the nodes that never joined (the general one if none is named)."""
+    if not missing:
+        return RENDEZVOUS_TIMEOUT.hint
+    if len(missing) == 1:
+        return (
+            f"{missing[0]} never joined the rendezvous: check that it reaches the head's port "
+            "(`ddpctl check`) and that its torchrun agent starts"
+        )
+    return (
+        f"{', '.join(missing)} never joined the rendezvous: check that they reach the head's port "
+        "(`ddpctl check`) and that their torchrun agents start"
+    )

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from ..procs import RUN_KEY, stop_tagged
+from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .rdzv_store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
@@ -39,6 +40,11 @@ class LocalNodeProcess:
             start_new_session=True,  # its own process group: signals reach the agent, not us
             preexec_fn=_die_with_parent,
         )
+
+    @property
+    def pid(self) -> int:
+        """The agent's pid (torchrun itself: the argv runs without a shell)."""
+        return self._popen.pid
 
     def lines(self) -> Iterator[str]:
         assert self._popen.stdout is not None
@@ -89,7 +95,7 @@ class LocalExecutor:
                 store.stop()
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True)
 
-        return supervise(
+        result = supervise(
             plan.run_id,
             procs,
             self.sink,
@@ -99,6 +105,10 @@ class LocalExecutor:
             if plan.min_nodes
             else None,
         )
+        if store is None:
+            return result
+        # this machine's nodes share an address: the rendezvous tells their agents apart by pid
+        return store.explain(result, [Agent(p.node, launch.host, p.pid) for p, launch in zip(procs, plan.nodes)])
 
     def _start_store(self, plan: LaunchPlan) -> RdzvStore | None:
         """The run's rendezvous store, once it listens (started in this thread, which outlives the

@@ -44,6 +44,7 @@ class RunResult:
     failed_node: str | None = None
     interrupted: bool = False
     hint: str = ""  # a failure's known cause, what it means and what to do (launch/diagnose.py)
+    cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES), e.g. "rendezvous-timeout"
 
     @property
     def ok(self) -> bool:

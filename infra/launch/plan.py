@@ -180,14 +180,14 @@ def plan_torchrun(
 
 def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int) -> NodeLaunch:
     """The run's c10d rendezvous store on ``head``: the node's Python (it has torch), listening on
-    ``port``; the run's markers (``down`` and a resumed run's ``stop_first`` find it like any of the
+    ``port``, told the rendezvous id (it names the agents that joined as it stops); the run's markers (``down`` and a resumed run's ``stop_first`` find it like any of the
     run's processes) and ``STORE_KEY`` (so that it alone can be stopped, after the agents)."""
     markers = rank_env(run, cluster_id=cluster.cluster_id, cluster_env={}).markers
     return NodeLaunch(
         node=head.name,
         host=head.host,
         node_rank=0,
-        argv=(head.python or cluster.spec.python, "-c", source("rdzv_store"), head.host, str(port)),
+        argv=(head.python or cluster.spec.python, "-c", source("rdzv_store"), head.host, str(port), run.run_id),
         env={**markers, STORE_KEY: run.run_id},
         cwd=head.workdir,
         log_dir="",

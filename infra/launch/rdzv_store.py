@@ -15,15 +15,18 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..errors import DdpctlError
-from .diagnose import Diagnosis
-from .nodes import NodeProcess, OutputLine
+from .diagnose import RENDEZVOUS_TIMEOUT, Agent, Diagnosis, never_joined, rendezvous_hint
+from .nodes import NodeProcess, OutputLine, RunResult
 
 #: What the store prints (node_programs/rdzv_store.py): its port bound, then served; or why not.
 LISTENING = re.compile(r"^LISTENING \S+$")
 READY = re.compile(r"^READY \S+$")
+#: ... and as it stops, every agent the rendezvous saw (``ADDR:PID``), when told the rendezvous id.
+JOINED = re.compile(r"^JOINED(?: (.*))?$")
 ERROR = re.compile(r"^ERROR (.*)$")
 #: Starting Python and binding a port; then importing torch, which a cold node takes seconds over.
 LISTEN_TIMEOUT_S = 60.0
@@ -44,6 +47,7 @@ class RdzvStore:
         self._stop = stop
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stopped = False
+        self.joined: list[str] | None = None  # ADDR:PID of every agent that joined, once stopped
         threading.Thread(target=self._pump, daemon=True).start()
 
     @classmethod
@@ -131,8 +135,18 @@ class RdzvStore:
                 break
             if text is None:
                 break
-            if not (LISTENING.match(text) or READY.match(text)):
+            if m := JOINED.match(text):
+                self.joined = (m.group(1) or "").split()
+            elif not (LISTENING.match(text) or READY.match(text)):
                 self.sink(OutputLine(self.node, None, text))
+
+    def explain(self, result: RunResult, agents: Sequence[Agent]) -> RunResult:
+        """``result`` with a rendezvous timeout's hint naming the nodes that never joined, where
+        the stopped store said who did (``JOINED``) and that tells them apart."""
+        if result.cause != RENDEZVOUS_TIMEOUT.name or self.joined is None:
+            return result
+        missing = never_joined(agents, self.joined)
+        return result if missing is None else replace(result, hint=rendezvous_hint(missing))
 
 
 def stop_process(proc: NodeProcess, grace_s: float, tick_s: float = 0.05) -> None:

@@ -23,6 +23,7 @@ from ..inventory import Host
 from ..procs import NODE_KEY, RUN_KEY, STORE_KEY
 from ..project import pack
 from ..ssh import connect, remote_stop, writable_problem
+from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .rdzv_store import RdzvStore
 from .reach import REACH_LINE, raise_if_head_unreachable
@@ -158,7 +159,9 @@ class SshExecutor:
             if plan.precheck is not None and not result.ok and not result.interrupted:
                 # the one-line reason, if that was it
                 raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
-            return result
+            if store is None:
+                return result
+            return store.explain(result, [Agent(launch.node, launch.host) for launch in plan.nodes])
         finally:
             for conn in conns:
                 conn.close()

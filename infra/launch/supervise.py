@@ -262,6 +262,7 @@ class Supervisor:
         _on_all([proc for proc in self.procs if proc.poll() is None], "kill")
 
     def _result(self, wall_s: float) -> RunResult:
+        cause = self.diagnosis.cause(self.failed) if self.failed and not self.interrupted else None
         nodes = []
         for i, proc in enumerate(self.procs):
             code = proc.poll()
@@ -279,7 +280,8 @@ class Supervisor:
             nodes=nodes,
             failed_node=self.failed,
             interrupted=self.interrupted,
-            hint=self.diagnosis.hint(self.failed) if self.failed and not self.interrupted else "",
+            hint=cause.hint if cause else "",
+            cause=cause.name if cause else "",
         )
 
 

@@ -6,17 +6,22 @@ barrier, closing the rendezvous) then print ``recvVector failed`` tracebacks on 
 succeeded, and the run cannot outlive the head agent. ddpctl starts this program before the agents,
 every agent joins it as a client (``is_host=0``), and ddpctl stops it once the last agent has left.
 
-argv: HOST PORT. HOST is the address the agents reach it at. It listens on PORT on every address at
-once and prints ``LISTENING HOST:PORT``, then imports torch (seconds) and hands the listening socket
-to the store (clients that connect meanwhile wait in its backlog), and prints ``READY HOST:PORT``.
-It then lives until SIGTERM or SIGINT, and exits 0 without a word. When it cannot start (the port
-in use, no torch): one ``ERROR ...`` line, exit 1.
+argv: HOST PORT [RDZV_ID]. HOST is the address the agents reach it at. It listens on PORT on every
+address at once and prints ``LISTENING HOST:PORT``, then imports torch (seconds) and hands the
+listening socket to the store (clients that connect meanwhile wait in its backlog), and prints
+``READY HOST:PORT``. It then lives until SIGTERM or SIGINT, and exits 0. Given the rendezvous id
+(torchrun's ``--rdzv-id``), it reads the rendezvous state every second meanwhile and, as it stops,
+prints ``JOINED ADDR:PID ...``: every agent that was ever in the rendezvous (an agent whose join
+timed out has removed itself by then), so the launcher can name a node that never joined. When it
+cannot start (the port in use, no torch): one ``ERROR ...`` line, exit 1.
 
 Runs with the head node's Python, the one its torchrun runs with: it imports torch.
 """
 
 from __future__ import annotations
 
+import base64
+import pickle
 import signal
 import socket
 import sys
@@ -48,9 +53,25 @@ def serve(host: str, port: int, sock: socket.socket):
     return TCPStore(host, port, master_listen_fd=sock.detach(), use_libuv=version >= (2, 9), **options)
 
 
+def members(store, rdzv_id: str) -> set[str]:
+    """``ADDR:PID`` of every agent in the rendezvous now (a participant, waiting or redundant), as
+    torch's c10d rendezvous backend keeps it: its pickled state, base64, under one key. This is the
+    agents' own state, written by them to this store and read back the same way by each of them."""
+    key = f"torch.rendezvous.{rdzv_id}"
+    try:
+        if not store.check([key]):
+            return set()
+        state = pickle.loads(base64.b64decode(store.get(key)))
+        found = set(state.participants) | set(state.wait_list) | set(state.redundancy_list) | set(state.last_heartbeats)
+        return {f"{node.addr}:{node.pid}" for node in found}
+    except Exception:  # no state yet (the backend's sentinel), or another torch's layout: nothing to add
+        return set()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     host, port = args[0], int(args[1])
+    rdzv_id = args[2] if len(args) > 2 else ""
     # Blocked before torch starts the store's threads, which inherit the mask: a stop signal stays
     # pending (even one sent while torch is being imported) until sigwait below takes it.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
@@ -70,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR the store did not start on port {port}: {reason}", flush=True)
         return 1
     print(f"READY {host}:{port}", flush=True)
-    signal.sigwait(STOP)
+    joined: set[str] = set()
+    while signal.sigtimedwait(STOP, 1.0) is None:
+        if rdzv_id:
+            joined |= members(store, rdzv_id)
+    if rdzv_id:
+        joined |= members(store, rdzv_id)
+        print(f"JOINED {' '.join(sorted(joined))}".rstrip(), flush=True)
     del store  # the server stops: its clients are gone by now
     return 0
 

@@ -4,6 +4,7 @@ processes found by their marker (as `ddpctl down` finds them)."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -12,6 +13,13 @@ from pathlib import Path
 import psutil
 
 from ddpctl.infra.procs import RUN_KEY, find_tagged
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _default_sigint() -> None:
