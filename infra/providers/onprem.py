@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -156,13 +157,16 @@ def _clean_hosts(hosts: list[tuple[Host, str]], cluster_id: str, progress: Progr
         progress(f"warning: could not clean up {problem}; processes of this cluster may still run there")
 
 
-def slurm_answers(login: Host, tries: int = 3) -> bool:
-    """True when the head node has Slurm's client and its controller answers (a busy one may be slow)."""
+def slurm_answers(login: Host, tries: int = 3, pause_s: float = 5.0) -> bool:
+    """True when the head node has Slurm's client and its controller answers. A busy controller may
+    be slow, or refuse for a moment (sinfo fails at once then): ``tries`` tries, ``pause_s`` apart."""
     conn = connect(login)
     try:
         if not conn.run("command -v sinfo", hide=True, warn=True, in_stream=False).ok:
             return False
-        for _ in range(tries):
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(pause_s)
             if conn.run("timeout 30 sinfo -h -o %D", hide=True, warn=True, in_stream=False).ok:
                 return True
         return False
