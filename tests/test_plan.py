@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import pytest
 
@@ -94,6 +95,29 @@ def test_env_defaults_interfaces_and_markers() -> None:
     assert env["DDPCTL_RUN_ID"] == "r9" and env["DDPCTL_CLUSTER_ID"] == "cid"
 
 
+def test_a_nodes_env_file_may_set_ddpctls_defaults_but_not_what_was_asked(tmp_path) -> None:
+    """The SSH launch line exports ddpctl's defaults (OMP_NUM_THREADS from the node's CPUs...), then
+    sources the node's env file (the playbooks' nccl_env: an admin's OMP_NUM_THREADS, say), then sets
+    the cluster's and the run's values and the markers, which win over the file. Run by a real shell."""
+    c = cluster(2, env={"NCCL_DEBUG": "INFO"})
+    env_file = tmp_path / "ddpctl.env"
+    env_file.write_text("OMP_NUM_THREADS=1\nNCCL_DEBUG=WARN\nDDPCTL_RUN_ID=nope\nA=file\n")
+    c.nodes = [NodeInfo(n.name, n.host, str(tmp_path), cpus=8, ifname="eth0", env_file=str(env_file)) for n in c.nodes]
+    run = RunSpec(job="m", nodes=2, run_id="r2", env={"A": "run"})
+    launch = plan_torchrun(c, run, script="s.py", port=1).nodes[1]
+    assert launch.env["OMP_NUM_THREADS"] == "8" and "OMP_NUM_THREADS" in launch.defaults
+    assert "NCCL_DEBUG" not in launch.defaults and "A" not in launch.defaults
+    line = launch.shell().replace(shlex.join(launch.argv), "env")  # the environment the agent would get
+    seen = dict(
+        kv.split("=", 1)
+        for kv in subprocess.run(["sh", "-c", line], capture_output=True, text=True).stdout.split("\n")
+        if "=" in kv
+    )
+    assert seen["OMP_NUM_THREADS"] == "1"  # the file's, over ddpctl's default
+    assert seen["NCCL_DEBUG"] == "INFO" and seen["A"] == "run"  # the cluster's and the run's, over the file
+    assert seen["DDPCTL_RUN_ID"] == "r2" and seen["NCCL_SOCKET_IFNAME"] == "eth0"
+
+
 def test_interface_left_out_when_unknown() -> None:
     plan = plan_torchrun(cluster(2, ifname=None), RunSpec(job="m", nodes=2), script="s.py", port=1)
     assert "NCCL_SOCKET_IFNAME" not in plan.nodes[0].env
@@ -164,9 +188,9 @@ def test_remote_nodes_run_their_bundle_copy_and_source_the_env_file() -> None:
         assert node.argv[-1] == f"/srv/n{i}/bundle/mingpt/main.py"
         assert node.project_dir == "" and node.cwd == f"/srv/n{i}"
         line = node.shell()
-        # the env file first, then the explicit env: a user's value wins over the file's
+        # ddpctl's defaults, the env file over them, then the explicit env: a user's value wins over the file's
         assert f"set -a && . /srv/n{i}/ddpctl.env && set +a && exec env " in line
-        assert line.index("ddpctl.env") < line.index("PYTHONUNBUFFERED=")
+        assert line.index("PYTHONUNBUFFERED=") < line.index("ddpctl.env") < line.index("DDPCTL_SNAPSHOT_DIR=")
         assert "NCCL_DEBUG=" not in line  # from the env file, as the playbooks wrote it
 
 

@@ -16,7 +16,7 @@ from ..procs import NODE_KEY, STORE_KEY
 from ..project import Project
 from ..spec import RunSpec
 from ..state import ClusterState, NodeInfo
-from .torchrun import literal, rank_env, torchrun_argv
+from .torchrun import RankEnv, literal, rank_env, torchrun_argv
 
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
 SECRET_SHOWN = "<secret>"
@@ -36,6 +36,9 @@ class NodeLaunch:
     env_file: str = ""  # sourced before the env above, so explicit values win
     project_dir: str = ""  # where the user's project is unpacked on the node first ("": nothing to ship)
     secret: tuple[str, ...] = ()  # names in env whose values are never recorded or shown
+    #: names in env that are ddpctl's defaults (OMP_NUM_THREADS...): the node's env file, sourced
+    #: after them, may set them otherwise (everything else in env wins over the file)
+    defaults: tuple[str, ...] = ()
 
     def shown_env(self) -> dict[str, str]:
         """``env`` as records and ``--dry-run`` show it: secrets by name only."""
@@ -46,8 +49,11 @@ class NodeLaunch:
 
         ``last=False``: without ``exec``, so that another command can follow it (``a && b``).
         """
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items() if k not in self.secret)
+        under = set(self.defaults) if self.env_file else set()  # what the file may override
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items() if k not in {*self.secret, *under})
         source = f"set -a && . {shlex.quote(self.env_file)} && set +a && " if self.env_file else ""
+        if under:
+            source = "export " + " ".join(f"{k}={shlex.quote(self.env[k])}" for k in self.defaults) + f" && {source}"
         # secrets come on the session's stdin (secret_input), never on a command line
         secrets = "".join(f"IFS= read -r {k} && export {k} && " for k in self.secret)
         run = "exec env" if last else "env"
@@ -137,6 +143,7 @@ def plan_torchrun(
                     raise UsageError(f"{script}: a script for remote nodes ships with its project (infra.project.scan)")
                 project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
                 node_script = f"{project_dir}/{project.script}"
+        layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file)
         argv = torchrun_argv(
             node.python or cluster.spec.python,
             run,
@@ -153,10 +160,8 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=literal(argv),
-                env={
-                    **node_env(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file),
-                    NODE_KEY: node.name,
-                },
+                env={**layers.merged(), NODE_KEY: node.name},
+                defaults=tuple(k for k in layers.defaults if k not in layers.explicit),
                 cwd=cwd,
                 log_dir=log_dir,
                 env_file=node.env_file,
@@ -195,10 +200,10 @@ def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int)
     )
 
 
-def node_env(
+def node_layers(
     cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
-) -> dict[str, str]:
-    """Env for one node's agent (and so its ranks): ``rank_env`` for a node of ``cluster``."""
+) -> RankEnv:
+    """Env for one node's agent (and so its ranks), in its layers: ``rank_env`` for a node of ``cluster``."""
     return rank_env(
         run,
         cluster_id=cluster.cluster_id,
@@ -208,4 +213,11 @@ def node_env(
         nproc=nproc,
         ifname=ifname,
         shared_dir=cluster.shared_dir,
-    ).merged()
+    )
+
+
+def node_env(
+    cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
+) -> dict[str, str]:
+    """Env for one node's agent (and so its ranks), merged (``node_layers``)."""
+    return node_layers(cluster, run, cpus, ifname, nproc, env_file).merged()

@@ -54,7 +54,10 @@ PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-SetEnv TESTBED_NODE=$n TESTBED_NODE_DIR=$d
+# SetEnv OMP_NUM_THREADS=1: every node shares this machine's cores, so each says it has one processing
+# unit (nproc, which ddpctl asks, honours it): ranks get one thread each, not all cores each
+# (3 ranks with 2 threads each on 2 cores took twice the CPU of 1 thread each, spinning).
+SetEnv TESTBED_NODE=$n TESTBED_NODE_DIR=$d OMP_NUM_THREADS=1
 Subsystem sftp /usr/lib/openssh/sftp-server
 EOC
   echo "$n,$ip $(cut -d' ' -f1,2 "$d/ssh_host_ed25519_key.pub")" >> "$TB/ssh/known_hosts"
