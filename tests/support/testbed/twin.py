@@ -184,6 +184,9 @@ class Hosts:
             "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nUsePAM no\nX11Forwarding no\nPrintMotd no\n"
             "AcceptEnv LANG LC_*\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
+            # not an image's: the nodes share this machine's cores, so each says it has one (nproc
+            # honours it, and ddpctl gives each rank that many threads), as up.sh's nodes do
+            "SetEnv OMP_NUM_THREADS=1\n"
         )
         home = d / "home" / SSH_USER
         (home / ".ssh").mkdir(parents=True)
