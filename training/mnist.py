@@ -23,13 +23,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
+from torchvision import datasets, transforms
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = HERE / "data" / "mnist"
-#: torchvision's first MNIST mirror (datasets.MNIST.mirrors[0]): probed before torchvision is imported
-MNIST_MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
-MEAN, STD = 0.1307, 0.3081  # of MNIST's training pixels, as in pytorch/examples
 
 
 @dataclass
@@ -68,10 +66,8 @@ def try_download(data_dir):
     """Download MNIST with torchvision; return None on success, else a short reason. Fails in seconds offline."""
     old_timeout = socket.getdefaulttimeout()
     try:
-        probe = urllib.request.Request(MNIST_MIRROR + "t10k-labels-idx1-ubyte.gz", method="HEAD")
+        probe = urllib.request.Request(datasets.MNIST.mirrors[0] + "t10k-labels-idx1-ubyte.gz", method="HEAD")
         urllib.request.urlopen(probe, timeout=5).close()  # honours proxies; torchvision's own urlopen has no timeout
-        from torchvision import datasets
-
         socket.setdefaulttimeout(30)
         datasets.MNIST(data_dir, train=True, download=True)
         return None
@@ -90,29 +86,25 @@ def read_idx(path):
     return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).view(shape)
 
 
-def from_torchvision(data_dir):
-    """torchvision's MNIST in data_dir, or None where it is not. torchvision (a second of CPU for
-    each rank to import) is imported only where its files are."""
-    if not (Path(data_dir) / "MNIST" / "raw").is_dir():
-        return None
-    from torchvision import datasets
-
-    try:
-        train, test = (datasets.MNIST(data_dir, train=t) for t in (True, False))
-    except RuntimeError:  # not (all) downloaded
-        return None
-    return train.data, train.targets, test.data, test.targets
-
-
 def load_mnist(cfg, device):
     """Return (train_images, train_labels, heldout_images, heldout_labels); every rank agrees on the source."""
     reason = "--no-download" if not cfg.download else "not available on every node"
-    data = from_torchvision(cfg.data_dir)
-    if data is None:  # not downloaded yet: one download per node
+
+    def from_torchvision():
+        train, test = (datasets.MNIST(cfg.data_dir, train=t) for t in (True, False))
+        return train.data, train.targets, test.data, test.targets
+
+    try:
+        data = from_torchvision()
+    except RuntimeError:  # not downloaded yet: one download per node
+        data = None
         if cfg.download and int(os.environ["LOCAL_RANK"]) == 0:
             reason = try_download(cfg.data_dir) or reason
         dist.barrier()
-        data = from_torchvision(cfg.data_dir)
+        try:
+            data = from_torchvision()
+        except RuntimeError:
+            pass
     everyone = torch.tensor([data is not None], dtype=torch.int32, device=device)
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)  # mixing data sources across ranks would hang DDP
     if everyone.item():
@@ -128,8 +120,7 @@ def load_mnist(cfg, device):
 
 
 def normalize(images):
-    """uint8 images (N, 28, 28) -> float (N, 1, 28, 28), standardized (torchvision's Normalize, by hand)."""
-    return (images.float().div(255).unsqueeze(1) - MEAN) / STD
+    return transforms.Normalize((0.1307,), (0.3081,))(images.float().div(255).unsqueeze(1))
 
 
 @torch.no_grad()
