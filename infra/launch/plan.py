@@ -185,8 +185,9 @@ def plan_torchrun(
 
 def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int) -> NodeLaunch:
     """The run's c10d rendezvous store on ``head``: the node's Python (it has torch), listening on
-    ``port``, told the rendezvous id (it names the agents that joined as it stops); the run's markers (``down`` and a resumed run's ``stop_first`` find it like any of the
-    run's processes) and ``STORE_KEY`` (so that it alone can be stopped, after the agents)."""
+    ``port``, told the rendezvous id (it names the agents that joined as it stops); the run's
+    markers (``down`` and a resumed run's ``stop_first`` find it like any of the run's processes)
+    and ``STORE_KEY`` (so that it alone can be stopped, after the agents)."""
     markers = rank_env(run, cluster_id=cluster.cluster_id, cluster_env={}).markers
     return NodeLaunch(
         node=head.name,
@@ -214,10 +215,3 @@ def node_layers(
         ifname=ifname,
         shared_dir=cluster.shared_dir,
     )
-
-
-def node_env(
-    cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
-) -> dict[str, str]:
-    """Env for one node's agent (and so its ranks), merged (``node_layers``)."""
-    return node_layers(cluster, run, cpus, ifname, nproc, env_file).merged()

@@ -15,7 +15,7 @@ from ..node_programs import source
 from ..spec import RunSpec, new_run_id
 from ..state import ClusterState, NodeInfo
 from .nodes import OutputLine
-from .plan import LaunchPlan, NodeLaunch, node_env
+from .plan import LaunchPlan, NodeLaunch, node_layers
 
 #: What a node of the reachability check prints, per peer (node_programs/reach.py).
 REACH_LINE = re.compile(r"^REACH (\S+) (\S+) (ok|error: .*)$")
@@ -62,7 +62,7 @@ def plan_reach(
                 host=node.host,
                 node_rank=i,
                 argv=argv,
-                env=node_env(cluster, run, 1, None),
+                env=node_layers(cluster, run, 1, None).merged(),
                 cwd=node.workdir,
                 log_dir="",
                 env_file=node.env_file,

@@ -20,7 +20,6 @@ Runs with the head node's Python, the one its torchrun runs with: it imports tor
 
 from __future__ import annotations
 
-import base64
 import pickle
 import signal
 import socket
@@ -53,19 +52,28 @@ def serve(host: str, port: int, sock: socket.socket):
     return TCPStore(host, port, master_listen_fd=sock.detach(), use_libuv=version >= (2, 9), **options)
 
 
-def members(store, rdzv_id: str) -> set[str]:
-    """``ADDR:PID`` of every agent in the rendezvous now (a participant, waiting or redundant), as
-    torch's c10d rendezvous backend keeps it: its pickled state, base64, under one key. This is the
-    agents' own state, written by them to this store and read back the same way by each of them."""
-    key = f"torch.rendezvous.{rdzv_id}"
+def members(backend) -> set[str]:
+    """``ADDR:PID`` of every agent in the rendezvous now (a participant, waiting or redundant), read
+    as each agent reads it: through torch's c10d rendezvous backend on this store (``backend``)."""
     try:
-        if not store.check([key]):
+        got = backend.get_state()  # (the pickled state, its token), None before the first agent
+        if got is None:
             return set()
-        state = pickle.loads(base64.b64decode(store.get(key)))
+        state = pickle.loads(got[0])
         found = set(state.participants) | set(state.wait_list) | set(state.redundancy_list) | set(state.last_heartbeats)
         return {f"{node.addr}:{node.pid}" for node in found}
-    except Exception:  # no state yet (the backend's sentinel), or another torch's layout: nothing to add
+    except Exception:  # another torch's layout: nothing to add
         return set()
+
+
+def rendezvous(store, rdzv_id: str):
+    """torch's c10d rendezvous backend for ``rdzv_id`` on this store (what the agents use), or None."""
+    try:
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+        return C10dRendezvousBackend(store, rdzv_id)
+    except Exception:  # another torch's layout: no names, the run goes on
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR the store did not start on port {port}: {reason}", flush=True)
         return 1
     print(f"READY {host}:{port}", flush=True)
+    backend = rendezvous(store, rdzv_id) if rdzv_id else None
     joined: set[str] = set()
     while signal.sigtimedwait(STOP, 1.0) is None:
-        if rdzv_id:
-            joined |= members(store, rdzv_id)
-    if rdzv_id:
-        joined |= members(store, rdzv_id)
+        if backend is not None:
+            joined |= members(backend)
+    if backend is not None:
+        joined |= members(backend)
         print(f"JOINED {' '.join(sorted(joined))}".rstrip(), flush=True)
     del store  # the server stops: its clients are gone by now
     return 0
