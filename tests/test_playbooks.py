@@ -169,6 +169,28 @@ def site(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     clean_nodes(testbed)
 
 
+@pytest.fixture(scope="module")
+def local_nodes(tmp_path_factory: pytest.TempPathFactory):
+    """Three inventory hosts named like the test cluster's nodes, all this machine (a local
+    connection, each with a directory of its own): for the --check runs of the nvidia and python_env
+    roles, which only read (stand-in PCI and /proc trees, nvidia-smi) and plan, so they need no
+    test cluster and run beside it."""
+    tmp = tmp_path_factory.mktemp("check-mode")
+    (tmp / "user").mkdir()
+    (tmp / "user" / "my_train.py").write_text('print("the user\'s own training script")\n')
+
+    def inventory(path: Path, **group_vars: str) -> Path:
+        lines = ["[ddp_nodes]"]
+        for node in NODES:
+            (tmp / "nodes" / node).mkdir(parents=True, exist_ok=True)
+            lines.append(f"{node} ansible_connection=local ddpctl_node_dir={tmp / 'nodes' / node}")
+        lines += ["", "[ddp_nodes:vars]", *(f"{k}={v}" for k, v in group_vars.items())]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    return {"tmp": tmp, "env": ansible_env(tmp), "inventory": inventory, "node_dir": lambda n: tmp / "nodes" / n}
+
+
 def test_ansible_lint_production_profile(tmp_path: Path) -> None:
     lint = VENV_BIN / "ansible-lint"
     assert lint.exists(), f"{lint} missing: install the test extra (pip install -e '.[test]')"
@@ -317,13 +339,12 @@ def test_explicit_socket_ifname_wins_and_debug_is_checked(site, testbed: Testbed
 
 
 @pytest.mark.slow
-def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
+def test_check_mode_with_forced_nvidia_install(local_nodes) -> None:
     """--check of the nvidia role with its install path forced on GPU-less, offline nodes.
 
     node1 also gets a fake PCI tree with one NVIDIA 3D controller (and its audio function, which
     is not a GPU) to show detection itself."""
-    assert site["runs"][0].returncode == 0
-    tmp = site["tmp"] / "check"
+    tmp = local_nodes["tmp"] / "check"
     (tmp / "host_vars").mkdir(parents=True)
     pci = tmp / "pci"
     for addr, vendor, cls in [
@@ -335,9 +356,9 @@ def test_check_mode_with_forced_nvidia_install(site, testbed: Testbed) -> None:
         (pci / addr / "vendor").write_text(vendor + "\n")
         (pci / addr / "class").write_text(cls + "\n")
     (tmp / "host_vars" / "node1.yml").write_text(f"nvidia_pci_devices_dir: {pci}\n")
-    inventory = testbed.inventory(tmp / "hosts.ini", **inventory_vars(site["tmp"]))
+    inventory = local_nodes["inventory"](tmp / "hosts.ini", **inventory_vars(local_nodes["tmp"]))
     args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
-    result = playbook(site["env"], *args, "-e", "nvidia_force_install=true")
+    result = playbook(local_nodes["env"], *args, "-e", "nvidia_force_install=true")
     assert result.returncode == 0, show(result)
     out = result.stdout
     assert all(s["failed"] == 0 for s in recap(result).values())
@@ -389,7 +410,7 @@ def message(out: str, node: str, text: str) -> bool:
 
 
 @pytest.mark.slow
-def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
+def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
     """--check of the nvidia and python_env roles on stand-in PCI trees: node0 has two V100s (p3:
     10de:1db1, 1db5; Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330;
     Hopper) beside an NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and
@@ -400,8 +421,7 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
     installed, unless nvidia_keep_loaded_driver=false. node0's loaded driver (open modules) lists
     neither V100: installed as if none were loaded. No node's nvidia-smi answers (a first install):
     the V100 node still gets the cu126 wheels, the kept 570 driver caps node1 at CUDA 12."""
-    assert site["runs"][0].returncode == 0
-    tmp = site["tmp"] / "driver-flavour"
+    tmp = local_nodes["tmp"] / "driver-flavour"
     (tmp / "host_vars").mkdir(parents=True)
     gpus = {
         "node0": [("0000:00:1d.0", "0x030200", "0x1db1"), ("0000:00:1e.0", "0x030200", "0x1db5")],
@@ -419,14 +439,14 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
             f"nvidia_pci_devices_dir: {pci}\nnvidia_proc_dir: {procs[node]}\n"
         )
     group_vars = {
-        **inventory_vars(site["tmp"]),
+        **inventory_vars(local_nodes["tmp"]),
         "python_env_mode": "online",
         "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
         "python_env_nvidia_smi": str(tmp / "no-nvidia-smi"),
     }
-    inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
+    inventory = local_nodes["inventory"](tmp / "hosts.ini", **group_vars)
     args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
-    result = playbook(site["env"], *args[:-1], "nvidia,python_env")
+    result = playbook(local_nodes["env"], *args[:-1], "nvidia,python_env")
     assert result.returncode == 0, show(result)
     out = result.stdout
     assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), (
@@ -462,7 +482,9 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
     for node, index in wheels.items():
         assert message(out, node, f"torch 2.14.1 from https://download.pytorch.org/whl/{index}"), out
     # a 12.x choice is kept; nvidia_keep_loaded_driver=false installs over node1's loaded driver
-    again = playbook(site["env"], *args, "-e", "nvidia_cuda_version=12.8", "-e", "nvidia_keep_loaded_driver=false")
+    again = playbook(
+        local_nodes["env"], *args, "-e", "nvidia_cuda_version=12.8", "-e", "nvidia_keep_loaded_driver=false"
+    )
     for node, packages in (("node0", "cuda-drivers-580"), ("node1", "nvidia-open-580")):
         assert re.search(
             rf"\[{node}\] => \{{\s*\"msg\": \"Check mode: would install linux-headers-[^,]+, {packages}, "
@@ -486,25 +508,24 @@ def test_check_mode_driver_follows_the_gpu(site, testbed: Testbed) -> None:
             "0000:00:1e.0 10de:1db5): 580 is the last that does",
         ),
     ]:
-        refused = playbook(site["env"], *args, "-e", extra)
+        refused = playbook(local_nodes["env"], *args, "-e", extra)
         stats = recap(refused)
         assert refused.returncode != 0 and stats["node0"]["failed"] == 1, show(refused)
         assert stats["node1"]["failed"] == 0 and stats["node2"]["failed"] == 0, show(refused)
         assert text in refused.stdout, show(refused)
     assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
     for node in NODES:
-        assert not (testbed.node_dir(node) / "new-venv").exists()  # check mode made nothing
+        assert not (local_nodes["node_dir"](node) / "new-venv").exists()  # check mode made nothing
 
 
 @pytest.mark.slow
-def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) -> None:
+def test_check_mode_picks_the_cuda_wheels_for_the_gpu(local_nodes) -> None:
     """--check of python_env on a new venv, GPU nodes faked: nvidia-smi says node0 has a V100
     (compute capability 7.0, p3) beside an A100, node1 an H100. PyTorch's cu128 and cu130 wheels
     have no Volta kernels, so node0 gets cu126 wheels and node1 the driver's cu130. node2 has no
     nvidia-smi and is told the CUDA version, as a ParallelCluster head node installing for its
     compute nodes is (pcluster's head_playbook_vars): the wheels follow that version."""
-    assert site["runs"][0].returncode == 0
-    tmp = site["tmp"] / "cuda-wheels"
+    tmp = local_nodes["tmp"] / "cuda-wheels"
     (tmp / "host_vars").mkdir(parents=True)
     for node, caps in (("node0", "7.0\n8.0"), ("node1", "9.0")):
         smi = tmp / f"nvidia-smi-{node}"
@@ -515,13 +536,13 @@ def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) ->
         f"python_env_nvidia_smi: {tmp / 'none'}\npython_env_cuda_version: '12.8'\n"
     )
     group_vars = {
-        **inventory_vars(site["tmp"]),
+        **inventory_vars(local_nodes["tmp"]),
         "python_env_mode": "online",
         "python_env_path": "{{ ddpctl_node_dir }}/new-venv",
     }
-    inventory = testbed.inventory(tmp / "hosts.ini", **group_vars)
+    inventory = local_nodes["inventory"](tmp / "hosts.ini", **group_vars)
     result = playbook(
-        site["env"],
+        local_nodes["env"],
         "-i",
         str(inventory),
         "playbooks/site.yml",
@@ -544,7 +565,7 @@ def test_check_mode_picks_the_cuda_wheels_for_the_gpu(site, testbed: Testbed) ->
         r'ok: \[node2\] => \{\s*"msg": "torch 2.14.1 from https://download.pytorch.org/whl/cu128"', result.stdout
     ), show(result)
     for node in NODES:
-        assert not (testbed.node_dir(node) / "new-venv").exists()  # check mode made nothing
+        assert not (local_nodes["node_dir"](node) / "new-venv").exists()  # check mode made nothing
 
 
 @pytest.mark.slow

@@ -135,3 +135,26 @@ def test_status_is_one_typed_value():
     assert "error" in LiveStatus(summary="x", billed_instances=0, cost_per_hour_usd=None, error="x").to_dict()
     state = ClusterState(spec=ClusterSpec(name="c1"), cluster_id="x", status="up")
     assert get_provider("local").status(state) is None  # the state file says it all
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stderr", "verdict"),
+    [
+        (0, "", "slurm"),
+        # no slurm.conf and no configless source: no Slurm here, nothing to wait for
+        (
+            1,
+            "sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+            "sinfo: error: fetch_config: DNS SRV lookup failed\n"
+            "sinfo: fatal: Could not establish a configuration source\n",
+            "none",
+        ),
+        # a configured controller that does not answer (yet): try again
+        (1, "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n", "retry"),
+        (124, "", "retry"),  # `timeout` stopped it
+    ],
+)
+def test_sinfo_verdict(exit_code: int, stderr: str, verdict: str) -> None:
+    from ddpctl.infra.providers.onprem import sinfo_verdict
+
+    assert sinfo_verdict(exit_code, stderr) == verdict

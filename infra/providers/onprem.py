@@ -159,7 +159,8 @@ def _clean_hosts(hosts: list[tuple[Host, str]], cluster_id: str, progress: Progr
 
 def slurm_answers(login: Host, tries: int = 3, pause_s: float = 5.0) -> bool:
     """True when the head node has Slurm's client and its controller answers. A busy controller may
-    be slow, or refuse for a moment (sinfo fails at once then): ``tries`` tries, ``pause_s`` apart."""
+    be slow, or refuse for a moment: ``tries`` tries, ``pause_s`` apart, while ``sinfo`` says it could
+    not reach the controller; where it has no configuration to find one, there is no Slurm to wait for."""
     conn = connect(login)
     try:
         if not conn.run("command -v sinfo", hide=True, warn=True, in_stream=False).ok:
@@ -167,11 +168,27 @@ def slurm_answers(login: Host, tries: int = 3, pause_s: float = 5.0) -> bool:
         for attempt in range(tries):
             if attempt:
                 time.sleep(pause_s)
-            if conn.run("timeout 30 sinfo -h -o %D", hide=True, warn=True, in_stream=False).ok:
-                return True
+            result = conn.run("timeout 30 sinfo -h -o %D", hide=True, warn=True, in_stream=False)
+            verdict = sinfo_verdict(result.exited, result.stderr)
+            if verdict != "retry":
+                return verdict == "slurm"
         return False
     finally:
         conn.close()
+
+
+#: What ``sinfo`` prints where no Slurm is set up: no slurm.conf, and no configless source (DNS SRV).
+NO_SLURM_CONFIG = ("could not establish a configuration source", "unable to process configuration file")
+
+
+def sinfo_verdict(exit_code: int, stderr: str) -> str:
+    """``slurm`` (it answered), ``none`` (no Slurm set up here: sinfo found no configuration), or
+    ``retry`` (a configured controller did not answer, or ``timeout`` stopped sinfo)."""
+    if exit_code == 0:
+        return "slurm"
+    if any(text in stderr.lower() for text in NO_SLURM_CONFIG):
+        return "none"
+    return "retry"
 
 
 def host_nproc(host: Host) -> int:

@@ -11,6 +11,9 @@ NODES=${NODES:-3}
 SLURM_NODES=${SLURM_NODES:-0}
 ip link show ddpbr0 >/dev/null 2>&1 && { echo "ddpbr0 exists: run $HERE/down.sh first" >&2; exit 1; }
 rm -rf "$TB/nodes"   # every run starts from bare nodes: nothing a previous run configured or left
+# no Slurm but the one this run asks for: nodeexec mounts $TB/slurm over a node's /etc/slurm when it
+# exists as the node's sshd starts (its slurm.conf is written later, below)
+rm -rf "$TB/slurm"; if [ "$SLURM_NODES" -gt 0 ]; then mkdir -p "$TB/slurm"; fi
 mkdir -p "$TB/state" "$TB/etc" "$TB/bin"
 install -m 755 "$HERE/nodeexec" "$TB/bin/nodeexec"
 : > "$TB/state/created-dirs"
@@ -21,6 +24,10 @@ ip link add ddpbr0 type bridge
 ip addr add 10.77.0.1/24 dev ddpbr0
 ip link set ddpbr0 up
 { echo "127.0.0.1 localhost"; echo "10.77.0.1 testbed-host"; } > "$TB/etc/hosts"
+# a node's root has a plain ~/.bashrc, not this machine's: sshd runs every command through bash,
+# which reads ~/.bashrc when started by sshd, and this machine's (pyenv init on the CI image) costs
+# 0.1 CPU-s per SSH session, a third of a no-op site.yml run's CPU (nodeexec mounts this over it)
+echo "# a test node's ~/.bashrc (tests/support/testbed/up.sh)" > "$TB/etc/bashrc"
 for i in $(seq 0 $((NODES-1))); do
   n=node$i; ip=10.77.0.$((10+i))
   ip netns add $n
