@@ -101,19 +101,19 @@ def test_sigint_while_the_store_starts_leaves_nothing(home: Path) -> None:
 def test_mnist_reaches_90_percent_and_resumes(home: Path) -> None:
     assert ddpctl("up", "--nodes", "2").returncode == 0
     try:
-        first = ddpctl("run", "mnist", "--nodes", "2", "--run-id", "rmnist0001", "--", "--epochs", "2")
+        first = ddpctl("run", "mnist", "--nodes", "2", "--run-id", "rmnist0001", "--", "--epochs", "1")
         assert first.returncode == 0, first.stdout + first.stderr
         accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", first.stdout)]
-        assert len(accuracies) == 2
+        assert len(accuracies) == 1
         assert accuracies[-1] >= 90.0, first.stdout
         assert "using the bundled MNIST test set" in first.stdout
         snapshot = home / "clusters" / "default" / "shared" / "runs" / "rmnist0001" / "mnist_snapshot.pt"
         assert snapshot.is_file()  # the run's own folder: another run does not pick it up by accident
 
-        second = ddpctl("run", "mnist", "--nodes", "2", "--resume-from", "rmnist0001", "--", "--epochs", "3")
+        second = ddpctl("run", "mnist", "--nodes", "2", "--resume-from", "rmnist0001", "--", "--epochs", "2")
         assert second.returncode == 0, second.stdout + second.stderr
-        assert "Resuming from snapshot at epoch 2" in second.stdout
-        assert re.findall(r"epoch (\d+)/3", second.stdout) == ["3"]  # only the epoch left to do
+        assert "Resuming from snapshot at epoch 1" in second.stdout
+        assert re.findall(r"epoch (\d+)/2", second.stdout) == ["2"]  # only the epoch left to do
     finally:
         assert ddpctl("down").returncode == 0
     assert tree(home / "clusters") == []

@@ -173,7 +173,7 @@ def test_a_stop_reaches_all_sixteen(big, testbed16: Testbed, stop: str) -> None:
 
 def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> None:
     """--nodes 12:16: node14's and node15's processes SIGKILLed; the other 14 go on."""
-    proc = start(big, "--nodes", "12:16", *TORCHRUN, "-e", "STEPS=80")
+    proc = start(big, "--nodes", "12:16", *TORCHRUN, "-e", "STEPS=40")
     try:
         output = Output(proc)
         output.until("(16 ranks)", timeout=300)

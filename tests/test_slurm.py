@@ -63,7 +63,7 @@ def test_message_passing_through_sbatch(slurm_cluster, slurm_testbed: Testbed) -
 
 
 def test_mnist_through_sbatch(slurm_cluster) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "2", env=slurm_cluster["env"], timeout=600)
+    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "1", env=slurm_cluster["env"], timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
     assert accuracies and accuracies[-1] >= 90.0, result.stdout

@@ -48,6 +48,9 @@ install -m 600 "$TB/ssh/id_ed25519.pub" "$TB/ssh/authorized_keys"
 : > "$TB/ssh/known_hosts"; : > "$TB/ssh/ssh_config"
 for i in $(seq 0 $((NODES-1))); do
   n=node$i; ip=10.77.0.$((10+i)); d=$TB/nodes/$n
+  # each node its own /etc/hosts (nodeexec mounts it), as real nodes have: the common role edits it
+  # on every node at once, and one shared file lost its localhost line to those concurrent writes
+  cp "$TB/etc/hosts" "$d/hosts"
   [ -f "$d/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$n" -f "$d/ssh_host_ed25519_key"
   cat > "$d/sshd_config" <<EOC
 ListenAddress $ip:22
