@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def test_max_restarts_resumes_from_the_snapshot(home: Path) -> None:
     """A worker killed mid-epoch is restarted by torchrun; the job resumes from the last snapshot."""
-    proc = start_run("restart1", "--epochs", "3", run_args=("--max-restarts", "1"))
+    proc = start_run("restart1", "--epochs", "2", run_args=("--max-restarts", "1"))
     try:
         output = Output(proc)
         output.until("snapshot saved")  # epoch 1 done and saved
@@ -31,7 +31,7 @@ def test_max_restarts_resumes_from_the_snapshot(home: Path) -> None:
         proc.kill()
     assert proc.returncode == 0, out
     assert "Resuming from snapshot at epoch 1" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", out)]
+    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
     assert accuracies and accuracies[-1] >= 90.0, out
     assert_nothing_left("restart1", home)
 
@@ -68,7 +68,7 @@ def restarted_workers(run_id: str) -> list:
 
 def test_resume_after_the_controller_crashed(home: Path) -> None:
     """`ddpctl run --resume ID` after ddpctl itself was SIGKILLed: same job and options, from the snapshot."""
-    proc = start_run("crash2", "--epochs", "3")
+    proc = start_run("crash2", "--epochs", "2")
     try:
         Output(proc).until("snapshot saved")
         proc.kill()  # the controller: its agents die with it (PDEATHSIG) on the local provider
@@ -81,9 +81,10 @@ def test_resume_after_the_controller_crashed(home: Path) -> None:
     assert "unfinished" in ddpctl("runs").stdout  # the table
     resumed = ddpctl("run", "--resume", "crash2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout
-    assert "epoch 1/3" not in resumed.stdout
-    accuracies = [float(a) for a in re.findall(r"epoch 3/3 .* held-out accuracy ([\d.]+)%", resumed.stdout)]
+    # epoch 1's snapshot: the agents died with the controller (PDEATHSIG), so epoch 2 is left to do
+    assert "Resuming from snapshot at epoch 1" in resumed.stdout, resumed.stdout
+    assert "epoch 1/2" not in resumed.stdout
+    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", resumed.stdout)]
     assert accuracies and accuracies[-1] >= 90.0, resumed.stdout
     assert_nothing_left("crash2", home)  # and the cluster it owned is down again
     runs = json.loads(ddpctl("runs", "--json").stdout)["runs"]
@@ -112,7 +113,10 @@ def node_processes(run_id: str, node: str) -> list[psutil.Process]:
 
 def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path) -> None:
     """--nodes 2:3: node2's agent and worker SIGKILLed; nodes 0-1 go on from the snapshot; node2 rejoins."""
-    proc = start_run("elastic1", "--epochs", "5", run_args=("--nodes", "2:3"))
+    # ddpctl starts a lost node again 30 s after the loss (Elastic.relaunch_after_s): the survivors'
+    # epochs (about 6 s each for 2 ranks on an idle 2-core machine) must outlast that, or the run
+    # ends before node2 rejoins (5 epochs did, run alone)
+    proc = start_run("elastic1", "--epochs", "9", run_args=("--nodes", "2:3"))
     try:
         output = Output(proc)
         output.until("snapshot saved")
@@ -128,6 +132,6 @@ def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path) -
     assert proc.returncode == 0, out
     assert "node2 lost (exit -9); the run goes on with 2 node(s)" in out
     assert "node2 started again" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 5/5 .* held-out accuracy ([\d.]+)%", out)]
+    accuracies = [float(a) for a in re.findall(r"epoch 9/9 .* held-out accuracy ([\d.]+)%", out)]
     assert accuracies and accuracies[-1] >= 90.0, out
     assert_nothing_left("elastic1", home)

@@ -261,8 +261,6 @@ def test_a_cluster_behind_a_bastion(bastion: Testbed, tmp_path: Path) -> None:
         logs = json.loads(ddpctl("logs", "--node", "node2", "--json", env=env).stdout)
         assert logs["lines"] and {line["node"] for line in logs["lines"]} == {"node2"}  # from the run's record
         assert {line["rank"] for line in logs["lines"]} <= {None, 2}  # node2's agent and its rank 2
-        again = ddpctl("configure", "--json", env=env, timeout=600)
-        assert again.returncode == 0 and json.loads(again.stdout)["changed"] == {"node0": 0, "node1": 0, "node2": 0}
     finally:
         down = ddpctl("down", env=env, timeout=300)
         assert down.returncode == 0, down.stderr
