@@ -396,6 +396,24 @@ def test_elastic_a_node_still_waiting_to_rejoin_a_finished_run_is_stopped() -> N
     assert result.ok and statuses(result)["node2"] == "lost"
 
 
+def test_elastic_a_node_back_too_late_that_finds_the_rendezvous_closed_does_not_fail_the_run() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock, others_exit=40.0)
+    relaunch = relaunch_as(clock, dict(code=1, at=12.0))  # back at 31 s; at 43 s torchrun: RendezvousClosedError
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, threaded=False))
+    assert sink.notes()[-1] == "node2 came back after the run had finished (exit 1): not counted"
+    assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok", "node2": "lost"}
+
+
+def test_elastic_a_node_of_the_first_round_that_fails_after_the_head_is_done_fails_the_run() -> None:
+    clock = FakeClock()
+    nodes = three_nodes(clock, others_exit=10.0)
+    nodes[2].exits_at = 20.0  # node2 was never lost: its failure is the run's
+    result = supervise(clock, nodes, elastic=Elastic(2, relaunch=relaunch_as(clock), threaded=False))
+    assert result.exit_code == 1 and result.failed_node == "node2"
+
+
 def test_elastic_a_relaunch_that_comes_back_after_the_head_is_done_is_killed() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock, others_exit=40.0)

@@ -118,11 +118,11 @@ class Supervisor:
         self._stream_lines()
         self._take_rejoins()
         codes = [p.poll() for p in self.procs]
+        if self.elastic is not None and codes[0] == 0 and self.head_done_at is None:
+            self.head_done_at = self.clock.now()  # done: a node still waiting to rejoin has nothing to join
         if self.failed is None:
             self._judge_exits(codes)
             self._start_due_relaunches()
-        if self.elastic is not None and codes[0] == 0 and self.head_done_at is None:
-            self.head_done_at = self.clock.now()  # done: a node still waiting to rejoin has nothing to join
         self._stop_late_rejoiners()
         self._kill_after_grace()
         return self._over(codes)
@@ -160,6 +160,10 @@ class Supervisor:
             if self._may_lose(i):
                 self._lose(i, code)
                 continue
+            if self._came_back_too_late(i):
+                self.lost[i] = NEVER
+                self._note(i, f"{self.procs[i].node} came back after the run had finished (exit {code}): not counted")
+                continue
             self.failed = self.procs[i].node
             self._stop_all()
             return
@@ -169,6 +173,11 @@ class Supervisor:
         if self.elastic is None or i == 0 or self.head_done_at is not None:
             return False
         return len(self.procs) - len(self.lost) - 1 >= self.elastic.min_nodes
+
+    def _came_back_too_late(self, i: int) -> bool:
+        """Elastic: a node started again that exits non-zero once the head is done found the rendezvous
+        closed (torchrun's agent exits 1 on RendezvousClosedError): it missed the run, it did not fail it."""
+        return self.head_done_at is not None and self.relaunched.get(i, 0) > 0
 
     def _lose(self, i: int, code: int) -> None:
         elastic = self.elastic
