@@ -7,7 +7,8 @@ The rule:
 
 - a rank's line (``rank`` is not None) is always shown;
 - an agent's own line is hidden only while the run starts: before the first rank line, and
-  before any agent line that looks like a failure (``FAILING``). From then on every line is
+  before any agent line that looks like a failure (``FAILING``, less the known ``HARMLESS``
+  warnings). From then on every line is
   shown, so nothing a failure prints is ever hidden;
 - in that start-up window, an agent line is hidden if the same text (torch's log header, whose
   time and pid differ per node, aside) was already shown from *another* node. A line that differs
@@ -24,13 +25,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ddpctl.infra.launch.nodes import OutputLine
 
-#: torch's log header (glog style): level, date, time, pid; then "file:line] message".
-LOG_HEADER = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+#: torch's log headers: Python's glog style (level, date, time, pid; then "file:line] message") and
+#: its C++ one ("[W1126 11:48:38.983592255 socket.cpp:207] message", a pid in some builds).
+LOG_HEADER = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |^\[([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? ")
 
 #: An agent line that may belong to a failure: from then on nothing is hidden. Generous on purpose
 #: (a line hidden wrongly costs more than 15 lines shown needlessly).
 FAILING = re.compile(
-    r"^[EF]\d{4} \d\d:"  # torch's error and fatal levels
+    r"^\[?[EF]\d{4} \d\d:"  # torch's error and fatal levels
     r"|^(ERROR|CRITICAL|FATAL)\b"  # Python logging's default format
     r"|traceback|\w*(error|exception)\b|exitcode|exit code|\(exit \d"
     r"|\b(fail(ed|ure|ing)?|fatal|abort(ed)?|killed|lost|timed out|refused|unreachable|denied|cannot|unable)\b"
@@ -39,9 +41,14 @@ FAILING = re.compile(
 )
 
 
+#: Lines that FAILING's words match but that say nothing is wrong: c10d's warning where a node has
+#: no reverse DNS for a peer's address (each node's agent prints it as it joins the rendezvous).
+HARMLESS = re.compile(r"^\[W\S+ \S+ socket\.cpp:\d+\] \[c10d\] The hostname of the client socket cannot be retrieved")
+
+
 def _key(text: str) -> str:
     """What two nodes' copies of a line share: the text, less the log header's time and pid."""
-    return LOG_HEADER.sub(r"\1 ", text)
+    return LOG_HEADER.sub(lambda m: f"{m.group(1)} " if m.group(1) else f"[{m.group(2)} ", text)
 
 
 def _n(count: int, word: str) -> str:
@@ -64,7 +71,7 @@ class RepeatedAgentLines:
         """True: show this line."""
         if not self.starting:
             return True
-        if line.rank is not None or FAILING.search(line.text):
+        if line.rank is not None or (FAILING.search(line.text) and not HARMLESS.match(line.text)):
             self.end()
             return True
         key = _key(line.text)

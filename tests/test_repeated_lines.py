@@ -29,6 +29,12 @@ def omp_block(node: int) -> list[tuple[str, int | None, str]]:
     return [(f"node{node}", None, glog("W", when, pid, t)) for t in texts]
 
 
+def c10d_hostname(node: str) -> str:
+    """c10d's C++ warning as torch 2.x prints it on nodes without reverse DNS (the time differs per node)."""
+    when = f"11:48:38.{sum(map(ord, node))}592255"
+    return f"[W1126 {when} socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3"
+
+
 def note(hidden: int, nodes: int, run_id: str = "r1") -> str:
     lines = f"{hidden} repeated agent line{'' if hidden == 1 else 's'}"
     return (
@@ -92,6 +98,14 @@ CASES = {
         + [(C, None, glog("I", "1.2", 3, "x").replace("run.py:793", "api.py:257"))],
         [f"[node0] {glog('I', '1.0', 1, 'x')}", f"[node1] {glog('W', '1.1', 2, 'x')}"]
         + [f"[node2] {glog('I', '1.2', 3, 'x').replace('run.py:793', 'api.py:257')}"],
+    ),
+    "c10d's hostname warning (C++ log header, no reverse DNS on the nodes): once, and no failure": (
+        [(n, None, c10d_hostname(n)) for n in (A, B, C)] + [(A, 0, "hi")],
+        [f"[node0] {c10d_hostname(A)}", note(2, 2), "[node0 r0] hi"],
+    ),
+    "the C++ log header's error level ends the window": (
+        [(A, None, "[E1126 11:48:38.1 x.cpp:1] [c10d] x"), (B, None, "[E1126 11:48:38.2 x.cpp:1] [c10d] x")],
+        ["[node0] [E1126 11:48:38.1 x.cpp:1] [c10d] x", "[node1] [E1126 11:48:38.2 x.cpp:1] [c10d] x"],
     ),
     "Python logging's own format (no time): repeats hidden all the same": (
         [(A, None, "WARNING:torch.distributed.run:"), (B, None, "WARNING:torch.distributed.run:"), (A, 0, "hi")],
