@@ -1,6 +1,7 @@
 """ddpctl at 2, 4, 8 and 16 nodes of the namespace test cluster (root; see tests/support/testbed/).
 
     sudo .venv/bin/python -m bench.scale [--nodes 2,4,8,16] [--out bench/scale]   (from the repository's root)
+    .venv/bin/python -m bench.scale --replot   (the table and the plot again, from OUT.json)
 
 For each size, on bare nodes: `up --provider onprem` (the configure step included), a no-op
 `configure`, `run message-passing` (launch to the first rank's first line, and to the end),
@@ -179,21 +180,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="2,4,8,16", help="comma-separated sizes")
     parser.add_argument("--out", default="bench/scale", help="OUT.json and OUT.png are written")
+    parser.add_argument("--replot", action="store_true", help="no measuring: the table and OUT.png from OUT.json")
     args = parser.parse_args()
-    sizes = [int(n) for n in args.nodes.split(",")]
-    results: list[Phase] = []
-    with tempfile.TemporaryDirectory(prefix="ddpctl-scale-") as tmp:
-        for n in sizes:
-            print(f"{n} nodes...", file=sys.stderr, flush=True)
-            results += one_size(n, Path(tmp))
     out = Path(args.out)
-    doc = {
-        "sizes": sizes,
-        "phases": [asdict(p) | {"controller_cpu_per_node_s": p.controller_cpu_per_node_s} for p in results],
-    }
-    out.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
-    plot(results, sizes, out.with_suffix(".png"))
+    try:
+        import matplotlib  # noqa: F401  (before minutes of measuring, not after)
+    except ImportError:
+        sys.exit("bench.scale draws its plot with matplotlib: pip install -e '.[bench]'")
+    if args.replot:
+        doc = json.loads(out.with_suffix(".json").read_text())
+        sizes = doc["sizes"]
+        fields = Phase.__dataclass_fields__
+        results = [Phase(**{k: v for k, v in p.items() if k in fields}) for p in doc["phases"]]
+    else:
+        sizes = [int(n) for n in args.nodes.split(",")]
+        results = []
+        with tempfile.TemporaryDirectory(prefix="ddpctl-scale-") as tmp:
+            for n in sizes:
+                print(f"{n} nodes...", file=sys.stderr, flush=True)
+                results += one_size(n, Path(tmp))
+        doc = {
+            "sizes": sizes,
+            "phases": [asdict(p) | {"controller_cpu_per_node_s": p.controller_cpu_per_node_s} for p in results],
+        }
+        out.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
     print(table(results, sizes))
+    plot(results, sizes, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":
