@@ -314,22 +314,58 @@ def test_elastic_too_few_nodes_left_fails_the_run() -> None:
     assert statuses(result) == {"node0": "stopped", "node1": "failed", "node2": "lost"}
 
 
-def test_elastic_the_head_node_is_never_lost() -> None:
+def test_elastic_the_head_node_is_never_lost_where_its_agent_hosts_the_store() -> None:
     clock = FakeClock()
     nodes = [
         FakeNode(clock, "node0", code=1, at=1.0),
         FakeNode(clock, "node1", at=None),
         FakeNode(clock, "node2", at=None),
     ]
-    result = supervise(clock, nodes, elastic=Elastic(1))  # node0 hosts the rendezvous
+    result = supervise(clock, nodes, elastic=Elastic(1))  # no store_alive: node0's agent hosts the rendezvous
     assert result.failed_node == "node0"
     assert statuses(result) == {"node0": "failed", "node1": "stopped", "node2": "stopped"}
+
+
+def test_elastic_the_head_node_is_lost_like_any_other_while_its_store_runs() -> None:
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", code=-9, at=1.0),
+        FakeNode(clock, "node1", at=60.0),
+        FakeNode(clock, "node2", at=60.0),
+    ]
+    relaunch = relaunch_as(clock, dict(lines=("[rank2]: back",), at=29.0))  # back at 31 s, ends with the others
+    sink = Sink()
+    elastic = Elastic(2, relaunch=relaunch, threaded=False, store_alive=lambda: True)
+    result = supervise(clock, nodes, sink, elastic=elastic)
+    assert sink.notes() == [
+        "node0 lost (exit -9); the run goes on with 2 node(s); starting it again in 30 s",
+        "node0 started again: it joins at the next rendezvous",
+    ]
+    assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok", "node2": "ok"}
+
+
+def test_elastic_the_store_gone_fails_the_run_as_the_head_would() -> None:
+    clock = FakeClock()
+    nodes = [
+        FakeNode(clock, "node0", code=-1, at=5.0),
+        FakeNode(clock, "node1", at=60.0),
+        FakeNode(clock, "node2", at=60.0),
+    ]
+    store_alive = lambda: clock.now() < 5.1  # noqa: E731  (the head node's link down: agent, then store)
+    sink = Sink()
+    result = supervise(clock, nodes, sink, elastic=Elastic(2, store_alive=store_alive))
+    assert sink.notes() == [
+        "node0 lost (exit -1); the run goes on with 2 node(s)",
+        "the rendezvous store on node0 has stopped: the run cannot go on",
+    ]
+    assert result.exit_code == 1 and result.failed_node == "node0"
+    assert statuses(result) == {"node0": "lost", "node1": "stopped", "node2": "stopped"}
 
 
 def test_elastic_a_lost_node_is_started_again_after_a_pause() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock)
-    relaunch = relaunch_as(clock, dict(lines=("[rank2]: back",), at=10.0))
+    relaunch = relaunch_as(clock, dict(lines=("[rank2]: back",), at=29.0))  # ends with the others, at 60 s
     sink = Sink()
     result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=30.0, threaded=False))
     assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok", "node2": "ok"}  # the new agent's
@@ -339,20 +375,20 @@ def test_elastic_a_lost_node_is_started_again_after_a_pause() -> None:
     ]
     assert OutputLine("node2", 2, " back") in sink.lines
     restarted = clock.nodes[3]
-    assert restarted.exits_at == pytest.approx(1.0 + 30.0 + 10.0, abs=0.2)  # lost at 1 s, back 30 s later
+    assert restarted.exits_at == pytest.approx(1.0 + 30.0 + 29.0, abs=0.2)  # lost at 1 s, back 30 s later
 
 
 def test_elastic_a_node_that_does_not_answer_is_tried_again_later() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock, others_exit=90.0)
-    relaunch = relaunch_as(clock, OSError("no route to host"), dict(at=5.0))
+    relaunch = relaunch_as(clock, OSError("no route to host"), dict(at=29.0))  # ends with the others, at 90 s
     sink = Sink()
     result = supervise(clock, nodes, sink, elastic=Elastic(2, relaunch=relaunch, relaunch_after_s=30.0, threaded=False))
     assert sink.notes()[1:] == [
         "node2 does not answer (no route to host); trying again later",
         "node2 started again: it joins at the next rendezvous",
     ]
-    assert clock.nodes[3].exits_at == pytest.approx(1.0 + 30.0 + 30.0 + 5.0, abs=0.2)
+    assert clock.nodes[3].exits_at == pytest.approx(1.0 + 30.0 + 30.0 + 29.0, abs=0.2)
     assert result.ok and statuses(result)["node2"] == "ok"
 
 
@@ -406,7 +442,7 @@ def test_elastic_a_node_back_too_late_that_finds_the_rendezvous_closed_does_not_
     assert result.ok and statuses(result) == {"node0": "ok", "node1": "ok", "node2": "lost"}
 
 
-def test_elastic_a_node_of_the_first_round_that_fails_after_the_head_is_done_fails_the_run() -> None:
+def test_elastic_a_node_of_the_first_round_that_fails_after_the_job_is_done_fails_the_run() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock, others_exit=10.0)
     nodes[2].exits_at = 20.0  # node2 was never lost: its failure is the run's

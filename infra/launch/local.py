@@ -101,7 +101,12 @@ class LocalExecutor:
             self.sink,
             cleanup=cleanup,
             grace_s=self.grace_s,
-            elastic=Elastic(plan.min_nodes, relaunch=lambda i: LocalNodeProcess(plan.nodes[i]), threaded=False)
+            elastic=Elastic(
+                plan.min_nodes,
+                relaunch=lambda i: LocalNodeProcess(plan.nodes[i]),
+                threaded=False,
+                store_alive=None if store is None else store.alive,
+            )
             if plan.min_nodes
             else None,
         )

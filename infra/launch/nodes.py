@@ -71,6 +71,10 @@ class Elastic:
     #: long enough for the survivors to start their smaller round first (torchrun.ELASTIC_RDZV_CONF)
     relaunch_after_s: float = 30.0
     relaunches: int = 3  # per node
+    #: whether the run's rendezvous store (on the head node, a process apart from its agent) still
+    #: runs. Given, the head's agent may be lost like any other while the store runs, and the run
+    #: fails once the store has stopped; None: the head's agent is never lost
+    store_alive: Callable[[], bool] | None = None
     #: call ``relaunch`` in a thread of its own (it may wait on a network); False for local
     #: processes, whose PR_SET_PDEATHSIG fires when the thread that started them ends
     threaded: bool = True

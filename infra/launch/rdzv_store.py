@@ -74,6 +74,10 @@ class RdzvStore:
         what it started since, the store with it)."""
         self._wait_for(READY, timeout_s, "serve (is its Python slow to import torch?)")
 
+    def alive(self) -> bool:
+        """It still runs (its process, or the SSH session it runs in)."""
+        return self.proc.poll() is None
+
     def _pump(self) -> None:
         try:
             for line in self.proc.lines():

@@ -147,14 +147,19 @@ class SshExecutor:
                 raise
 
             def relaunch(i: int) -> SshNodeProcess:
-                """A lost node back: a fresh connection, what is left of its agent stopped, a new agent."""
-                conn = connect(self.hosts[plan.nodes[i].node])
-                conns[i].close()
-                conns[i] = conn
+                """A lost node back: a fresh connection (the head's is kept while the store it carries
+                runs), what is left of its agent stopped, a new agent."""
+                if not (i == 0 and store is not None and store.alive()):
+                    conn = connect(self.hosts[plan.nodes[i].node])
+                    conns[i].close()
+                    conns[i] = conn
+                conn = conns[i]
                 remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: plan.nodes[i].node})
                 return SshNodeProcess(conn, plan.nodes[i], plan.run_id)
 
-            elastic = Elastic(plan.min_nodes, relaunch=relaunch) if plan.min_nodes else None
+            elastic = None
+            if plan.min_nodes:
+                elastic = Elastic(plan.min_nodes, relaunch=relaunch, store_alive=None if store is None else store.alive)
             result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
             if plan.precheck is not None and not result.ok and not result.interrupted:
                 # the one-line reason, if that was it

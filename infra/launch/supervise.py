@@ -48,10 +48,12 @@ def supervise(
     """Stream every node's lines to ``sink`` until all agents exit.
 
     When any agent exits non-zero, the others are terminated (SIGKILL after ``grace_s``), except in
-    an ``elastic`` run: there a node other than the head (``procs[0]``, whose node hosts the
-    rendezvous store) may be lost while ``min_nodes`` remain; the survivors' torchrun agents
-    re-rendezvous and go on, and the lost node's agent is started again after a pause (if the node
-    answers), to join at the next rendezvous. On KeyboardInterrupt every agent is stopped.
+    an ``elastic`` run: there a node may be lost while ``min_nodes`` remain (the head, ``procs[0]``,
+    whose node hosts the rendezvous store, only while that store runs: ``Elastic.store_alive``);
+    the survivors' torchrun agents re-rendezvous and go on, and the lost node's agent is started
+    again after a pause (if the node answers), to join at the next rendezvous. The first agent to
+    exit 0 means the job is done (torchrun's agent exits 0 only when its workers succeeded, or when
+    a finished rendezvous has no room for it). On KeyboardInterrupt every agent is stopped.
     ``cleanup`` runs last, always, to stop any process of the run that outlived its agent (and the
     run's rendezvous store, which the executor started first: ``rdzv_store.py``).
     """
@@ -63,7 +65,7 @@ class Supervisor:
 
     tick_s = 0.05  # how long a turn waits for output
     stray_pipe_s = 2.0  # every agent gone, how long to wait for a pipe that a stray process holds open
-    rejoin_wait_s = 10.0  # the head done (elastic), how long a node may still wait to rejoin (at least grace_s)
+    rejoin_wait_s = 10.0  # the job done (elastic), how long a node may still wait to rejoin (at least grace_s)
 
     def __init__(
         self,
@@ -89,7 +91,7 @@ class Supervisor:
         self.lost: dict[int, float] = {}  # node index -> when to start it again (NEVER: not, or under way)
         self.relaunched: dict[int, int] = {}  # node index -> relaunch attempts
         self.kill_at: float | None = None  # when what is still running after a terminate gets SIGKILL
-        self.head_done_at: float | None = None  # elastic: when the head node's agent exited 0
+        self.done_at: float | None = None  # elastic: when the first agent exited 0 (the job is done)
         self.exited_at: float | None = None  # when every agent had exited
         self._lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
@@ -118,8 +120,10 @@ class Supervisor:
         self._stream_lines()
         self._take_rejoins()
         codes = [p.poll() for p in self.procs]
-        if self.elastic is not None and codes[0] == 0 and self.head_done_at is None:
-            self.head_done_at = self.clock.now()  # done: a node still waiting to rejoin has nothing to join
+        if self.elastic is not None and 0 in codes and self.done_at is None:
+            self.done_at = self.clock.now()  # done: a node still waiting to rejoin has nothing to join
+        if self.failed is None:
+            self._judge_store()
         if self.failed is None:
             self._judge_exits(codes)
             self._start_due_relaunches()
@@ -169,15 +173,28 @@ class Supervisor:
             return
 
     def _may_lose(self, i: int) -> bool:
-        """Elastic: any node but the head, while MIN nodes would remain and the head is not done."""
-        if self.elastic is None or i == 0 or self.head_done_at is not None:
+        """Elastic, the job not done: any node while MIN nodes would remain; the head only while
+        the store on its node runs (the survivors rendezvous there)."""
+        if self.elastic is None or self.done_at is not None:
+            return False
+        if i == 0 and not (self.elastic.store_alive is not None and self.elastic.store_alive()):
             return False
         return len(self.procs) - len(self.lost) - 1 >= self.elastic.min_nodes
 
+    def _judge_store(self) -> None:
+        """Elastic: the rendezvous store gone before the job is done (its node lost, or killed), no
+        agent can rendezvous again: the run fails there, as if the head had."""
+        elastic = self.elastic
+        if elastic is None or elastic.store_alive is None or self.done_at is not None or elastic.store_alive():
+            return
+        self.failed = self.procs[0].node
+        self._note(0, f"the rendezvous store on {self.procs[0].node} has stopped: the run cannot go on")
+        self._stop_all()
+
     def _came_back_too_late(self, i: int) -> bool:
-        """Elastic: a node started again that exits non-zero once the head is done found the rendezvous
+        """Elastic: a node started again that exits non-zero once the job is done found the rendezvous
         closed (torchrun's agent exits 1 on RendezvousClosedError): it missed the run, it did not fail it."""
-        return self.head_done_at is not None and self.relaunched.get(i, 0) > 0
+        return self.done_at is not None and self.relaunched.get(i, 0) > 0
 
     def _lose(self, i: int, code: int) -> None:
         elastic = self.elastic
@@ -205,7 +222,7 @@ class Supervisor:
     def _start_due_relaunches(self) -> None:
         now = self.clock.now()
         for i, when in list(self.lost.items()):
-            if now >= when and self.head_done_at is None:
+            if now >= when and self.done_at is None:
                 assert self.elastic is not None
                 self.lost[i] = NEVER  # until the attempt reports back
                 self.relaunched[i] = self.relaunched.get(i, 0) + 1
@@ -229,7 +246,7 @@ class Supervisor:
                 assert self.elastic is not None
                 self._note(i, f"{self.procs[i].node} does not answer ({got}); trying again later")
                 self.lost[i] = self.clock.now() + self.elastic.relaunch_after_s
-            elif self.failed is not None or self.head_done_at is not None:
+            elif self.failed is not None or self.done_at is not None:
                 got.kill()  # too late: nothing to join
             else:
                 self.procs[i] = got
@@ -238,10 +255,10 @@ class Supervisor:
                 self._note(i, f"{got.node} started again: it joins at the next rendezvous")
 
     def _stop_late_rejoiners(self) -> None:
-        """The head done, a node still waiting to rejoin is stopped (and counted lost) after a while."""
-        if self.head_done_at is None or self.kill_at is not None:
+        """The job done, a node still waiting to rejoin is stopped (and counted lost) after a while."""
+        if self.done_at is None or self.kill_at is not None:
             return
-        if self.clock.now() - self.head_done_at <= max(self.grace_s, self.rejoin_wait_s):
+        if self.clock.now() - self.done_at <= max(self.grace_s, self.rejoin_wait_s):
             return
         for i, proc in enumerate(self.procs):
             if proc.poll() is None:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ddpctl.infra.procs import STORE_KEY
+
 HERE = Path(__file__).resolve().parent
 TESTBED_DIR = Path(os.environ.get("TESTBED", "/tmp/ddpctl-tb"))
 TESTBED_NEEDS = ("ip", "unshare", "/usr/sbin/sshd", "ssh", "ssh-keygen")
@@ -86,16 +88,18 @@ class Testbed:
         return [int(p) for p in out.split()]
 
 
-def run_procs(testbed: Testbed, node: str) -> list[str]:
-    """Command lines of torchrun/python processes inside ``node``'s namespace ("PID: CMDLINE")."""
+def run_procs(testbed: Testbed, node: str, *, but_store: bool = False) -> list[str]:
+    """Command lines of torchrun/python processes inside ``node``'s namespace ("PID: CMDLINE");
+    ``but_store``: not a run's rendezvous store (its agent and workers only)."""
     found = []
     for pid in testbed.netns_pids(node):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            store = but_store and f"\0{STORE_KEY}=".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if state != "Z" and ("torch" in cmd or "python" in cmd):
+        if state != "Z" and ("torch" in cmd or "python" in cmd) and not store:
             found.append(f"{pid}: {cmd}")
     return found
 
