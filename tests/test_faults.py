@@ -114,7 +114,7 @@ def node_processes(run_id: str, node: str) -> list[psutil.Process]:
 def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path) -> None:
     """--nodes 2:3: the head node0's agent and worker SIGKILLed (the rendezvous store on its node,
     a process apart, lives on); nodes 1-2 go on from the snapshot; node0 rejoins. (Non-head losses:
-    test_onprem's lost link, test_scale's two nodes of 16.)"""
+    test_onprem's lost link, test_scale's node15 of 16.)"""
     # ddpctl starts a lost node again 30 s after the loss (Elastic.relaunch_after_s): the survivors'
     # epochs (about 6 s each for 2 ranks on an idle 2-core machine) must outlast that, or the run
     # ends before node0 rejoins (5 epochs did, run alone)

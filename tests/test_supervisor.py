@@ -409,7 +409,7 @@ def test_elastic_relaunches_are_limited_per_node() -> None:
     assert len(clock.nodes) == 4  # one relaunch only
 
 
-def test_elastic_no_relaunch_once_the_head_is_done() -> None:
+def test_elastic_no_relaunch_once_the_job_is_done() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock)
     nodes[0].exits_at, nodes[1].exits_at = 10.0, 18.0  # node2's turn to start again comes at 16 s
@@ -450,7 +450,7 @@ def test_elastic_a_node_of_the_first_round_that_fails_after_the_job_is_done_fail
     assert result.exit_code == 1 and result.failed_node == "node2"
 
 
-def test_elastic_a_relaunch_that_comes_back_after_the_head_is_done_is_killed() -> None:
+def test_elastic_a_relaunch_that_comes_back_after_the_job_is_done_is_killed() -> None:
     clock = FakeClock()
     nodes = three_nodes(clock, others_exit=40.0)
     nodes[1].exits_at = 45.0  # still running, so the supervisor is still looking

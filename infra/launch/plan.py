@@ -80,7 +80,7 @@ class LaunchPlan:
     precheck: LaunchPlan | None = None
     #: stop what is left of an earlier attempt of this run id on every node first (``run --resume``)
     stop_first: bool = False
-    #: elastic: the run goes on while this many nodes remain (the head among them); 0: any loss is fatal
+    #: elastic: the run goes on while this many nodes remain (and the store on the head node runs); 0: any loss is fatal
     min_nodes: int = 0
     #: the user's project (``run SCRIPT``), shipped to the nodes whose launch names a ``project_dir``
     project: Project | None = None
