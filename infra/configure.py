@@ -130,6 +130,7 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
                 env_file=facts["env_file"],
                 bundle_dir=facts["bundle_dir"],
                 gpus=_counted(facts.get("gpus"), node.gpus),
+                torch=facts.get("torch") or node.torch,  # "": the play ran without python_env (--tags)
             )
         )
     return out

@@ -21,6 +21,7 @@ from .providers.base import Provider
 from .run_records import OUTPUTS, RunOptions, read_options, resume_options
 from .spec import ClusterSpec, RunSpec, run_env
 from .state import ClusterState, StateStore
+from .torch_versions import check_torch
 
 
 @dataclass
@@ -92,6 +93,9 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         resume_from=resume_source(source, store, cluster, provider) if source else "",
     )
     provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
+    for node in cluster.nodes[: run.nodes]:
+        if node.torch:  # as configure found it ("": not recorded, as on local nodes, checked at up)
+            check_torch(node.torch, f"node {node.name} ({node.python or cluster.spec.python})")
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":
         if run.elastic:

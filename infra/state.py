@@ -84,6 +84,7 @@ class NodeInfo:
     env_file: str = ""  # KEY=VALUE file the launcher sources first (written by the nccl_env role)
     bundle_dir: str = ""  # where the training bundle is on the node ("" -> this machine's copy)
     ssh: Host | None = None  # how to reach it over SSH (None: it is this machine)
+    torch: str = ""  # the node's torch version as configure found it ("": not known, as on local nodes)
     #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count
     #: (onprem: the inventory's ddpctl_nproc_per_node host variable, e.g. the host's GPU count)
     nproc: int = 0

@@ -568,6 +568,47 @@ def test_check_mode_picks_the_cuda_wheels_for_the_gpu(local_nodes) -> None:
         assert not (local_nodes["node_dir"](node) / "new-venv").exists()  # check mode made nothing
 
 
+def venv_with(path: Path, dists: dict[str, str]) -> Path:
+    """A venv (no pip) whose site-packages holds only the named distributions' metadata: what
+    python_env's probe reads, in a fraction of a second."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    [site] = path.glob("lib/python3*/site-packages")
+    for name, version in dists.items():
+        info = site / f"{name}-{version.split('+')[0]}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return path
+
+
+@pytest.mark.slow
+def test_existing_mode_takes_any_supported_torch_and_says_which(local_nodes) -> None:
+    """python_env_mode=existing on nodes with torches of their own: 2.11.0 with no torchvision (a
+    Deep Learning AMI's, a lab's conda env) and 2.14.1 with its torchvision are accepted and named;
+    2.3.1 is below the floor: that node fails in one message that says what it found and the range."""
+    tmp = local_nodes["tmp"] / "existing-torch"
+    (tmp / "host_vars").mkdir(parents=True)
+    for node, dists in (
+        ("node0", {"torch": "2.11.0+cu130"}),
+        ("node1", {"torch": "2.14.1+cu130", "torchvision": "0.29.1+cu130"}),
+        ("node2", {"torch": "2.3.1+cu121", "torchvision": "0.18.1+cu121"}),
+    ):
+        venv = venv_with(tmp / f"venv-{node}", dists)
+        (tmp / "host_vars" / f"{node}.yml").write_text(f"python_env_path: {venv}\n")
+    group_vars = {k: v for k, v in inventory_vars(local_nodes["tmp"]).items() if k != "python_env_path"}
+    inventory = local_nodes["inventory"](tmp / "hosts.ini", **group_vars)
+    result = playbook(local_nodes["env"], "-i", str(inventory), "playbooks/site.yml", "--tags", "python_env")
+    assert result.returncode != 0, show(result)
+    said = dict(re.findall(r'ok: \[(node\d)\] => \{\s*"changed": false,\s*"msg": "([^"]*)"', result.stdout))
+    assert said["node0"] == f"{tmp / 'venv-node0'}: torch 2.11.0+cu130, torchvision not installed", show(result)
+    assert said["node1"] == f"{tmp / 'venv-node1'}: torch 2.14.1+cu130, torchvision 0.29.1+cu130", show(result)
+    failed = re.search(r'fatal: \[node2\]: FAILED! => \{.*?"msg": "([^"]*)"', result.stdout, re.DOTALL)
+    assert failed, show(result)
+    assert failed.group(1).startswith(
+        f"{tmp / 'venv-node2'}: found torch 2.3.1+cu121, torchvision 0.18.1+cu121; ddpctl supports torch 2.4 or newer."
+    ), failed.group(1)
+    assert recap(result)["node0"]["failed"] == 0 and recap(result)["node2"]["failed"] == 1
+
+
 @pytest.mark.slow
 def test_python_env_wheels_mode_installs_offline(site, testbed: Testbed) -> None:
     """python_env_mode=wheels on an air-gapped node: a new venv, pip --no-index from pushed wheels.

@@ -6,7 +6,8 @@ Run by hand (2 processes on this machine; add --nnodes/--rdzv-endpoint for sever
 
 Data: torchvision's MNIST in --data-dir (60,000 train, the 10,000 test images held out),
 downloaded on first use. Without network access (or with --no-download) it falls back to the
-real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out.
+real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out;
+so does a node whose torchvision is missing or does not load with its torch (the bundled files need none).
 Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in trainer.py.
 """
 
@@ -23,7 +24,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
-from torchvision import datasets, transforms
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +62,17 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def try_download(data_dir):
+def torchvision_datasets():
+    """torchvision's datasets module, or the reason it cannot be had (not installed, or built for
+    another torch: "operator torchvision::nms does not exist")."""
+    try:
+        from torchvision import datasets
+    except (ImportError, RuntimeError) as e:
+        return None, f"torchvision unavailable: {str(e).splitlines()[0][:80]}"
+    return datasets, None
+
+
+def try_download(datasets, data_dir):
     """Download MNIST with torchvision; return None on success, else a short reason. Fails in seconds offline."""
     old_timeout = socket.getdefaulttimeout()
     try:
@@ -89,22 +99,28 @@ def read_idx(path):
 def load_mnist(cfg, device):
     """Return (train_images, train_labels, heldout_images, heldout_labels); every rank agrees on the source."""
     reason = "--no-download" if not cfg.download else "not available on every node"
+    datasets, missing = torchvision_datasets()
 
     def from_torchvision():
         train, test = (datasets.MNIST(cfg.data_dir, train=t) for t in (True, False))
         return train.data, train.targets, test.data, test.targets
 
-    try:
-        data = from_torchvision()
-    except RuntimeError:  # not downloaded yet: one download per node
-        data = None
-        if cfg.download and int(os.environ["LOCAL_RANK"]) == 0:
-            reason = try_download(cfg.data_dir) or reason
-        dist.barrier()
+    data = None
+    if datasets is None:
+        reason = missing
+    else:
         try:
             data = from_torchvision()
-        except RuntimeError:
-            pass
+        except RuntimeError:  # not downloaded yet: one download per node
+            if cfg.download and int(os.environ["LOCAL_RANK"]) == 0:
+                reason = try_download(datasets, cfg.data_dir) or reason
+    if data is None:
+        dist.barrier()  # every rank takes this path together, or none (the all_reduce below agrees)
+        if datasets is not None:
+            try:
+                data = from_torchvision()
+            except RuntimeError:
+                pass
     everyone = torch.tensor([data is not None], dtype=torch.int32, device=device)
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)  # mixing data sources across ranks would hang DDP
     if everyone.item():
@@ -120,7 +136,8 @@ def load_mnist(cfg, device):
 
 
 def normalize(images):
-    return transforms.Normalize((0.1307,), (0.3081,))(images.float().div(255).unsqueeze(1))
+    """uint8 images -> float, scaled and normalized as torchvision's Normalize((0.1307,), (0.3081,)) does."""
+    return images.float().div(255).unsqueeze(1).sub(0.1307).div(0.3081)
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ from ..procs import NODE_KEY, STORE_KEY
 from ..project import Project
 from ..spec import RunSpec
 from ..state import ClusterState, NodeInfo
-from .torchrun import RankEnv, literal, rank_env, torchrun_argv
+from .torchrun import RankEnv, literal, rank_env, run_markers, torchrun_argv
 
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
 SECRET_SHOWN = "<secret>"
@@ -188,7 +188,7 @@ def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int)
     ``port``, told the rendezvous id (it names the agents that joined as it stops); the run's
     markers (``down`` and a resumed run's ``stop_first`` find it like any of the run's processes)
     and ``STORE_KEY`` (so that it alone can be stopped, after the agents)."""
-    markers = rank_env(run, cluster_id=cluster.cluster_id, cluster_env={}).markers
+    markers = run_markers(run.run_id, cluster.cluster_id)
     return NodeLaunch(
         node=head.name,
         host=head.host,

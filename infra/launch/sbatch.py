@@ -62,7 +62,7 @@ def plan_sbatch(
     """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
     layers = rank_env(run, cluster_id=cluster_id, cluster_env=env or {}, env_file=env_file)
     explicit = layers.explicit  # with an env file: exported again after it is sourced, so they win
-    exports = {**layers.defaults, **({} if env_file else explicit), **layers.markers}
+    exports = {**layers.defaults, **({} if env_file else explicit), **layers.fixed}
     header = [
         "#!/bin/bash",
         f"#SBATCH --job-name=ddpctl-{run.job}-{run.run_id}",

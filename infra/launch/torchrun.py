@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from ..procs import CLUSTER_KEY, RUN_KEY
 from ..spec import RunSpec
 
-#: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back.
+#: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back. It
+#: reaches torchrun through the environment, which every supported torch reads (2.2 and later);
+#: the ``--log-line-prefix-template`` flag exists only from 2.14 (``infra/torch_versions.py``).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+RANK_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: Elastic runs: a round with MIN nodes waits 5 s for more before it starts (torchrun: 30 s), and a
 #: node whose heartbeat (every 2 s) is missed 3 times is dropped (torchrun: 5 s x 3). Recovery
 #: from a lost node is then about 15 s (bench/recovery.py).
@@ -31,10 +34,12 @@ class RankEnv:
 
     defaults: dict[str, str]  # ddpctl's; a node's env file (playbooks' nccl_env) is sourced over them
     explicit: dict[str, str]  # the cluster's (up -e), the snapshot dir, the run's (run -e): they win
-    markers: dict[str, str]  # how the run's processes are found and stopped: last, always
+    #: ddpctl's own, set last, always: the markers the run's processes are found and stopped by, and
+    #: torchrun's line-prefix template (the executors read each rank's lines by it)
+    fixed: dict[str, str]
 
     def merged(self) -> dict[str, str]:
-        return {**self.defaults, **self.explicit, **self.markers}
+        return {**self.defaults, **self.explicit, **self.fixed}
 
 
 def run_snapshot_dir(shared_dir: str, run_id: str) -> str:
@@ -84,7 +89,12 @@ def rank_env(
     if run.resume_from:  # a snapshot to start from when the run has none of its own yet
         explicit["DDPCTL_RESUME_FROM"] = run.resume_from
     explicit.update(run.env)
-    return RankEnv(env, explicit, {RUN_KEY: run.run_id, CLUSTER_KEY: cluster_id})
+    return RankEnv(env, explicit, {**run_markers(run.run_id, cluster_id), RANK_PREFIX_VAR: RANK_PREFIX_TEMPLATE})
+
+
+def run_markers(run_id: str, cluster_id: str) -> dict[str, str]:
+    """What every process of a run carries in its environment: ``down`` and ``stop`` find it by these."""
+    return {RUN_KEY: run_id, CLUSTER_KEY: cluster_id}
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,8 @@ def torchrun_argv(
     script: str,
     local_addr: str | None = None,
 ) -> tuple[Arg, ...]:
-    """One node's torchrun: c10d rendezvous, ``--tee 3`` with the rank prefix, the job's arguments.
+    """One node's torchrun: c10d rendezvous, ``--tee 3`` (the rank prefix is ``rank_env``'s), the job's
+    arguments. Only flags every supported torch has (``infra/torch_versions.py``).
 
     No agent hosts the c10d store (``is_host=0``, rather than torchrun's guess from host names): the
     launcher starts the run's own store at ``rdzv_endpoint`` first (``node_programs/rdzv_store.py``),
@@ -139,8 +150,6 @@ def torchrun_argv(
         log_dir,
         "--tee",
         "3",
-        "--log-line-prefix-template",
-        RANK_PREFIX_TEMPLATE,
         script,
         *run.args,
     ]

@@ -7,6 +7,7 @@ state home, plus the processes of the cluster's runs (found by their environment
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from ..node_programs import writable
 from ..procs import CLUSTER_KEY, stop_tagged
 from ..spec import ClusterSpec, RunSpec
 from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..torch_versions import check_torch
 from .base import Progress, Provider
 
 HOST = "127.0.0.1"
@@ -39,7 +41,9 @@ class LocalProvider(Provider):
     def check_up(self, spec: ClusterSpec) -> None:
         check_local_ranks(spec.nodes, spec.nproc_per_node)
         if spec.python != sys.executable:
-            check_local_python(spec.python)
+            check_torch(check_local_python(spec.python), f"--python {spec.python}")
+        elif (version := installed_torch()) is not None:  # none: preflight says how to install it
+            check_torch(version, f"this Python ({spec.python})")
 
     def check_run(self, cluster: ClusterState, run: RunSpec, python: str | None, *, cluster_exists: bool) -> None:
         check_local_ranks(run.nodes, run.nprocs())
@@ -177,6 +181,14 @@ def check_local_ranks(nodes: int, nprocs: tuple[int, ...] | int) -> None:
             f"{limit} ({LOCAL_RANKS_PER_CPU} per CPU, each rank a Python process with torch); use fewer --nodes "
             "or --nproc-per-node, or a provider with more machines"
         )
+
+
+def installed_torch() -> str | None:
+    """The torch distribution's version in ddpctl's own Python, read without importing torch."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def check_local_python(python: str, flag: str = "--python") -> str:
