@@ -218,3 +218,19 @@ def test_the_tested_versions_are_the_ones_installed() -> None:
     assert re.search(r"^OLD_TORCH=(\S+)$", dev, re.MULTILINE).group(1) == OLDER_TESTED
     defaults = ROLE_DEFAULTS.read_text()
     assert re.search(r'^python_env_torch_version: "([^"]+)"$', defaults, re.MULTILINE).group(1) == NEWEST_TESTED
+
+
+def test_local_up_refuses_a_python_whose_torch_is_below_the_floor(home: Path, tmp_path: Path) -> None:
+    """A stand-in interpreter that answers ddpctl's probe as torch 2.3.1 would: one line, exit 2,
+    nothing created."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'ddpctl-torch 2.3.1+cpu'\n")
+    python.chmod(0o755)
+    result = ddpctl("up", "--nodes", "2", "--python", str(python))
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = [x for x in result.stderr.splitlines() if x.strip()]
+    assert line == (
+        f"Error: --python {python} has torch 2.3.1+cpu: ddpctl supports torch 2.4 or newer "
+        f"(tested: {OLDER_TESTED} and {NEWEST_TESTED}); upgrade torch there, or give a Python with a newer one"
+    )
+    assert not (home / "clusters").exists() or list((home / "clusters").iterdir()) == []
