@@ -38,11 +38,10 @@ def ssh(name, print_only, node, command) -> int:
       ddpctl ssh -- df -h /               # one command on the head node
       ddpctl ssh --print node1            # the ssh command line, for scripts or scp
     """
-    import os
     import shlex
 
     from ddpctl.infra import clusters
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.errors import DdpctlError, UsageError
     from ddpctl.infra.ssh import ssh_argv
 
     command = tuple(click.get_current_context().meta.get("ssh_command", command))
@@ -69,14 +68,36 @@ def ssh(name, print_only, node, command) -> int:
     if print_only:
         click.echo(shlex.join(argv))
         return 0
-    os.execvp(argv[0], argv)  # the terminal is ssh's from here; its exit status is the command's
+    # a child, not exec: ddpctl names the node when ssh could not reach it (its exit status 255);
+    # Ctrl-C is the remote command's (ssh passes it on in a shell) while ssh runs
+    import signal
+    import subprocess
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = subprocess.call(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    except FileNotFoundError:
+        raise UsageError("ssh not found: install OpenSSH's client (openssh-client)") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if code == 255:
+        from ddpctl.infra.ssh import SSH_CONNECT_TIMEOUT_S
+
+        where = f"{target.ssh.user + '@' if target.ssh.user else ''}{target.ssh.address}:{target.ssh.port}"
+        raise DdpctlError(
+            f"ssh to {target.name} ({where}) failed: the node did not answer within {SSH_CONNECT_TIMEOUT_S} s, "
+            "refused the connection or the login (ssh's own message is above)"
+        )
+    return code
 
 
 @click.command(epilog=EXIT_CODES)
 @click.argument("run_id", type=RunId("RUN_ID"), required=False)
 @click.option("--node", default=None, metavar="NODE", help="Only this node's lines (e.g. node1).")
 @click.option("--rank", type=click.IntRange(min=0), default=None, help="Only this global rank's lines.")
-@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="K", help="Only the last K lines.")
+@click.option(
+    "--tail", type=click.IntRange(min=0, max=10_000_000), default=None, metavar="K", help="Only the last K lines."
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines while the run is alive.")
 @json_option
 def logs(run_id, node, rank, tail, follow, as_json) -> int:
@@ -98,6 +119,7 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
     out = Output(as_json)
     store = open_store()
     run_id, path = run_logs.log_path(store, run_id)
+    run_logs.check_filter(store, run_id, run_logs.LogFilter(node, rank))
     lines = run_logs.read(store, run_id, path, run_logs.LogFilter(node, rank), tail=tail, follow=follow)
     if as_json:
         out.document({"ok": True, "run_id": run_id, "log": str(path), "lines": [line.to_dict() for line in lines]})
@@ -123,10 +145,11 @@ def stop(run_id, as_json) -> int:
     from .output import Output
 
     out = Output(as_json)
-    stop_run(open_store(), run_id, out.progress)
-    out.progress(f"run {run_id} stopped")
+    ended = stop_run(open_store(), run_id, out.progress)
+    stopped = ended == "stopped"
+    out.progress(f"run {run_id} stopped" if stopped else f"run {run_id} had already ended by itself: {ended}")
     if as_json:
-        out.document({"ok": True, "run_id": run_id, "stopped": True})
+        out.document({"ok": True, "run_id": run_id, "stopped": stopped, "result": ended})
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
 
@@ -182,6 +183,8 @@ def down(name, all_, region, lost_provider, yes, as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
+    if all_ and name and click.get_current_context().get_parameter_source("name") == ParameterSource.COMMANDLINE:
+        raise UsageError(f"--all and --name {name} contradict: --all takes every cluster down; give one of them")
     if (region is not None or lost_provider) and (not name or all_):
         raise UsageError("--region and --provider are for one cluster whose state is lost or damaged: give --name")
     if not store.exists(name or ""):

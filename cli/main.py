@@ -38,12 +38,15 @@ class DdpctlGroup(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
         extra.pop("standalone_mode", None)
+        self.argv = list(args) if args is not None else sys.argv[1:]
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.ClickException as exc:
             hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
+            self.where_from_argv(exc)
             _fail(exc, f"{exc.format_message()}{hint}", exc.exit_code)
         except DdpctlError as exc:
+            self.where_from_argv(exc)
             _fail(exc, str(exc), exc.exit_code)
         except (click.Abort, KeyboardInterrupt) as exc:
             _fail(exc, "interrupted", 130)
@@ -57,6 +60,15 @@ class DdpctlGroup(click.Group):
                 exc, f"no space left on the device{where}: free some space and try again (`ddpctl down` still works)", 1
             )
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def where_from_argv(self, exc: BaseException) -> None:
+        """An error before the command parsed its --json (an unknown option, a bad value, a config
+        file's error): whether --json was asked for is read from the command line, up to a ``--``
+        (after it, the words are the job's or a node's command)."""
+        as_json, command, verbose = getattr(exc, "ddpctl_where", (False, None, False))
+        words = self.argv[: self.argv.index("--")] if "--" in self.argv else self.argv
+        command = command or next((w for w in words if w in self.commands), None)
+        exc.ddpctl_where = (as_json or "--json" in words, command, verbose)  # type: ignore[attr-defined]
 
 
 def _fail(exc: BaseException, message: str, code: int) -> NoReturn:

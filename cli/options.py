@@ -237,7 +237,9 @@ def open_store():
     """The state store under DDPCTL_HOME (default ~/.ddpctl)."""
     from ddpctl.infra.state import StateStore
 
-    return StateStore()
+    store = StateStore()
+    store.check_home()
+    return store
 
 
 down_on_failure_option = click.option(

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from . import locks
 from .errors import DdpctlError, UsageError
@@ -64,8 +65,22 @@ def _sigint_default() -> None:  # pragma: no cover - in the child between fork a
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def stop_run(store: StateStore, run_id: str, progress: Callable[[str], None], timeout: float = STOP_TIMEOUT_S) -> None:
-    """Stop a live run (detached or in another terminal) as Ctrl-C would, and wait until it has ended."""
+def ignores_sigint(pid: int) -> bool:
+    """The process ignores SIGINT (started with nohup, or with ``&`` from a script): read from
+    /proc/PID/status (False where there is none to read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def stop_run(store: StateStore, run_id: str, progress: Callable[[str], None], timeout: float = STOP_TIMEOUT_S) -> str:
+    """Stop a live run (detached or in another terminal) as Ctrl-C would, and wait until it has
+    ended. Returns how it ended: ``stopped``, or the run's own result where it ended by itself
+    before the signal reached it (``succeeded``, ``failed (exit N)``)."""
     holders = locks.run_holders(store, run_id)
     if not holders:
         raise UsageError(
@@ -74,16 +89,34 @@ def stop_run(store: StateStore, run_id: str, progress: Callable[[str], None], ti
         )
     pid = holders[0].pid
     progress(f"stopping run {run_id} (its ddpctl, pid {pid}): every process of the run, as Ctrl-C does")
-    for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 10.0)):
+    # ddpctl's run takes SIGTERM as it takes Ctrl-C: where SIGINT is ignored, SIGTERM is sent at once
+    signals = [(signal.SIGINT, timeout), (signal.SIGTERM, 10.0)]
+    if ignores_sigint(pid):
+        signals = [(signal.SIGTERM, timeout)]
+    for sig, wait in signals:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
-            return
+            return ended_as(store, run_id)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if not locks.run_alive(store, run_id):
-                return
+                return ended_as(store, run_id)
             time.sleep(POLL_S)
     raise DdpctlError(
         f"run {run_id} (pid {pid}) did not stop within {timeout:.0f} s: `kill -9 {pid}`, then `ddpctl down`"
     )
+
+
+def ended_as(store: StateStore, run_id: str) -> str:
+    """``stopped`` where the run's record says it was interrupted (or says nothing), else its result."""
+    import json
+
+    try:
+        result = json.loads((store.run_dir(run_id) / "run.json").read_text())["result"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stopped"
+    if result.get("interrupted"):
+        return "stopped"
+    code = result.get("exit_code")
+    return "succeeded" if code == 0 else f"failed (exit {code})"

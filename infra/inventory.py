@@ -72,8 +72,13 @@ def load_inventory(path: str) -> list[Host]:
 
 def hosts_from_list(data: dict[str, Any], source: str = "inventory") -> list[Host]:
     hostvars = data.get("_meta", {}).get("hostvars", {})
-    if NODES_GROUP in data:
-        names = list(data[NODES_GROUP].get("hosts", []))
+    if NODES_GROUP in data or NODES_GROUP in _groups_in_order(data, "all"):  # listed, even with no hosts
+        names = list(data.get(NODES_GROUP, {}).get("hosts", []))
+        if not names:
+            raise UsageError(
+                f"the {NODES_GROUP} group in {source} has no hosts: add your nodes under [{NODES_GROUP}] "
+                "(without that group, every host of the inventory is a node)"
+            )
     else:
         names = []
         for group in _groups_in_order(data, "all"):
@@ -123,6 +128,14 @@ def _host(name: str, hv: dict[str, Any], source: str = "inventory") -> Host:
             ssh_config = args[i + 1]
         elif arg.startswith("-F") and len(arg) > 2:
             ssh_config = arg[2:]
+    for var in ("ansible_host", "ansible_user"):
+        if var in hv and not str(hv[var] if hv[var] is not None else "").strip():
+            raise UsageError(f"{var} of host {name!r} in {source} is empty: give a value, or leave it out")
+    if str(hv.get("ansible_connection", "ssh")) not in ("ssh", "paramiko", "smart"):
+        raise UsageError(
+            f"host {name!r} in {source} has ansible_connection={hv['ansible_connection']}: ddpctl reaches its nodes "
+            "over SSH; remove it (for this machine alone, use --provider local)"
+        )
     return Host(
         name=name,
         address=str(hv.get("ansible_host", name)),

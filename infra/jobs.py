@@ -20,6 +20,10 @@ BUNDLED_JOBS: dict[str, str] = {
 }
 
 
+#: the bundled jobs whose arguments their parser (training/trainer.py parse_config) checks
+PARSED_JOBS = ("mnist", "mingpt")
+
+
 @dataclass(frozen=True)
 class Job:
     """A resolved job: its name (for snapshots and logs) and the script torchrun runs."""
@@ -45,6 +49,54 @@ def resolve_job(job: str) -> Job:
             raise UsageError(f"script {job!r} does not exist: give the path to a Python file")
         if not os.access(path, os.R_OK):  # read here to be uploaded, or by local nodes running as you
             raise UsageError(f"script {job!r} cannot be read: `chmod u+r {job}`, or give a script you can read")
+        check_python_source(job, path)
         return Job(path.stem, path.resolve(), bundled=False)
     choices = ", ".join(BUNDLED_JOBS)
     raise UsageError(f"unknown job {job!r}: choose one of {choices}, or give the path to a .py script")
+
+
+def check_python_source(job: str, path: Path) -> None:
+    """torchrun runs the script with Python: a shell script (or any file that is not Python) is
+    refused now, not after the cluster started and every rank failed. A ``.py`` file, or one whose
+    ``#!`` line names Python, is taken as it is (it may need a newer Python than this one)."""
+    with open(path, "rb") as f:
+        head = f.read(64 * 1024)
+    first = head.split(b"\n", 1)[0]
+    if path.suffix == ".py" or (first.startswith(b"#!") and b"python" in first):
+        return
+    try:
+        compile(head.decode(), str(path), "exec")
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        said = f" (its first line is {first.decode(errors='replace')[:60]!r})" if first.startswith(b"#!") else ""
+        raise UsageError(
+            f"{job} is not a Python script{said}: torchrun runs the script with Python; "
+            "give the .py file the shell script would start"
+        ) from None
+
+
+def check_bundled_args(job: Job, args: tuple[str, ...], python: str | None) -> None:
+    """A bundled job's arguments, parsed by the job's own parser before anything starts (the script
+    with ``DDPCTL_PARSE_ONLY=1`` exits after parsing: a torch import, 1-2 s). ``python``: one
+    that has torch (None: none here, e.g. a controller without torch; the nodes will say)."""
+    if job.name not in PARSED_JOBS or not args or python is None:
+        return
+    import subprocess
+
+    env = {**os.environ, "DDPCTL_PARSE_ONLY": "1", "PYTHONPATH": str(BUNDLE_DIR)}
+    try:
+        out = subprocess.run(
+            [python, str(job.script), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            cwd=job.script.parent,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # the Python is checked elsewhere; the nodes parse the arguments anyway
+    if out.returncode == 2:  # argparse's usage error
+        error = next((line for line in reversed(out.stderr.splitlines()) if ": error: " in line), "")
+        if error:
+            said = error.split(": error: ", 1)[1]
+            raise UsageError(f"{job.name} -- {' '.join(args)}: {said} (`python {job.script} --help` lists its flags)")

@@ -64,6 +64,22 @@ def log_path(store: StateStore, run_id: str | None) -> tuple[str, Path]:
     return run_id, path
 
 
+def check_filter(store: StateStore, run_id: str, keep: LogFilter) -> None:
+    """A ``--node`` or ``--rank`` the run never had is one line naming what it had (from the plan
+    its record keeps; a run without one, as an sbatch run's, is not checked)."""
+    import json
+
+    try:
+        plan = json.loads((store.run_dir(run_id) / "run.json").read_text()).get("plan") or {}
+        nodes, world = [n["node"] for n in plan["nodes"]], int(plan["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if keep.node is not None and keep.node not in nodes:
+        raise UsageError(f"run {run_id!r} ran on {', '.join(nodes)}, not {keep.node}: give one of them to --node")
+    if keep.rank is not None and keep.rank >= world:
+        raise UsageError(f"run {run_id!r} had ranks 0-{world - 1}, not {keep.rank}: give one of them to --rank")
+
+
 def read(
     store: StateStore,
     run_id: str,

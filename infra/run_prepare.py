@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import clusters, locks
 from .errors import UsageError
-from .jobs import BUNDLE_DIR, resolve_job
+from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.reach import head_reach_plan
 from .launch.sbatch import SbatchPlan, plan_sbatch
@@ -42,6 +42,11 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     """
     locks.check_run_free(store, run_id)
     opts, owned = resume_options(run_id, store)
+    if finished_ok(store, run_id):
+        raise UsageError(
+            f"run {run_id!r} succeeded: there is nothing to resume (`ddpctl run {opts.job} --resume-from {run_id}` "
+            "starts a new run from its snapshot)"
+        )
     if not owned and not store.exists(opts.name):
         raise UsageError(
             f"run {run_id!r} ran on cluster {opts.name!r}, which is gone: bring it up again "
@@ -58,6 +63,11 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     job = resolve_job(opts.job)
     env, secret_env = run_env(opts.env, opts.env_files)
     store.check_writable()
+    if not resume and opts.run_id and (store.run_dir(opts.run_id) / "options.json").exists():
+        raise UsageError(
+            f"run id {opts.run_id!r} is already recorded (`ddpctl runs` lists it): choose another --run-id, "
+            f"or `ddpctl run --resume {opts.run_id}` to go on with that run"
+        )
     name = clusters.resolve_name(store, opts.name)
     if name is not None and store.exists(name):
         cluster = store.load(name)
@@ -93,6 +103,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         resume_from=resume_source(source, store, cluster, provider) if source else "",
     )
     provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
+    check_bundled_args(job, run.args, parsing_python(cluster, provider))
     for node in cluster.nodes[: run.nodes]:
         if node.torch:  # as configure found it ("": not recorded, as on local nodes, checked at up)
             check_torch(node.torch, f"node {node.name} ({node.python or cluster.spec.python})")
@@ -101,7 +112,10 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         if run.elastic:
             raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
         if resume:
-            raise UsageError("--resume is for torchrun launches: on Slurm, resubmit the job with the same --run-id")
+            raise UsageError(
+                "--resume is for torchrun launches: on Slurm, submit the job again with --resume-from RUN_ID "
+                "(a new run that starts from that run's snapshot)"
+            )
         if run.secret_env:
             raise UsageError(
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
@@ -119,6 +133,27 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if resume:
         plan = replace(plan, stop_first=True)
     return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
+
+
+def finished_ok(store: StateStore, run_id: str) -> bool:
+    """The run's record says it ended with exit status 0."""
+    import json
+
+    try:
+        return json.loads((store.run_dir(run_id) / "run.json").read_text())["result"]["exit_code"] == 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def parsing_python(cluster: ClusterState, provider: Provider) -> str | None:
+    """A Python with torch on this machine to parse a bundled job's arguments with: the local
+    nodes' own, else ddpctl's if it has torch (None: none here; the nodes parse them at launch)."""
+    if not provider.remote_nodes:
+        return (cluster.nodes[0].python if cluster.nodes else "") or cluster.spec.python
+    import importlib.util
+    import sys
+
+    return sys.executable if importlib.util.find_spec("torch") else None
 
 
 def resume_source(run_id: str, store: StateStore, cluster: ClusterState, provider: Provider) -> str:

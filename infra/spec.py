@@ -7,8 +7,10 @@ input is refused before anything is created.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import secrets
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -152,10 +154,30 @@ def check_snapshot_dir(value: str) -> None:
             f"--snapshot-dir {value}: give an absolute directory every node can read (e.g. /fsx/snapshots) "
             "or s3://BUCKET/PREFIX"
         )
+    else:
+        top = "/" + posixpath.normpath(value).lstrip("/").partition("/")[0]
+        if top in KERNEL_FILESYSTEMS:  # root may create files there that vanish, or write to devices
+            raise UsageError(
+                f"--snapshot-dir {value} is under {top}, the kernel's, not storage: give a directory on a disk "
+                "every node can read (e.g. /fsx/snapshots) or s3://BUCKET/PREFIX"
+            )
+
+
+#: top-level folders of kernel filesystems: no place for a snapshot (whoever runs the job)
+KERNEL_FILESYSTEMS = ("/proc", "/sys", "/dev")
 
 
 #: Set by ddpctl itself for every site.yml run (infra/configure.py).
 RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
+#: Ansible's connection variables (and every ansible_ssh_*): as extra vars they would beat the inventory
+CONNECTION_VARS = (
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_connection",
+    "ansible_password",
+    "ansible_private_key_file",
+)
 
 
 def check_playbook_vars(spec: ClusterSpec) -> None:
@@ -165,6 +187,11 @@ def check_playbook_vars(spec: ClusterSpec) -> None:
             raise UsageError(f"invalid --playbook-var name {key!r}: an Ansible variable, e.g. nvidia_cuda_version=12.8")
         if key in RESERVED_PLAYBOOK_VARS:
             raise UsageError(f"--playbook-var {key} is set by ddpctl itself: leave it out")
+        if key in CONNECTION_VARS or key.startswith("ansible_ssh_"):
+            raise UsageError(
+                f"--playbook-var {key} would override every host's connection in the playbooks, while ddpctl's "
+                "own SSH follows the inventory: set it in the inventory, per host or group"
+            )
 
 
 def check_cluster_name(name: str) -> None:
@@ -218,6 +245,37 @@ def new_run_id() -> str:
     return "r" + secrets.token_hex(5)
 
 
+#: the ranks' variables ddpctl sets itself, which `run -e` / `--env-file` may not: what to use instead
+RESERVED_RUN_ENV = {
+    "DDPCTL_SNAPSHOT_DIR": "use --snapshot-dir (checked on every node and recorded)",
+    "DDPCTL_RESUME_FROM": "use --resume-from RUN_ID",
+    "DDPCTL_SHARED_DIR": "it is the cluster's shared directory",
+    "DDPCTL_RUN_ID": "use --run-id",
+    "DDPCTL_CLUSTER_ID": "it marks the cluster's processes",
+    "DDPCTL_NODE": "it marks a node's processes",
+    "DDPCTL_RDZV_STORE": "it marks the run's rendezvous store",
+    "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "ddpctl reads each rank's lines by it",
+}
+#: an --env-file larger than this is refused (it is read whole, and every value travels to every node)
+MAX_ENV_FILE_BYTES = 1024 * 1024
+
+
+def read_env_file(path: str) -> list[tuple[int, str]]:
+    """An ``--env-file``'s ``KEY=VALUE`` lines with their line numbers (comments and blanks left
+    out): a regular file of at most MAX_ENV_FILE_BYTES (``/dev/zero`` would never end)."""
+    flag = f"--env-file {path}"
+    try:
+        found = Path(path).stat()
+        if not stat.S_ISREG(found.st_mode):
+            raise UsageError(f"{flag} is not a regular file: give a file of KEY=VALUE lines")
+        if found.st_size > MAX_ENV_FILE_BYTES:
+            raise UsageError(f"{flag} is larger than 1 MiB: give a file of KEY=VALUE lines")
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{flag}: cannot read it ({exc}): give a readable KEY=VALUE file") from None
+    return [(n, line) for n, line in enumerate(lines, 1) if line.strip() and not line.lstrip().startswith("#")]
+
+
 def run_env(
     pairs: tuple[str, ...] | list[str], env_files: tuple[str, ...] = (), environ: Mapping[str, str] | None = None
 ) -> tuple[dict[str, str], frozenset[str]]:
@@ -237,6 +295,8 @@ def run_env(
         if not key:
             raise UsageError(f"{flag} {item!r} is not KEY=VALUE (or KEY, for a value from your environment)")
         check_env_name(key, flag)
+        if key in RESERVED_RUN_ENV:
+            raise UsageError(f"{flag} {key}: {key} is set by ddpctl: {RESERVED_RUN_ENV[key]}")
         if not sep:
             if key not in environ:
                 raise UsageError(f"{flag} {key}: {key} is not set in your environment: export it, or give {key}=VALUE")
@@ -250,13 +310,15 @@ def run_env(
             secret.discard(key)
 
     for path in env_files:
-        try:
-            lines = Path(path).read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--env-file {path}: cannot read it ({exc}): give a readable KEY=VALUE file") from None
-        for line in lines:
-            if line.strip() and not line.lstrip().startswith("#"):
-                take(line.strip() if "=" not in line else line.lstrip(), f"--env-file {path}", True)
+        seen: dict[str, int] = {}
+        for number, line in read_env_file(path):
+            key = line.strip().partition("=")[0]
+            if key in seen:
+                raise UsageError(
+                    f"--env-file {path} sets {key} twice (lines {seen[key]} and {number}): keep one of them"
+                )
+            seen[key] = number
+            take(line.strip() if "=" not in line else line.lstrip(), f"--env-file {path}", True)
     for pair in pairs:
         take(pair, "--env", False)
     return env, frozenset(secret)
@@ -281,5 +343,7 @@ def parse_env(pairs: tuple[str, ...] | list[str], flag: str = "--env") -> dict[s
             raise UsageError(f"{flag} {pair!r} is not KEY=VALUE")
         if flag == "--env":
             check_env_name(key, flag)
+        if key in env:  # the last one silently winning hides a typo or a clash
+            raise UsageError(f"{flag} {key} is given twice ({key}={env[key]} and {key}={value}): give it once")
         env[key] = value
     return env

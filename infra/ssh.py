@@ -202,11 +202,17 @@ def writable_problem(conn: fabric.Connection, path: str) -> str:
     return (result.stdout.strip() or result.stderr.strip() or f"exit {result.exited}") if result.exited else ""
 
 
+#: how long `ddpctl ssh` waits for a node to answer (TCP connect and SSH banner), as ddpctl's own connections
+SSH_CONNECT_TIMEOUT_S = 10
+
+
 def ssh_argv(host: Host, command: tuple[str, ...] = ()) -> list[str]:
     """OpenSSH's command line for ``host`` as ddpctl connects to it (``ddpctl ssh``): the inventory's
     options as Ansible passes them (``ssh_options.openssh_args``), host keys checked strictly.
     ``command``: run it there (quoted as given) instead of a login shell."""
-    argv = ["ssh", "-o", "StrictHostKeyChecking=yes", *openssh_args(host), host.address]
+    # after the inventory's options, so that a ConnectTimeout given there wins (OpenSSH takes the first)
+    timeout = ["-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}"]
+    argv = ["ssh", "-o", "StrictHostKeyChecking=yes", *openssh_args(host), *timeout, host.address]
     if command:
         argv.append(shlex.join(command))
     return argv

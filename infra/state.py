@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,10 +39,24 @@ class DamagedState(DdpctlError):
 
     def __init__(self, name: str, path: Path, reason: str) -> None:
         self.name, self.path, self.reason = name, path, reason
+        # the command that works as written: `down` needs --provider where the file no longer says
+        try:
+            says = _read_key(path.read_bytes().decode(errors="replace"), "provider") is not None
+        except OSError:
+            says = False
+        down = f"ddpctl down --name {name}" + ("" if says else " --provider PROVIDER")
         super().__init__(
-            f"the state file of cluster {name!r} ({path}) is damaged ({reason}): "
-            f"`ddpctl down --name {name}` cleans up what it can find"
+            f"the state file of cluster {name!r} ({path}) is damaged ({reason}): `{down}` cleans up what it can find"
         )
+
+
+def _read_key(text: str, key: str) -> str | None:
+    """A string value of ``key`` in what is left of a state file's JSON text (it may be cut anywhere)."""
+    m = re.search(rf'"{key}"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+    try:
+        return json.loads(f'"{m.group(1)}"') if m else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -148,10 +163,40 @@ def default_home() -> Path:
 
 
 class StateStore:
-    """Reads and writes cluster state files under one state home."""
+    """Reads and writes cluster state files under one state home.
+
+    The home is made absolute here, once: every path recorded under it is then absolute, so a
+    later command from another directory means the same files (a relative ``DDPCTL_HOME`` recorded
+    as given made ``down`` delete a folder of that name under the current directory).
+    """
 
     def __init__(self, home: Path | None = None) -> None:
-        self.home = Path(home) if home is not None else default_home()
+        self.home = Path(os.path.abspath(Path(home) if home is not None else default_home()))
+
+    def check_home(self) -> None:
+        """A state home that exists must be a directory (a file there is one line, not "no cluster")."""
+        if self.home.exists() and not self.home.is_dir():
+            what = "DDPCTL_HOME" if os.environ.get("DDPCTL_HOME") else "the state home"
+            raise UsageError(
+                f"{what} {self.home} is not a directory: set DDPCTL_HOME to a directory (or remove the file)"
+            )
+
+    def owns(self, name: str, path: str | Path) -> bool:
+        """``path`` is absolute and lies inside cluster ``name``'s own folder under this home (or is
+        it): the only paths ``down`` removes."""
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            return False
+        root = Path(os.path.realpath(self.cluster_dir(name)))
+        found = Path(os.path.realpath(candidate))
+        return found == root or root in found.parents
+
+    def remove_tree(self, name: str, path: str | Path) -> bool:
+        """Remove ``path`` if this home's cluster ``name`` owns it (``owns``); False: left as it is."""
+        if not self.owns(name, path):
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return True
 
     @property
     def clusters_dir(self) -> Path:
@@ -220,12 +265,8 @@ class StateStore:
         except DamagedState as exc:
             reason = exc.reason
         text = path.read_bytes().decode(errors="replace")
-
-        def read(key: str) -> str | None:
-            m = re.search(rf'"{key}"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
-            return json.loads(f'"{m.group(1)}"') if m else None
-
-        return Salvage(reason, read("provider"), read("region"), read("cluster_id"), read("inventory"))
+        keys = ("provider", "region", "cluster_id", "inventory")
+        return Salvage(reason, *(_read_key(text, key) for key in keys))
 
     def save(self, state: ClusterState) -> None:
         self.check_writable()

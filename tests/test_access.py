@@ -97,18 +97,18 @@ def test_log_lines_parse_back() -> None:
             Host("n0", "10.0.0.5", user="ubuntu", port=2222, key_file="/k/id"),
             (),
             ["ssh", "-o", "StrictHostKeyChecking=yes", "-o", "Port=2222", "-o", "IdentityFile=/k/id"]
-            + ["-o", "User=ubuntu", "10.0.0.5"],
+            + ["-o", "User=ubuntu", "-o", "ConnectTimeout=10", "10.0.0.5"],
         ),
         (  # its ssh args as given (a config, a jump host...); the command quoted as one argument
             Host("n1", "node1", ssh_args=("-F", "/c/ssh_config", "-J", "bastion")),
             ("nvidia-smi", "-q", "it's"),
-            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/ssh_config", "-J", "bastion", "node1"]
-            + ["nvidia-smi -q 'it'\"'\"'s'"],
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/ssh_config", "-J", "bastion"]
+            + ["-o", "ConnectTimeout=10", "node1", "nvidia-smi -q 'it'\"'\"'s'"],
         ),
         (  # a host recorded with only a config file (aws, pcluster)
             Host("n2", "node2", ssh_config="/c/cfg"),
             ("true",),
-            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/cfg", "node2", "true"],
+            ["ssh", "-o", "StrictHostKeyChecking=yes", "-F", "/c/cfg", "-o", "ConnectTimeout=10", "node2", "true"],
         ),
     ],
 )

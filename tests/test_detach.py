@@ -98,3 +98,44 @@ def test_a_crashed_detached_run_is_cleaned_by_down(home: Path) -> None:
     down = ddpctl("down", timeout=120)
     assert down.returncode == 0, down.stderr
     assert_nothing_left("rdetach004", home)
+
+
+def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path) -> None:
+    """A run started with SIGINT ignored (nohup, `&` from a script): `stop` sends it SIGTERM at
+    once, which ddpctl takes as Ctrl-C, rather than waiting 60 s on a SIGINT it never sees."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "rnohup001"]
+    proc = subprocess.Popen(
+        [*argv, "--", "--epochs", "20"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        wait_for_worker("rnohup001", rank=1)
+        stop = ddpctl("stop", "rnohup001", "--json", timeout=45)  # SIGINT first would wait 60 s
+        assert stop.returncode == 0, stop.stderr
+        assert json.loads(stop.stdout)["result"] == "stopped"
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+    assert run_result("rnohup001") == "interrupted"
+    assert_nothing_left("rnohup001", home)
+
+
+def test_stop_says_how_a_run_that_ended_by_itself_ended(home: Path) -> None:
+    from ddpctl.infra.detach import ended_as
+    from ddpctl.infra.state import StateStore
+
+    store = StateStore(home)
+    for result, said in (
+        ({"exit_code": 0, "interrupted": False}, "succeeded"),
+        ({"exit_code": 1, "interrupted": False}, "failed (exit 1)"),
+        ({"exit_code": 130, "interrupted": True}, "stopped"),
+    ):
+        (home / "runs" / "r1").mkdir(parents=True, exist_ok=True)
+        (home / "runs" / "r1" / "run.json").write_text(json.dumps({"result": result}))
+        assert ended_as(store, "r1") == said

@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import io
 import os
+import sys
 import time
 
 import torch
@@ -139,6 +140,8 @@ def parse_config(*configs):
                     flag, type=f.type, default=default, choices=f.metadata.get("choices"), help="default: %(default)s"
                 )
     args = parser.parse_args()
+    if os.environ.get("DDPCTL_PARSE_ONLY"):  # ddpctl checks a job's arguments before it starts the cluster
+        sys.exit(0)
     for cfg in configs:
         for f in dataclasses.fields(cfg):
             setattr(cfg, f.name, getattr(args, f.name))

@@ -18,10 +18,17 @@ from .supervise import Elastic, OutputLine, RunResult, supervise
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """If the controller dies (even SIGKILL), the agent gets SIGTERM and stops its workers (the store: stops)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with(parent: int) -> Callable[[], None]:
+    def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+        """If the controller dies (even SIGKILL), the agent gets SIGTERM and stops its workers (the
+        store: stops). A controller killed between the fork and the prctl sends nothing: the child
+        sees it has been handed to another parent and stops itself."""
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return die_with_parent
 
 
 class LocalNodeProcess:
@@ -38,7 +45,7 @@ class LocalNodeProcess:
             errors="replace",
             bufsize=1,
             start_new_session=True,  # its own process group: signals reach the agent, not us
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with(os.getpid()),
         )
 
     @property

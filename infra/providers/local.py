@@ -96,10 +96,12 @@ class LocalProvider(Provider):
         stopped = stop_tagged(CLUSTER_KEY, state.cluster_id)
         if stopped:
             progress(f"stopped {stopped} process(es) of cluster {state.name!r}")
+        root = store.cluster_dir(state.name)
         for res in reversed(state.resources):
-            if res.kind == "dir":
-                shutil.rmtree(res.id, ignore_errors=True)
+            if res.kind == "dir" and not store.remove_tree(state.name, res.id) and Path(res.id).exists():
+                progress(f"left {res.id}: not inside {root}, which is all `down` removes")
             res.status = "deleted"
+        store.remove_tree(state.name, root)  # the cluster's own folder, whatever the record says
         store.delete(state.name)
         progress(f"local cluster {state.name!r} is down")
 
@@ -113,7 +115,7 @@ class LocalProvider(Provider):
             stopped = stop_tagged("DDPCTL_SHARED_DIR", str(root / "shared"))
         if stopped:
             progress(f"stopped {stopped} process(es) of cluster {name!r}")
-        shutil.rmtree(root, ignore_errors=True)
+        store.remove_tree(name, root)
         progress(f"local cluster {name!r} is down")
 
     def keep_outputs(self, state: ClusterState, run: RunSpec, dest: Path) -> bool:

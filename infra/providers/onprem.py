@@ -9,7 +9,6 @@ and removes ddpctl's work directories; what the playbooks installed stays.
 from __future__ import annotations
 
 import shlex
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -97,7 +96,7 @@ class OnpremProvider(Provider):
         state.status = "deleting"
         store.save(state)
         _clean_hosts([(_host(n), n.workdir) for n in state.nodes], state.cluster_id, progress)
-        shutil.rmtree(store.cluster_dir(state.name), ignore_errors=True)
+        store.remove_tree(state.name, store.cluster_dir(state.name))
         store.delete(state.name)
         progress(f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)")
 
@@ -119,7 +118,7 @@ class OnpremProvider(Provider):
         progress(
             f"warning: ddpctl's work directories on the hosts of {name!r} were named in the damaged file: they stay"
         )
-        shutil.rmtree(store.cluster_dir(name), ignore_errors=True)
+        store.remove_tree(name, store.cluster_dir(name))
         progress(f"on-prem cluster {name!r} is down (what the playbooks installed stays)")
 
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:

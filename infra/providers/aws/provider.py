@@ -12,7 +12,6 @@ VPC/subnet is not).
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -157,7 +156,7 @@ class AwsProvider(Provider):
             )
         cluster_dir = store.cluster_dir(name)
         keys.remove_key(cluster_dir / "id_ed25519")
-        shutil.rmtree(cluster_dir, ignore_errors=True)
+        store.remove_tree(name, cluster_dir)
         store.delete(name)
         made = len(alive) + len(steps)
         progress(f"aws cluster {name!r} is down: {made} resource(s) deleted, nothing of it is left in {region}")

@@ -26,7 +26,6 @@ from the cluster's name and region (the ParallelCluster's name and its tags foll
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -184,7 +183,7 @@ class PclusterProvider(Waits, Provider):
             )
         cluster_dir = store.cluster_dir(name)
         keys.remove_key(cluster_dir / "id_ed25519")
-        shutil.rmtree(cluster_dir, ignore_errors=True)
+        store.remove_tree(name, cluster_dir)
         store.delete(name)
         what = f"{plan.pcluster_name} and {made}" if deleted_cluster else f"{made}"
         progress(
