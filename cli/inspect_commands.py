@@ -128,8 +128,9 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     """Check the links between a cluster's nodes.
 
     For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
-    all-reduce between the two, reported as bus bandwidth; the slowest link is named. Exits 1 if
-    any node cannot reach another.
+    all-reduce between the two, reported as bus bandwidth; the slowest link is named, and the
+    transport each node's all-reduce used (efa, socket, ib; gloo on CPU nodes), as NCCL_DEBUG=INFO
+    reports it. Exits 1 if any node cannot reach another.
     """
     from rich.table import Table
 
@@ -168,6 +169,8 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
         slowest = report.slowest
         if slowest:
             out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")
+        if report.transport:
+            out.progress("transport: " + ", ".join(f"{n} {t}" for n, t in report.transport.items()))
     if report.unreachable:
         out.progress("unreachable: " + "; ".join(report.unreachable))
         return 1

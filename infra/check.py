@@ -20,12 +20,22 @@ from .spec import RunSpec, new_run_id
 from .state import ClusterState
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
+# What NCCL_DEBUG=INFO says of the network it chose (NCCL's and aws-ofi-nccl's own lines):
+#   "NCCL INFO Using network Socket" / "Using network IB" / "Using network Libfabric" (or "AWS Libfabric")
+#   "NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)"   (aws-ofi-nccl; "tcp" etc. elsewhere)
+#   "NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"              (the socket transport's interfaces)
+NCCL_NETWORK = re.compile(r"NCCL INFO Using network (?P<net>.+?)\s*$")
+OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[\w-]+)")
+NCCL_SOCKET = re.compile(r"NCCL INFO NET/Socket\b")
+BACKEND = re.compile(r"allreduce pairs: rank \d+ of \d+ ready backend=(?P<backend>\w+)")
 
 
 @dataclass
 class CheckReport:
     reach: dict[tuple[str, str], str] = field(default_factory=dict)  # (from, to) -> "ok" | error
     bandwidth_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: node -> the transport its all-reduce went over: efa, socket, ib, gloo (no NCCL), ofi:<provider>, unknown
+    transport: dict[str, str] = field(default_factory=dict)
 
     @property
     def unreachable(self) -> list[str]:
@@ -45,6 +55,7 @@ class CheckReport:
             "slowest_link": None
             if slowest is None
             else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
+            "transport": dict(sorted(self.transport.items())),
             "ok": not self.unreachable,
         }
 
@@ -53,7 +64,9 @@ def plan_bandwidth(cluster: ClusterState, port: int, size_mb: float, *, one_pair
     """One launch on every node (one rank each): the bundle's all-reduce benchmark over every pair of
     ranks, in rounds of disjoint pairs (``allreduce_bench.py --pairs``)."""
     args = ("--size-mb", f"{size_mb:g}", "--pairs", *(("--one-pair-at-a-time",) if one_pair_at_a_time else ()))
-    run = RunSpec(job="check-bandwidth", args=args, nodes=len(cluster.nodes), run_id=new_run_id())
+    # NCCL says at INFO which network it chose (parse_transport); its init and net lines only
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    run = RunSpec(job="check-bandwidth", args=args, nodes=len(cluster.nodes), run_id=new_run_id(), env=env)
     return plan_torchrun(
         cluster, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
     )
@@ -71,6 +84,44 @@ def parse_bandwidth(cluster: ClusterState, lines: list[OutputLine]) -> dict[tupl
             a, b = sorted((node_of[int(m["a"])], node_of[int(m["b"])]), key=order.__getitem__)
             found[(a, b)] = float(m["gbps"])
     return found
+
+
+def parse_transport(lines: list[OutputLine]) -> dict[str, str]:
+    """Each node's transport from its ranks' lines: the network NCCL says it uses ("Using network"),
+    with aws-ofi-nccl's provider for Libfabric (efa); failing that, what its NET/ lines show; gloo
+    where the benchmark ran on gloo (no NCCL, no GPU); "unknown" where nothing said."""
+    seen: dict[str, dict[str, str]] = {}
+    for line in lines:
+        if not line.node:
+            continue
+        said = seen.setdefault(line.node, {})
+        for key, pattern, group in (
+            ("network", NCCL_NETWORK, "net"),
+            ("provider", OFI_PROVIDER, "provider"),
+            ("backend", BACKEND, "backend"),
+        ):
+            found = pattern.search(line.text)
+            if found:
+                said[key] = found[group]
+        if NCCL_SOCKET.search(line.text):
+            said["socket"] = "yes"
+    out = {}
+    for node, said in seen.items():
+        network = said.get("network", "").lower()
+        provider = said.get("provider", "")
+        if network == "socket":
+            out[node] = "socket"
+        elif network == "ib":
+            out[node] = "ib"
+        elif provider or "libfabric" in network:
+            out[node] = "efa" if provider in ("efa", "") else f"ofi:{provider}"
+        elif said.get("socket"):
+            out[node] = "socket"
+        elif said.get("backend") == "gloo":
+            out[node] = "gloo"
+        else:
+            out[node] = "unknown"
+    return out
 
 
 def run_check(
@@ -102,6 +153,7 @@ def run_check(
         lines: list[OutputLine] = []
         result = executor_for(lines.append).run(plan_bandwidth(cluster, port, size_mb, one_pair_at_a_time=not distinct))
         report.bandwidth_gbps = parse_bandwidth(cluster, lines)
+        report.transport = parse_transport(lines)
         missing = [
             f"{a.name} <-> {b.name}"
             for a, b in itertools.combinations(nodes, 2)

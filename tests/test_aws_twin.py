@@ -203,6 +203,7 @@ def test_check_names_every_link(twin: TwinEnv) -> None:
     pairs = {(r["from"], r["to"]) for r in doc["reachability"] if r["result"] == "ok"}
     assert pairs == {(a, b) for a in ("node0", "node1", "node2") for b in ("node0", "node1", "node2") if a != b}
     assert doc["slowest_link"]["busbw_gbps"] > 0
+    assert doc["transport"] == {"node0": "gloo", "node1": "gloo", "node2": "gloo"}  # the twin's CPU nodes
 
 
 def test_message_passing(twin: TwinEnv) -> None:

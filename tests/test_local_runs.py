@@ -224,3 +224,4 @@ def test_check_on_a_local_cluster(home: Path) -> None:
     assert doc["reachability"] == []  # one host: nothing to check between nodes
     assert [(b["a"], b["b"]) for b in doc["bandwidth"]] == [("node0", "node1"), ("node0", "node2"), ("node1", "node2")]
     assert doc["slowest_link"]["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"]) > 0
+    assert doc["transport"] == {"node0": "gloo", "node1": "gloo", "node2": "gloo"}  # CPU nodes: no NCCL

@@ -230,6 +230,7 @@ def test_check_names_the_slowest_link(onprem) -> None:
     assert len(doc["bandwidth"]) == 3 and all(b["busbw_gbps"] > 0 for b in doc["bandwidth"])
     slowest = doc["slowest_link"]
     assert slowest["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
+    assert doc["transport"] == {"node0": "gloo", "node1": "gloo", "node2": "gloo"}  # CPU nodes: no NCCL
     text = ddpctl("check", "--no-bandwidth", env=_env(onprem["env"]), timeout=120)
     assert text.returncode == 0 and "node0 <-> node1" in text.stdout  # the table
 

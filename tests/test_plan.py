@@ -311,3 +311,46 @@ def test_check_reads_each_pair_by_the_nodes_its_ranks_run_on() -> None:
     assert parse_bandwidth(three, lines) == {("node0", "node2"): 0.5, ("node1", "node2"): 0.7, ("node0", "node1"): 0.9}
     plan = plan_bandwidth(three, 29500, 1, one_pair_at_a_time=True)
     assert len(plan.nodes) == 3 and plan.nodes[0].argv[-4:] == ("--size-mb", "1", "--pairs", "--one-pair-at-a-time")
+
+
+def test_check_reads_the_transport_nccl_chose_on_each_node() -> None:
+    """NCCL_DEBUG=INFO lines as NCCL and aws-ofi-nccl print them (real lines, from EFA and socket
+    runs; host:pid:tid [device] prefix and all): each node's transport, and gloo where no NCCL ran."""
+    from ddpctl.infra.check import parse_transport, plan_bandwidth
+    from ddpctl.infra.launch.nodes import OutputLine
+
+    lines = [
+        # p5en over EFA (aws-ofi-nccl 1.13): the provider, then the network NCCL uses
+        ("node0", "8h200-3:6310:6318 [0] NCCL INFO NET/OFI Selected Provider is efa (found 16 nics)"),
+        ("node0", "8h200-3:6310:6318 [0] NCCL INFO NET/OFI NIC group 0 device #0 0000:56:00.0"),
+        ("node0", "8h200-2:6831:6840 [0] NCCL INFO Using network Libfabric"),
+        # older plugins name the network "AWS Libfabric"
+        ("node1", "ip-172-31-8-12:21471:22316 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)"),
+        ("node1", "ip-172-31-8-12:21471:22316 [0] NCCL INFO Using network AWS Libfabric"),
+        # no plugin: sockets
+        ("node2", "ip-10-36-29-253:79:79 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so."),
+        ("node2", "ip-10-36-29-253:79:79 [0] NCCL INFO NET/Socket : Using [0]eth0:10.36.29.253<0>"),
+        ("node2", "ip-10-36-29-253:79:79 [0] NCCL INFO Using network Socket"),
+        # the plugin's provider failed: NCCL fell back to sockets, and says so last
+        ("node3", "ip-10-3-35-83:4242:4242 [0] NCCL INFO NET/OFI Selected Provider is efa (found 1 nics)"),
+        ("node3", "ip-10-3-35-83:4242:4242 [0] NCCL WARN NET/OFI Couldn't open AV. RC: -22"),
+        ("node3", "ip-10-3-35-83:4242:4242 [0] NCCL INFO Using network Socket"),
+        # only the NET/Socket line seen
+        ("node4", "node4:88:88 [0] NCCL INFO NET/Socket : Using [0]ens5:10.0.1.4<0>"),
+        ("node5", "host:1:1 [0] NCCL INFO Using network IB"),
+        ("node6", "allreduce pairs: rank 3 of 8 ready backend=gloo"),
+        ("node7", "allreduce pairs: rank 4 of 8 ready backend=nccl"),  # NCCL said nothing at INFO
+    ]
+    found = parse_transport([OutputLine(node, 0, text) for node, text in lines])
+    assert found == {
+        "node0": "efa",
+        "node1": "efa",
+        "node2": "socket",
+        "node3": "socket",
+        "node4": "socket",
+        "node5": "ib",
+        "node6": "gloo",
+        "node7": "unknown",
+    }
+    plan = plan_bandwidth(cluster(2), 29500, 1, one_pair_at_a_time=False)
+    assert plan.nodes[0].env["NCCL_DEBUG"] == "INFO"  # the run's own value, over the node's env file

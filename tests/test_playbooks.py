@@ -409,6 +409,10 @@ def message(out: str, node: str, text: str) -> bool:
     return re.search(rf'ok: \[{node}\] => \{{\s*"msg": "{re.escape(text)}"', out) is not None
 
 
+def message_starts(out: str, node: str, text: str) -> bool:
+    return re.search(rf'ok: \[{node}\] => \{{\s*"msg": "{re.escape(text)}', out) is not None
+
+
 @pytest.mark.slow
 def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
     """--check of the nvidia and python_env roles on stand-in PCI trees: node0 has two V100s (p3:
@@ -649,3 +653,173 @@ def test_python_env_wheels_mode_installs_offline(site, testbed: Testbed) -> None
     second = playbook(site["env"], *args)
     assert second.returncode == 0, show(second)
     assert recap(second)["node0"]["changed"] == 0, show(second)
+
+
+#: What the no-iproute2 test hides from the PATH: iproute2's tools, and what the role's shell once used.
+HIDDEN_TOOLS = ("ip", "ss", "bridge", "tc", "ifconfig", "route", "awk", "mawk", "gawk", "sed", "getent")
+
+
+def route_dev(address: str) -> str:
+    """The interface iproute2 names for ``address`` on this machine ("" where there is no route):
+    what the nccl_env role must find without it."""
+    local = subprocess.run(["ip", "-o", "addr", "show", "to", address], capture_output=True, text=True).stdout
+    if local.split():
+        return local.split()[1]
+    out = subprocess.run(["ip", "-o", "route", "get", address], capture_output=True, text=True).stdout
+    found = re.search(r" dev (\S+)", out)
+    return found.group(1) if found else ""
+
+
+def own_address() -> str:
+    """An IPv4 address of this machine's other than loopback (10.77.0.1 where the test cluster is up)."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
+    return out.split()[3].split("/")[0] if out.split() else "127.0.0.1"
+
+
+def env_lines(path: Path) -> list[str]:
+    return sorted(line for line in path.read_text().splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.slow
+def test_nccl_env_needs_no_iproute2(local_nodes) -> None:
+    """The nccl_env role on hosts whose PATH has no `ip` (nor awk, sed or getent: an image without
+    iproute2; Ansible's own network facts are empty there too): each node still writes the interface
+    iproute2 names toward its rendezvous address. node0's is 127.0.0.1 (lo), node1's this machine's
+    own address (the interface holding it, though the route is via lo), node2's an address beyond
+    the default route (198.51.100.1, TEST-NET-2)."""
+    tmp = local_nodes["tmp"] / "no-iproute2"
+    (tmp / "host_vars").mkdir(parents=True)
+    (tmp / "no-rdma").mkdir()
+    masters = {"node0": "127.0.0.1", "node1": own_address(), "node2": "198.51.100.1"}
+    for node, addr in masters.items():
+        (tmp / "host_vars" / f"{node}.yml").write_text(f"nccl_env_master_addr: {addr}\n")
+    inventory = local_nodes["inventory"](
+        tmp / "hosts.ini", **inventory_vars(local_nodes["tmp"]), nccl_env_rdma_devices_dir=str(tmp / "no-rdma")
+    )
+    bare = tmp / "bin"  # this machine's commands but iproute2's (and awk, sed, getent)
+    bare.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        for tool in Path(directory).iterdir() if Path(directory).is_dir() else []:
+            if tool.name not in HIDDEN_TOOLS and not (bare / tool.name).exists() and os.access(tool, os.X_OK):
+                (bare / tool.name).symlink_to(tool)
+    env = {**local_nodes["env"], "PATH": f"{VENV_BIN}{os.pathsep}{bare}"}
+    probe = subprocess.run(["/bin/sh", "-c", "command -v ip awk getent"], env=env, capture_output=True, text=True)
+    assert probe.stdout == "", probe.stdout
+    result = playbook(env, "-i", str(inventory), "playbooks/site.yml", "--tags", "nccl_env")
+    want = {node: route_dev(addr) for node, addr in masters.items()}
+    assert want["node0"] == "lo" and all(want.values()), want
+    assert result.returncode == 0, show(result)
+    for node, dev in want.items():
+        lines = env_lines(local_nodes["node_dir"](node) / "ddpctl.env")
+        assert lines == [f"GLOO_SOCKET_IFNAME={dev}", "NCCL_DEBUG=WARN", f"NCCL_SOCKET_IFNAME={dev}"], (node, lines)
+        assert message(result.stdout, node, "no EFA device found: NCCL uses TCP sockets"), show(result)
+
+
+def fake_efa_node(root: Path, devices: list[tuple[str, str]], product: str, *, software: str = "") -> dict[str, str]:
+    """A stand-in /sys/class/infiniband with EFA devices (name, PCI id; the driver a link to ``efa``,
+    as sysfs has it), a DMI product name, and, with ``software`` the plugin's library name, a
+    stand-in /opt/amazon/efa and /opt/amazon/ofi-nccl: the role's variables that point at them."""
+    (root / "drivers" / "efa").mkdir(parents=True)
+    for name, pci_id in devices:
+        device = root / "devices" / name
+        device.mkdir(parents=True)
+        (device / "device").write_text(pci_id + "\n")
+        (device / "driver").symlink_to(root / "drivers" / "efa")
+        (root / "infiniband").mkdir(exist_ok=True)
+        (root / "infiniband" / name).mkdir()
+        (root / "infiniband" / name / "device").symlink_to(device)
+    (root / "infiniband").mkdir(exist_ok=True)
+    (root / "product_name").write_text(product + "\n")
+    if software:
+        (root / "efa" / "lib").mkdir(parents=True)
+        (root / "efa" / "lib" / "libfabric.so.1").write_text("")
+        (root / "ofi-nccl" / "lib").mkdir(parents=True)
+        (root / "ofi-nccl" / "lib" / software).write_text("")
+    return {
+        "nccl_env_rdma_devices_dir": str(root / "infiniband"),
+        "nccl_env_dmi_product_file": str(root / "product_name"),
+        "nccl_env_efa_dir": str(root / "efa"),
+        "nccl_env_efa_plugin_dirs": f'["{root / "ofi-nccl"}", "{root / "aws-ofi-nccl"}"]',
+    }
+
+
+@pytest.mark.slow
+def test_nccl_env_sets_up_efa_where_the_node_has_it(local_nodes) -> None:
+    """The nccl_env role on stand-in /sys and /opt trees. node0 is a p4d (two 0xefa1 EFA devices,
+    RDMA read on p4d) with the EFA software and a plugin named libnccl-net-ofi.so; node1 a p3dn
+    (0xefa0: no RDMA read) whose plugin is libnccl-net.so; node2 a p5 (0xefa2) without the software.
+    With nccl_env_efa_install=false node2 stays on sockets; in check mode the installer is what
+    would run there, and nothing is changed or downloaded."""
+    tmp = local_nodes["tmp"] / "efa"
+    (tmp / "host_vars").mkdir(parents=True)
+    nodes = {
+        "node0": fake_efa_node(
+            tmp / "node0",
+            [("rdmap16s27", "0xefa1"), ("rdmap32s27", "0xefa1")],
+            "p4d.24xlarge",
+            software="libnccl-net-ofi.so",
+        ),
+        "node1": fake_efa_node(tmp / "node1", [("efa_0", "0xefa0")], "p3dn.24xlarge", software="libnccl-net.so"),
+        "node2": fake_efa_node(tmp / "node2", [("rdmap79s0", "0xefa2")], "p5.48xlarge"),
+    }
+    for node, variables in nodes.items():
+        (tmp / "host_vars" / f"{node}.yml").write_text("".join(f"{k}: {v}\n" for k, v in variables.items()))
+    inventory = local_nodes["inventory"](
+        tmp / "hosts.ini", **inventory_vars(local_nodes["tmp"]), nccl_env_master_addr="127.0.0.1"
+    )
+    args = ["-i", str(inventory), "playbooks/site.yml", "--tags", "nccl_env"]
+    runs = [playbook(local_nodes["env"], *args, "-e", "nccl_env_efa_install=false") for _ in range(2)]
+    assert runs[0].returncode == 0, show(runs[0])
+    assert {h: s["changed"] for h, s in recap(runs[1]).items()} == {h: 0 for h in NODES}, show(runs[1])
+    env = {n: env_lines(local_nodes["node_dir"](n) / "ddpctl.env") for n in NODES}
+    sockets = ["GLOO_SOCKET_IFNAME=lo", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=lo"]
+    lib = {n: f"{tmp / n / 'ofi-nccl' / 'lib'}:{tmp / n / 'efa' / 'lib'}" for n in NODES}
+    assert env["node0"] == sorted(
+        [
+            *sockets,
+            "FI_EFA_USE_DEVICE_RDMA=1",
+            "FI_PROVIDER=efa",
+            "NCCL_NET_PLUGIN=ofi",
+            f"LD_LIBRARY_PATH={lib['node0']}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
+        ]
+    )
+    assert env["node1"] == sorted(
+        [*sockets, "FI_PROVIDER=efa", f"LD_LIBRARY_PATH={lib['node1']}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"]
+    )
+    assert env["node2"] == sockets
+    out = runs[0].stdout
+    assert message(
+        out,
+        "node0",
+        f"EFA: 2 device(s) (rdmap16s27, rdmap32s27), NCCL through aws-ofi-nccl in {tmp / 'node0' / 'ofi-nccl' / 'lib'}, "
+        "FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1",
+    ), out
+    assert message(
+        out,
+        "node1",
+        f"EFA: 1 device(s) (efa_0), NCCL through aws-ofi-nccl in {tmp / 'node1' / 'ofi-nccl' / 'lib'}, "
+        "FI_PROVIDER=efa (no RDMA read on this device)",
+    ), out
+    assert message_starts(out, "node2", "EFA device(s) rdmap79s0 found but no EFA software under"), out
+    assert "nccl_env_efa_install is false: NCCL uses TCP sockets" in out
+    # the launcher's way of loading the file puts the plugin first and keeps what was there
+    loaded = subprocess.run(
+        ["sh", "-c", f"set -a; . {local_nodes['node_dir']('node0') / 'ddpctl.env'}; set +a; echo $LD_LIBRARY_PATH"],
+        env={**os.environ, "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
+        capture_output=True,
+        text=True,
+    )
+    assert loaded.stdout.strip() == f"{lib['node0']}:/usr/local/cuda/lib64"
+    check = playbook(local_nodes["env"], *args, "--check", "--diff")
+    assert check.returncode == 0, show(check)
+    assert message_starts(
+        check.stdout,
+        "node2",
+        "Check mode: would install the EFA software from "
+        "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz (efa_installer.sh -y): EFA device(s) "
+        f"rdmap79s0 found, no libfabric under {tmp / 'node2' / 'efa'}",
+    ), show(check)
+    assert "+FI_PROVIDER=efa" in check.stdout and "+FI_EFA_USE_DEVICE_RDMA=1" in check.stdout  # node2's would-be file
+    assert recap(check)["node0"]["changed"] == 0 and recap(check)["node1"]["changed"] == 0
+    assert env_lines(local_nodes["node_dir"]("node2") / "ddpctl.env") == sockets  # check mode changed nothing
+    assert not (tmp / "node2" / "efa").exists()

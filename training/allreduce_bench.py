@@ -55,7 +55,8 @@ def bandwidths(x, seconds, world):
 
 def every_pair(x, args, cuda):
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"allreduce pairs: rank {rank} of {world} ready", flush=True)  # its node, for the reader
+    # its node, for the reader; the backend: where it is gloo, NCCL chose no transport (`ddpctl check`)
+    print(f"allreduce pairs: rank {rank} of {world} ready backend={dist.get_backend()}", flush=True)
     for number, pairs in enumerate(pair_rounds(world), 1):
         for batch in [[p] for p in pairs] if args.one_pair_at_a_time else [pairs]:
             # every rank makes every pair's group, in the same order, as torch requires (it names a

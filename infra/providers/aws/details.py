@@ -80,6 +80,7 @@ class InstancesDetail(Detail):
     count: int = 0
     instance_type: str = ""
     spot: bool = False
+    efa_interfaces: int = 0  # EFA interfaces on each node (0: none), as EC2 described the type at `up`
     ids: tuple[str, ...] = ()  # the instances launched (until `down` sees them terminated)
     ami: str = ""
     zones: tuple[str, ...] = ()  # the zones to try, in order

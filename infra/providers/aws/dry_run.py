@@ -5,7 +5,7 @@ and as a document for ``--json``. Creates nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import keys, preflight
@@ -31,6 +31,7 @@ def dry_run_report(plan: AwsPlan) -> DryRunReport:
     with aws_errors(plan.region):
         aws = Aws(plan.region)
         pre = preflight.check(aws, plan, caller_address=None)
+        plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces)  # what EC2 says the type takes
         ec2 = aws.ec2
         tags = plan.tag_specs
         checks: dict[str, str] = {}
@@ -101,7 +102,8 @@ def dry_run_report(plan: AwsPlan) -> DryRunReport:
     lines += plan.describe()
     lines += [
         f"  AMI found: {pre.ami} {pre.ami_name!r} ({pre.ami_source}); root device {pre.root_device}",
-        f"  instance type: {pre.facts.vcpus} vCPUs, {pre.facts.gpus} GPU(s), {pre.facts.arch}",
+        f"  instance type: {pre.facts.vcpus} vCPUs, {pre.facts.gpus} GPU(s), {pre.facts.arch}"
+        + ("" if pre.described else f" ({plan.instance_type} as ddpctl's table has it: EC2 did not describe it)"),
         f"  zones to try, in order: {', '.join(pre.zones)}",
     ]
     lines += [f"  warning: {w}" for w in pre.warnings]

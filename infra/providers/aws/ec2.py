@@ -88,7 +88,12 @@ class Aws:
         gpus = sum(g.get("Count", 0) for g in info.get("GpuInfo", {}).get("Gpus", []))
         archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", ["x86_64"])
         arch = "x86_64" if "x86_64" in archs else archs[0]
-        return pricing.TypeFacts(vcpus=int(info.get("VCpuInfo", {}).get("DefaultVCpus", 1)), gpus=gpus, arch=arch)
+        return pricing.TypeFacts(
+            vcpus=int(info.get("VCpuInfo", {}).get("DefaultVCpus", 1)),
+            gpus=gpus,
+            arch=arch,
+            efa_interfaces=efa_interfaces(info.get("NetworkInfo", {})),
+        )
 
     def zones(self) -> list[str]:
         zones = self.ec2.describe_availability_zones()["AvailabilityZones"]
@@ -241,6 +246,16 @@ class Aws:
         if undo is not None:
             undo(result)
         return "ok (this endpoint ignored DryRun; what it created was deleted at once)"
+
+
+def efa_interfaces(network: dict[str, Any]) -> int:
+    """How many EFA interfaces an instance type takes, from describe_instance_types' NetworkInfo:
+    0 unless EfaSupported; else EfaInfo.MaximumEfaInterfaces, at most one per network card (an
+    instance's extra EFA interfaces go on network cards 1, 2, ...)."""
+    if not network.get("EfaSupported"):
+        return 0
+    most = int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 1))
+    return max(1, min(most, int(network.get("MaximumNetworkCards", most))))
 
 
 def _cluster_filters(cluster: str) -> list[dict[str, Any]]:

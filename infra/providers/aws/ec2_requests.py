@@ -1,7 +1,7 @@
 """The EC2 requests an ``AwsPlan`` makes, as plain dicts: pure, no boto3, no network.
 
 ``up`` sends them (``dry_run`` with DryRun=True), so the requests themselves are unit-tested: the
-security group's rules, the one RunInstances call that launches every node, and its client token.
+security group's rules, the nodes' network interfaces (EFA where the type has it), the one RunInstances call that launches every node, and its client token.
 """
 
 from __future__ import annotations
@@ -24,6 +24,52 @@ def ingress_rules(ssh_cidr: str, group_id: str) -> list[dict[str, Any]]:
         {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges},
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "ddpctl: between the nodes"}]},
     ]
+
+
+def egress_rules(plan: AwsPlan, group_id: str) -> list[dict[str, Any]]:
+    """All traffic out to the group itself, where the nodes have EFA: EFA's OS-bypass traffic passes
+    only a security group that allows all traffic to and from itself, both ways, in rules that name
+    the group (a new group's allow-all egress to 0.0.0.0/0 does not count). None without EFA."""
+    if not plan.efa_attached:
+        return []
+    return [
+        {
+            "IpProtocol": "-1",
+            "UserIdGroupPairs": [{"GroupId": group_id, "Description": "ddpctl: EFA between the nodes"}],
+        }
+    ]
+
+
+def network_interfaces(plan: AwsPlan, subnet_id: str, group_id: str) -> list[dict[str, Any]]:
+    """The nodes' network interfaces. Without EFA, one. With EFA (``plan.efa_attached``), as AWS
+    documents for EFA on several network cards: the primary one an EFA (with ENA) on network card 0,
+    device index 0, with the security group and the public address; then one EFA-only interface
+    (no IP address of its own: a p5's 32 would otherwise take 32 of the subnet's addresses per node)
+    on each further network card, device index 1, in the same group."""
+    primary: dict[str, Any] = {
+        "DeviceIndex": 0,
+        "SubnetId": subnet_id,
+        "Groups": [group_id],
+        "AssociatePublicIpAddress": not plan.private_ip,
+        "DeleteOnTermination": True,
+    }
+    if not plan.efa_attached:
+        return [primary]
+    primary.update(NetworkCardIndex=0, InterfaceType="efa")
+    if plan.efa_attached > 1:
+        del primary["AssociatePublicIpAddress"]  # EC2 refuses it with several interfaces, even false
+    more = [
+        {
+            "NetworkCardIndex": card,
+            "DeviceIndex": 1,
+            "SubnetId": subnet_id,
+            "Groups": [group_id],
+            "InterfaceType": "efa-only",
+            "DeleteOnTermination": True,
+        }
+        for card in range(1, plan.efa_attached)
+    ]
+    return [primary, *more]
 
 
 def run_instances_request(
@@ -51,15 +97,7 @@ def run_instances_request(
         "KeyName": key_name,
         "ClientToken": client_token,
         "Placement": placement,
-        "NetworkInterfaces": [
-            {
-                "DeviceIndex": 0,
-                "SubnetId": subnet_id,
-                "Groups": [group_id],
-                "AssociatePublicIpAddress": not plan.private_ip,
-                "DeleteOnTermination": True,
-            }
-        ],
+        "NetworkInterfaces": network_interfaces(plan, subnet_id, group_id),
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
         "BlockDeviceMappings": [
             {

@@ -52,6 +52,16 @@ def authorize_ingress(aws: Aws, group_id: str, rules: list[dict[str, Any]], tag_
             raise
 
 
+def authorize_egress(aws: Aws, group_id: str, rules: list[dict[str, Any]], tag_specs: list[dict[str, Any]]) -> None:
+    if not rules:
+        return
+    try:
+        aws.ec2.authorize_security_group_egress(GroupId=group_id, IpPermissions=rules, TagSpecifications=tag_specs)
+    except boto.client_error() as exc:
+        if code_of(exc) != "InvalidPermission.Duplicate":
+            raise
+
+
 def create_placement_group(aws: Aws, name: str, tag_specs: list[dict[str, Any]]) -> str | None:
     """Create a cluster placement group; None where the endpoint has none."""
     try:

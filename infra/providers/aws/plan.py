@@ -69,6 +69,35 @@ class AwsPlan:
     key_path: str
     iam_instance_profile: str = ""  # the nodes' only AWS credentials (S3 snapshots); "" = none
     user_tags: Mapping[str, str] = field(default_factory=dict)  # --tag: on everything, beside ddpctl's own
+    #: EFA interfaces the instance type takes, as EC2 describes it (``ec2.efa_interfaces``): 0 = none;
+    #: None = not asked yet (the plan ``plan_from_spec`` makes before ``up``'s checks)
+    efa_interfaces: int | None = None
+
+    @property
+    def efa_attached(self) -> int:
+        """EFA interfaces each node is launched with: every one the type takes, one per network card,
+        where the nodes are reached at their private addresses; else the primary one only, since EC2
+        gives no public address to an instance launched with several network interfaces
+        (InvalidParameterCombination)."""
+        most = self.efa_interfaces or 0
+        return most if self.private_ip else min(most, 1)
+
+    def describe_efa(self) -> str:
+        """What `up --dry-run` says of EFA on each node."""
+        most = self.efa_interfaces
+        if most is None:
+            return "  EFA per node: asked of EC2 at `up` (describe_instance_types)"
+        if most == 0:
+            return f"  EFA per node: no EFA: {self.instance_type} does not support it (NCCL uses TCP sockets)"
+        text = f"  EFA per node: {self.efa_attached} interface(s)"
+        if self.efa_attached < most:
+            text += (
+                f" of the {most} {self.instance_type} takes (EC2 gives no public address to an instance with "
+                f"several network interfaces: --private-ip, from inside the VPC, attaches all {most})"
+            )
+        else:
+            text += f", all {self.instance_type} takes"
+        return text + "; the security group lets EFA traffic in and out between the nodes"
 
     @property
     def new_network(self) -> bool:
@@ -118,7 +147,9 @@ class AwsPlan:
         res.append(d.KeyPairDetail().resource(self.unique_name))
         if self.placement_group:
             res.append(d.PlacementGroupDetail(strategy="cluster").resource(self.unique_name))
-        nodes = d.InstancesDetail(count=self.count, instance_type=self.instance_type, spot=self.spot)
+        nodes = d.InstancesDetail(
+            count=self.count, instance_type=self.instance_type, spot=self.spot, efa_interfaces=self.efa_attached
+        )
         res.append(nodes.resource(f"{self.base_name}-node"))
         if self.configure:
             res.append(d.ConfigureDetail().resource("playbooks/site.yml"))
@@ -143,6 +174,7 @@ class AwsPlan:
             f"  root volume: {self.volume_gb} GB gp3, encrypted, deleted with the instance; IMDSv2 required (hop limit 1)",
             f"  network: {network}; SSH (22) only from {ssh}; all traffic between the nodes",
             f"  placement: {'a cluster placement group' if self.placement_group else 'none'}",
+            self.describe_efa(),
             f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price"
             + (", spot is usually less)" if self.spot else ")"),
         ]

@@ -33,6 +33,7 @@ class Preflight:
     quota: str  # what is known about the vCPU quota, for messages
     warnings: list[str] = field(default_factory=list)
     image: ImageChoice | None = None  # why this image, and the GPU driver plan
+    described: bool = True  # EC2 described the instance type (else ddpctl's table stood in: no EFA known)
 
 
 def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> Preflight:
@@ -121,6 +122,7 @@ def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> 
         quota=quota_text,
         warnings=warnings,
         image=choice,
+        described=known_to_ec2,
     )
 
 

@@ -41,6 +41,9 @@ class TypeFacts:
     vcpus: int
     gpus: int
     arch: str = "x86_64"
+    #: EFA interfaces the type takes, one per network card (EC2's ``NetworkInfo``); 0: no EFA, or a
+    #: type EC2 did not describe (``TYPES`` says nothing about EFA)
+    efa_interfaces: int = 0
 
 
 @dataclass(frozen=True)

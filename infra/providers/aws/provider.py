@@ -92,10 +92,13 @@ class AwsProvider(Provider):
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             pre = preflight.check(aws, plan, self.caller_address)  # nothing recorded or created before this passes
+            plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces)  # what EC2 says the type takes
             group = state.resource("security-group", plan.unique_name)
             replace(SecurityGroupDetail.of(group), ssh_cidr=pre.ssh_cidr).put(group)
             inst = only(state, "instances")
-            replace(InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones)).put(inst)
+            replace(
+                InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones), efa_interfaces=plan.efa_attached
+            ).put(inst)
             state.status = "creating"
             store.save(state)
             for warning in pre.warnings:
@@ -108,6 +111,7 @@ class AwsProvider(Provider):
             )
             if pre.image is not None and pre.image.source is not None:
                 progress(f"image: {pre.image.reason}; {pre.image.driver}")
+            progress(plan.describe_efa().strip())
             Up(state, store, progress, aws, plan, pre).run()
         return state
 

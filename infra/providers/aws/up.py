@@ -25,7 +25,7 @@ from .details import (
     VpcDetail,
 )
 from .ec2 import Aws
-from .ec2_requests import client_token, ingress_rules, run_instances_request
+from .ec2_requests import client_token, egress_rules, ingress_rules, run_instances_request
 from .errors import CapacityError
 from .plan import TAG_CLUSTER_ID, AwsPlan, subnet_cidr
 from .preflight import Preflight
@@ -58,10 +58,16 @@ class Up(Steps):
             instances.authorize_ingress(
                 aws, gid, ingress_rules(self.pre.ssh_cidr, gid), plan.tag_specs("sg-rule", "security-group-rule")
             )
+            instances.authorize_egress(
+                aws, gid, egress_rules(plan, gid), plan.tag_specs("sg-rule", "security-group-rule")
+            )
             return replace(SecurityGroupDetail.of(group), aws_id=gid, vpc=vpc_id)
 
         group_id = self.step(group, make_group).aws_id
-        self.progress(f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes")
+        self.progress(
+            f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes"
+            + (" (in and out, for EFA)" if plan.efa_attached else "")
+        )
         network.import_key_pair(self, aws, plan, public_key)
         placement = self.placement_group()
         ids = self.launch(subnet_id, group_id, placement)
@@ -121,7 +127,10 @@ class Up(Steps):
                 placement_group=placement,
                 client_token=token,
             )
-            self.progress(f"launching {count} x {plan.instance_type} in {zone}" + (" (spot)" if plan.spot else ""))
+            efa = f", {plan.efa_attached} EFA interface(s) each" if plan.efa_attached else ""
+            self.progress(
+                f"launching {count} x {plan.instance_type} in {zone}" + (" (spot)" if plan.spot else "") + efa
+            )
             faults.point("before", "instances")
             try:
                 launched = instances.run_instances(aws, request, zone, lambda: self.pre.quota)
