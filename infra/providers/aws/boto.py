@@ -64,6 +64,13 @@ def exceptions() -> ModuleType:
     return botocore.exceptions
 
 
+def service_model(service: str) -> Any:
+    """botocore's model of ``service`` (its operations, its signing name), from its bundled data."""
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)
+
+
 def client_error() -> type[Exception]:
     """What a call raises when AWS answers with an error (its code: ``errors.code_of``)."""
     return exceptions().ClientError
