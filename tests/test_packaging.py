@@ -178,3 +178,46 @@ def test_the_wheel_works_on_the_oldest_python_it_admits(wheel: Path, tmp_path: P
     assert status.returncode == 0 and "no clusters under" in status.stderr, status.stderr
     bad = ddpctl("up", "--provider", "onprem", "-i", "missing.ini")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_the_metadata_is_ready_for_an_index(wheel: Path):
+    """What an index shows and checks: valid core metadata (packaging's own validation), a README
+    as the long description, the author, keywords and classifiers."""
+    from packaging.metadata import Metadata
+
+    with zipfile.ZipFile(wheel) as zf:
+        raw = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")))
+    meta = Metadata.from_email(raw, validate=True)
+    assert meta.name == "ddpctl" and str(meta.requires_python) == ">=3.10"
+    assert meta.description_content_type == "text/markdown" and meta.description.startswith("# ddpctl")
+    assert meta.author and meta.keywords and "pytorch" in meta.keywords
+    assert "Programming Language :: Python :: 3.10" in meta.classifiers
+    assert {e for e in meta.provides_extra} >= {"train", "pcluster"}
+
+
+def test_the_sdist_builds_the_same_wheel(wheel: Path, tmp_path: Path):
+    """The sdist is complete: unpacked, it builds a wheel with the files of the one built from the
+    tracked files (which the tests above install and run)."""
+    src = wheel.parent / "src"
+    build = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(tmp_path)!r})"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    with tarfile.open(next(tmp_path.glob("ddpctl-*.tar.gz"))) as sdist:
+        sdist.extractall(tmp_path / "unpacked", filter="data")
+    unpacked = next((tmp_path / "unpacked").iterdir())
+    out = tmp_path / "wheel"
+    made = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(unpacked)],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+
+    def files(path: Path) -> set[str]:
+        return {n for n in zipfile.ZipFile(path).namelist() if not n.endswith("RECORD")}
+
+    assert files(next(out.glob("ddpctl-*.whl"))) == files(wheel)

@@ -25,6 +25,12 @@ def session(region: str | None = None) -> Any:
         raise UsageError(f"{exc}: set AWS_PROFILE to a profile in ~/.aws/config, or unset it") from None
 
 
+def credentials_found(region: str) -> bool:
+    """Whether boto3 finds credentials (environment, profile, SSO cache, instance role...); asks no AWS
+    API (an SSO or assume-role profile is resolved only when a call needs it)."""
+    return session(region).get_credentials() is not None
+
+
 #: ddpctl's retry settings, for what the user has not set (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS, or the
 #: profile's retry_mode / max_attempts): botocore's "standard" retries of throttling and transient errors.
 DEFAULT_RETRIES = {"mode": "standard", "max_attempts": 5}

@@ -136,6 +136,7 @@ class AwsPlan:
         )
         ssh = self.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
         cost = pricing.format_usd(self.hourly_usd)
+        day = "" if self.hourly_usd is None else f"; about ${self.hourly_usd * 24:,.0f} a day until `ddpctl down`"
         lines = [
             f"  {self.count} x {self.instance_type}{gpus} in {self.region} ({where}), "
             + ("spot" if self.spot else "on-demand"),
@@ -143,8 +144,9 @@ class AwsPlan:
             f"  root volume: {self.volume_gb} GB gp3, encrypted, deleted with the instance; IMDSv2 required (hop limit 1)",
             f"  network: {network}; SSH (22) only from {ssh}; all traffic between the nodes",
             f"  placement: {'a cluster placement group' if self.placement_group else 'none'}",
-            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price"
-            + (", spot is usually less)" if self.spot else ")"),
+            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price of {pricing.PRICES_AS_OF}"
+            + (", spot is usually less)" if self.spot else ")")
+            + day,
         ]
         if self.spot:
             lines.append("  " + SPOT_NOTE)
