@@ -221,3 +221,49 @@ def test_the_sdist_builds_the_same_wheel(wheel: Path, tmp_path: Path):
         return {n for n in zipfile.ZipFile(path).namelist() if not n.endswith("RECORD")}
 
     assert files(next(out.glob("ddpctl-*.whl"))) == files(wheel)
+
+
+def test_installed_from_git_the_hint_installs_from_git(wheel: Path, tmp_path: Path):
+    """`pip install 'ddpctl @ git+URL@REV'`, as a user without a checkout would: a missing torch's
+    hint then names that URL and revision with the extra (pip's direct_url.json, PEP 610)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(wheel.parent / "src", repo)
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "release"], ["tag", "v0.1.0"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **git})
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # pip, setuptools, the dependencies
+    url = f"git+{repo.as_uri()}@v0.1.0"
+    install = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            f"ddpctl @ {url}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DDPCTL_"))}
+    env.update(HOME=str(tmp_path), DDPCTL_HOME=str(tmp_path / "home"))
+    code = "import sys; from ddpctl.main import cli; sys.exit(cli())"
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, "run", "mnist", "--python", str(fake)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"run `{fake} -m pip install 'ddpctl[train] @ {url}'`" in result.stderr, result.stderr

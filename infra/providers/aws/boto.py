@@ -8,6 +8,7 @@ per-service variants), profiles and credentials all work as they do for the AWS 
 
 from __future__ import annotations
 
+import functools
 import os
 from types import ModuleType
 from typing import Any
@@ -70,6 +71,7 @@ def exceptions() -> ModuleType:
     return botocore.exceptions
 
 
+@functools.cache
 def service_model(service: str) -> Any:
     """botocore's model of ``service`` (its operations, its signing name), from its bundled data."""
     import botocore.session
