@@ -52,6 +52,15 @@ def test_a_dry_run_with_no_aws_account_shows_the_plan_and_what_it_could_not_chec
     assert not (tmp_path / "home" / "clusters").exists() or not any((tmp_path / "home" / "clusters").iterdir())
 
 
+def test_without_an_account_up_is_one_line_that_points_at_the_dry_run(no_aws, tmp_path: Path):
+    result = ddpctl("up", "--provider", "aws", "--yes", env=no_aws, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: no AWS credentials found"), result.stderr
+    assert "`up --dry-run` shows the plan and its cost without them" in lines[0]
+    assert not list((tmp_path / "home").glob("clusters/*.json"))  # nothing recorded
+
+
 def test_the_no_account_dry_run_as_json(no_aws):
     result = ddpctl("up", "--provider", "aws", "--instance-type", "g5.xlarge", "--dry-run", "--json", env=no_aws)
     assert result.returncode == 0, result.stderr

@@ -80,7 +80,7 @@ def explain(exc: BaseException, region: str) -> DdpctlError:
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         return DdpctlError(
             "no AWS credentials found: run `aws configure` (or `aws sso login`), or set AWS_PROFILE, "
-            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`up --dry-run` shows the plan and its cost without them)"
         )
     if isinstance(exc, bx.ProfileNotFound):
         return DdpctlError(f"{exc}: set AWS_PROFILE to a profile in ~/.aws/config, or unset it")
