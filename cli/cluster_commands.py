@@ -78,9 +78,11 @@ def up(
     local   N nodes on this machine (no root, no SSH, no cloud)
     onprem  your hosts from an Ansible inventory: checks SSH to every host,
             configures them with playbooks/site.yml, then records the cluster
-    aws     EC2 instances (p3.2xlarge, Deep Learning AMI) in a new VPC, SSH only
-            from your address, configured with playbooks/site.yml; every resource
-            is tagged, so `ddpctl down` deletes it all, even after a crash
+    aws     EC2 instances (p3.2xlarge by default) in a new VPC, SSH only from
+            your address, configured with playbooks/site.yml; the image follows
+            the GPU: Canonical's Ubuntu 22.04 and NVIDIA's driver from site.yml
+            for p3 (V100), the Deep Learning AMI for g4dn, g5, p4d, p5; every
+            resource is tagged, so `ddpctl down` deletes it all, even after a crash
     pcluster  an AWS ParallelCluster (Slurm, p3.2xlarge compute nodes) made by the
             `pcluster` CLI (aws-parallelcluster, in its own venv: PATH or
             DDPCTL_PCLUSTER); the config is checked by its schema first; then

@@ -105,7 +105,7 @@ def testbed16() -> Iterator[Testbed]:
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
     if not Path(sys.executable).with_name("moto_server").exists():
-        pytest.skip("moto's server is not installed: pip install 'ddpctl[test]' (moto[server])")
+        pytest.skip("moto's server is not installed: pip install -e '.[test]' (moto[server])")
     with running_moto(tmp_path_factory.mktemp("moto")) as server:
         yield server
 

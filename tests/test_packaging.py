@@ -178,3 +178,92 @@ def test_the_wheel_works_on_the_oldest_python_it_admits(wheel: Path, tmp_path: P
     assert status.returncode == 0 and "no clusters under" in status.stderr, status.stderr
     bad = ddpctl("up", "--provider", "onprem", "-i", "missing.ini")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_the_metadata_is_ready_for_an_index(wheel: Path):
+    """What an index shows and checks: valid core metadata (packaging's own validation), a README
+    as the long description, the author, keywords and classifiers."""
+    from packaging.metadata import Metadata
+
+    with zipfile.ZipFile(wheel) as zf:
+        raw = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")))
+    meta = Metadata.from_email(raw, validate=True)
+    assert meta.name == "ddpctl" and str(meta.requires_python) == ">=3.10"
+    assert meta.description_content_type == "text/markdown" and meta.description.startswith("# ddpctl")
+    assert meta.author and meta.keywords and "pytorch" in meta.keywords
+    assert "Programming Language :: Python :: 3.10" in meta.classifiers
+    assert {e for e in meta.provides_extra} >= {"train", "pcluster"}
+
+
+def test_the_sdist_builds_the_same_wheel(wheel: Path, tmp_path: Path):
+    """The sdist is complete: unpacked, it builds a wheel with the files of the one built from the
+    tracked files (which the tests above install and run)."""
+    src = wheel.parent / "src"
+    build = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(tmp_path)!r})"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    with tarfile.open(next(tmp_path.glob("ddpctl-*.tar.gz"))) as sdist:
+        sdist.extractall(tmp_path / "unpacked", filter="data")
+    unpacked = next((tmp_path / "unpacked").iterdir())
+    out = tmp_path / "wheel"
+    made = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(unpacked)],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+
+    def files(path: Path) -> set[str]:
+        return {n for n in zipfile.ZipFile(path).namelist() if not n.endswith("RECORD")}
+
+    assert files(next(out.glob("ddpctl-*.whl"))) == files(wheel)
+
+
+def test_installed_from_git_the_hint_installs_from_git(wheel: Path, tmp_path: Path):
+    """`pip install 'ddpctl @ git+URL@REV'`, as a user without a checkout would: a missing torch's
+    hint then names that URL and revision with the extra (pip's direct_url.json, PEP 610)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(wheel.parent / "src", repo)
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "release"], ["tag", "v0.1.0"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **git})
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # pip, setuptools, the dependencies
+    url = f"git+{repo.as_uri()}@v0.1.0"
+    install = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            f"ddpctl @ {url}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DDPCTL_"))}
+    env.update(HOME=str(tmp_path), DDPCTL_HOME=str(tmp_path / "home"))
+    code = "import sys; from ddpctl.main import cli; sys.exit(cli())"
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, "run", "mnist", "--python", str(fake)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"run `{fake} -m pip install 'ddpctl[train] @ {url}'`" in result.stderr, result.stderr

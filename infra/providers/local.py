@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UsageError
+from ..install import pip_install
 from ..launch.local import LocalExecutor
 from ..launch.supervise import OutputLine
 from ..launch.torchrun import run_snapshot_dir
@@ -144,9 +145,7 @@ class LocalProvider(Provider):
             raise UsageError(f"python {python!r} not found: pass --python with the interpreter that has torch")
         check = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
         if subprocess.run([python, "-c", check], check=False).returncode != 0:
-            raise UsageError(
-                f"torch is not installed for {python}: run `pip install 'ddpctl[train]'` in that environment"
-            )
+            raise UsageError(f"torch is not installed for {python}: run `{pip_install('train', python)}`")
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> LocalExecutor:
         return LocalExecutor(sink)
@@ -216,9 +215,7 @@ def check_local_python(python: str, flag: str = "--python") -> str:
     if out.returncode == 0 and match:
         return match.group(1)
     if "No module named 'torch'" in out.stderr:
-        raise UsageError(
-            f"torch is not installed for {flag} {python}: run `pip install 'ddpctl[train]'` in that environment"
-        )
+        raise UsageError(f"torch is not installed for {flag} {python}: run `{pip_install('train', python)}`")
     last = (out.stderr.strip().splitlines() or [""])[-1][:200]
     said = f" ({last})" if last else f" (exit status {out.returncode}, no torch version printed)"
     raise UsageError(f"{flag} {python} is not a Python that imports torch{said}: give the Python that has torch")

@@ -8,6 +8,7 @@ per-service variants), profiles and credentials all work as they do for the AWS 
 
 from __future__ import annotations
 
+import functools
 import os
 from types import ModuleType
 from typing import Any
@@ -23,6 +24,12 @@ def session(region: str | None = None) -> Any:
         return boto3.session.Session(region_name=region)
     except exceptions().ProfileNotFound as exc:
         raise UsageError(f"{exc}: set AWS_PROFILE to a profile in ~/.aws/config, or unset it") from None
+
+
+def credentials_found(region: str) -> bool:
+    """Whether boto3 finds credentials (environment, profile, SSO cache, instance role...); asks no AWS
+    API (an SSO or assume-role profile is resolved only when a call needs it)."""
+    return session(region).get_credentials() is not None
 
 
 #: ddpctl's retry settings, for what the user has not set (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS, or the
@@ -62,6 +69,14 @@ def exceptions() -> ModuleType:
     import botocore.exceptions
 
     return botocore.exceptions
+
+
+@functools.cache
+def service_model(service: str) -> Any:
+    """botocore's model of ``service`` (its operations, its signing name), from its bundled data."""
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)
 
 
 def client_error() -> type[Exception]:

@@ -1,6 +1,8 @@
 """``up --dry-run`` of the aws provider: every check ``up`` makes (``preflight.py``), then each
 create call with DryRun=True, which EC2 answers without creating anything; what it found, as lines
-and as a document for ``--json``. Creates nothing.
+and as a document for ``--json``. Creates nothing. With no AWS credentials (before having an
+account), the plan alone: type, image choice, driver plan and cost from ddpctl's tables, and what
+could not be checked.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import keys, preflight
+from . import boto, keys, preflight, pricing
 from .ec2 import Aws
 from .ec2_requests import client_token, run_instances_request
 from .errors import aws_errors
@@ -21,13 +23,34 @@ class DryRunReport:
     lines: list[str]
     checks: dict[str, str]
     image: dict[str, str] = field(default_factory=dict)  # the AMI found, why, and the GPU driver plan
+    not_checked: list[str] = field(default_factory=list)  # what needs AWS credentials to check
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "checks": self.checks, "lines": self.lines, "image": self.image}
+        return {
+            "plan": self.plan.to_dict(),
+            "checks": self.checks,
+            "lines": self.lines,
+            "image": self.image,
+            "not_checked": self.not_checked,
+        }
+
+
+#: The create calls a dry run makes with DryRun=True (those that apply to the plan).
+def dry_run_calls(plan: AwsPlan) -> list[str]:
+    calls = ["CreateVpc", "CreateInternetGateway"] if plan.new_network else []
+    calls += ["CreateSecurityGroup", "ImportKeyPair"]
+    calls += ["CreatePlacementGroup"] if plan.placement_group else []
+    return [*calls, "RunInstances"]
+
+
+NO_CREDENTIALS = "no AWS credentials found"
 
 
 def dry_run_report(plan: AwsPlan) -> DryRunReport:
-    """Every check ``up`` makes, and each create call with DryRun=True."""
+    """Every check ``up`` makes, and each create call with DryRun=True; the plan alone where there
+    are no credentials to ask AWS with."""
+    if not boto.credentials_found(plan.region):
+        return offline_report(plan)
     with aws_errors(plan.region):
         aws = Aws(plan.region)
         pre = preflight.check(aws, plan, caller_address=None)
@@ -111,3 +134,34 @@ def dry_run_report(plan: AwsPlan) -> DryRunReport:
     lines.append("Nothing was created.")
     image = {"ami": pre.ami, "name": pre.ami_name, "found_by": pre.ami_source, **plan.image.to_dict()}
     return DryRunReport(plan=plan, lines=lines, checks=checks, image=image)
+
+
+def offline_report(plan: AwsPlan) -> DryRunReport:
+    """What can be said with no AWS credentials: the plan from ddpctl's own tables, and what is left
+    for AWS to say. No AWS call is made."""
+    facts = pricing.TYPES.get(plan.instance_type)
+    quota = pricing.vcpu_quota(plan.instance_type, plan.spot)
+    need = f"{plan.count} x {facts.vcpus} = {facts.vcpus * plan.count} vCPUs" if facts else "its vCPUs"
+    calls = dry_run_calls(plan)
+    not_checked = [
+        f"the instance type {plan.instance_type} in {plan.region} and the zones that offer it",
+        f"the image: {plan.image.source.label if plan.image.source else plan.ami} in {plan.region} (its AMI id)",
+        f"vCPU quota {quota.code} ({quota.name}) in {plan.region}: this cluster needs {need}",
+        f"the EC2 DryRun calls: {', '.join(calls)} (your permissions)",
+    ]
+    if plan.subnet_id:
+        not_checked.append(f"subnet {plan.subnet_id}")
+    if plan.iam_instance_profile:
+        not_checked.append(f"IAM instance profile {plan.iam_instance_profile}")
+    lines = [f"Would create aws cluster {plan.cluster!r} in {plan.region} ({plan.count} node(s)):"]
+    lines += plan.describe()
+    if facts:
+        lines.append(f"  instance type: {facts.vcpus} vCPUs, {facts.gpus} GPU(s), {facts.arch} (ddpctl's table)")
+    lines.append(
+        f"Not checked ({NO_CREDENTIALS}: `aws configure` or `aws sso login`, or set AWS_PROFILE; "
+        "then this dry run asks AWS):"
+    )
+    lines += [f"  {what}" for what in not_checked]
+    lines.append("Nothing was created.")
+    checks = {call: f"not checked: {NO_CREDENTIALS}" for call in calls}
+    return DryRunReport(plan=plan, lines=lines, checks=checks, image=plan.image.to_dict(), not_checked=not_checked)

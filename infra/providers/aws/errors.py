@@ -6,6 +6,7 @@ it as a ``DdpctlError`` (``explain``), which the CLI prints as one line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,6 +25,10 @@ CREDENTIAL_CODES = {
     "OptInRequired",
 }
 PERMISSION_CODES = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "Blocked"}
+#: Where the IAM policy with every action ddpctl calls is (the repository's docs/; tests keep it in step).
+POLICY_DOC = "docs/aws-iam-policy.json in ddpctl's repository"
+#: The services ddpctl calls, EC2 first: where ``iam_action`` looks an operation up.
+SERVICES = ("ec2", "iam", "ssm", "service-quotas", "cloudformation")
 
 
 class CapacityError(DdpctlError):
@@ -48,6 +53,20 @@ def message_of(exc: BaseException) -> str:
     return str(response.get("Error", {}).get("Message", "")) or str(exc)
 
 
+def iam_action(exc: BaseException) -> str:
+    """The IAM action a refused call needed (``ec2:RunInstances``): as AWS's message names it, else
+    the operation's service, as botocore's model of it signs (``servicequotas`` for service-quotas)."""
+    named = re.search(r"perform: ([a-z0-9-]+:[A-Za-z0-9]+)", message_of(exc))
+    if named:
+        return named.group(1)
+    op = getattr(exc, "operation_name", "") or "the call"
+    for service in SERVICES:
+        model = boto.service_model(service)
+        if op in model.operation_names:
+            return f"{model.signing_name}:{op}"
+    return op
+
+
 def is_unsupported(exc: BaseException) -> bool:
     """The endpoint does not implement the call (moto: HTTP 500 with an HTML page)."""
     if isinstance(exc, (boto.parser_error(), NotImplementedError)):
@@ -61,7 +80,7 @@ def explain(exc: BaseException, region: str) -> DdpctlError:
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         return DdpctlError(
             "no AWS credentials found: run `aws configure` (or `aws sso login`), or set AWS_PROFILE, "
-            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`up --dry-run` shows the plan and its cost without them)"
         )
     if isinstance(exc, bx.ProfileNotFound):
         return DdpctlError(f"{exc}: set AWS_PROFILE to a profile in ~/.aws/config, or unset it")
@@ -75,8 +94,8 @@ def explain(exc: BaseException, region: str) -> DdpctlError:
         )
     if code in PERMISSION_CODES:
         return DdpctlError(
-            f"your AWS identity may not call {op} ({code}): ask for EC2 permissions (create/delete VPC, "
-            "security group, key pair, placement group; run/terminate instances)"
+            f"your AWS identity may not call {iam_action(exc)} ({code}): allow it in the identity's IAM policy "
+            f"({POLICY_DOC} lists every action ddpctl calls)"
         )
     if code.startswith("InvalidAMIID"):
         return UsageError(f"AMI problem ({code}): {message_of(exc)}: pass an AMI of {region} with --ami")

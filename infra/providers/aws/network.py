@@ -199,7 +199,8 @@ def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> lis
     problems = []
     for kind, ident, vpcs in steps:
         try:
-            _delete(aws, kind, ident, vpcs)
+            # once a deletion failed, what depended on it would wait out DependencyViolation in vain
+            _delete(aws, kind, ident, vpcs, wait=not problems)
         except DdpctlError as exc:
             problems.append(f"{kind} {ident}: {exc}")
         except Exception as exc:
@@ -215,8 +216,8 @@ def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> lis
     return problems
 
 
-def _delete(aws: Aws, kind: str, ident: str, vpcs: list[str] | None = None) -> None:
-    """Delete one resource; already gone is fine; DependencyViolation is waited out."""
+def _delete(aws: Aws, kind: str, ident: str, vpcs: list[str] | None = None, *, wait: bool = True) -> None:
+    """Delete one resource; already gone is fine; DependencyViolation is waited out (``wait``)."""
     calls: dict[str, Callable[[], Any]] = {
         "placement-group": lambda: aws.ec2.delete_placement_group(GroupName=ident),
         "security-group": lambda: aws.ec2.delete_security_group(GroupId=ident),
@@ -235,7 +236,7 @@ def _delete(aws: Aws, kind: str, ident: str, vpcs: list[str] | None = None) -> N
             code = code_of(exc)
             if code.endswith(("NotFound", ".Unknown", "Malformed")) or code == "InvalidPlacementGroup.Unknown":
                 return
-            if code != "DependencyViolation" or time.monotonic() > deadline:
+            if code != "DependencyViolation" or not wait or time.monotonic() > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 1.5, 15.0)

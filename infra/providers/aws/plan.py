@@ -167,6 +167,7 @@ class AwsPlan:
         )
         ssh = self.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
         cost = pricing.format_usd(self.hourly_usd)
+        day = "" if self.hourly_usd is None else f"; about ${self.hourly_usd * 24:,.0f} a day until `ddpctl down`"
         lines = [
             f"  {self.count} x {self.instance_type}{gpus} in {self.region} ({where}), "
             + ("spot" if self.spot else "on-demand"),
@@ -175,8 +176,9 @@ class AwsPlan:
             f"  network: {network}; SSH (22) only from {ssh}; all traffic between the nodes",
             f"  placement: {'a cluster placement group' if self.placement_group else 'none'}",
             self.describe_efa(),
-            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price"
-            + (", spot is usually less)" if self.spot else ")"),
+            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price of {pricing.PRICES_AS_OF}"
+            + (", spot is usually less)" if self.spot else ")")
+            + day,
         ]
         if self.spot:
             lines.append("  " + SPOT_NOTE)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PRICE_REGION = "us-east-1"
+#: When the table was written down (AWS changes list prices: its EC2 pricing page has today's).
+PRICES_AS_OF = "2026-11-22"
 
 #: USD per instance-hour, on-demand, Linux, us-east-1.
 ON_DEMAND_USD_PER_HOUR: dict[str, float] = {

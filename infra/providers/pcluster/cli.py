@@ -31,7 +31,7 @@ from ...errors import DdpctlError, UsageError
 ENV_EXE = "DDPCTL_PCLUSTER"
 INSTALL_HINT = (
     "install aws-parallelcluster in a venv of its own (`pipx install 'aws-parallelcluster>=3.10'`, "
-    "or `python3 -m venv ~/.venvs/pcluster && ~/.venvs/pcluster/bin/pip install 'ddpctl[pcluster]'`), "
+    "or `python3 -m venv ~/.venvs/pcluster && ~/.venvs/pcluster/bin/pip install 'aws-parallelcluster>=3.10'`), "
     f"then put `pcluster` on PATH or set {ENV_EXE}=/path/to/pcluster"
 )
 CALL_TIMEOUT_S = 300.0
