@@ -139,3 +139,21 @@ def test_stop_says_how_a_run_that_ended_by_itself_ended(home: Path) -> None:
         (home / "runs" / "r1").mkdir(parents=True, exist_ok=True)
         (home / "runs" / "r1" / "run.json").write_text(json.dumps({"result": result}))
         assert ended_as(store, "r1") == said
+
+
+def test_a_killed_controller_leaves_no_process_of_the_run(home: Path) -> None:
+    """`kill -9` of a detached run's controller: its agents get their parent-death signal and stop
+    their workers, the store stops, with no `down` (run twice: it left an agent once in 4 trials)."""
+    for trial in range(2):
+        run_id = f"rkill00{trial}"
+        result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", run_id, "--", "--epochs", "5")
+        assert result.returncode == 0, result.stderr
+        wait_for_worker(run_id, 1)
+        controller = psutil.Process(json.loads(result.stdout)["pid"])
+        controller.kill()
+        controller.wait(timeout=30)
+        deadline = time.monotonic() + 90  # a liveness bound: agents stop their workers (SIGTERM, then SIGKILL)
+        while run_processes(run_id) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert run_processes(run_id) == [], f"trial {trial}: left {run_processes(run_id)}"
+        assert ddpctl("down", timeout=120).returncode == 0
