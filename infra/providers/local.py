@@ -37,7 +37,7 @@ class LocalProvider(Provider):
     remote_nodes = False  # every rank on this machine: its CPUs, its Python, its files
 
     def check_up(self, spec: ClusterSpec) -> None:
-        check_local_ranks(spec.nodes, spec.nproc_per_node)
+        check_local_ranks(spec.nodes, spec.nproc_per_node or 1)
         if spec.python != sys.executable:
             check_local_python(spec.python)
 
