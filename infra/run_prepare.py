@@ -191,7 +191,7 @@ def nproc_source(cluster: ClusterState, nodes: int, given: int | tuple[int, ...]
         elif given is None and cluster.spec.nproc_per_node:
             why = "the cluster's --nproc-per-node"
         else:
-            why = "one per GPU" if node.gpus else "1: no GPU"
+            why = "one per GPU" if node.gpus else "1 on a node without GPUs"
         if why not in said:
             said.append(why)
     return ", ".join(said)

@@ -534,7 +534,10 @@ def test_every_gpu_of_every_node_by_default(onprem, testbed: Testbed) -> None:
         )
         result = ddpctl("run", "message-passing", env=env, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "on all 3 node(s) of cluster 'default', 2+4+1 process(es) (one per GPU, 1: no GPU)" in result.stderr
+        assert (
+            "on all 3 node(s) of cluster 'default', 2+4+1 process(es) (one per GPU, 1 on a node without GPUs)"
+            in result.stderr
+        )
         assert result.stdout.count("all_reduce OK (28.0 == 28.0)") == 7  # world size 7: 1 + ... + 7
         ok = [line.split()[0] for line in result.stdout.splitlines() if "all_reduce OK" in line]
         assert [ok.count(f"[{node}") for node in ("node0", "node1", "node2")] == [2, 4, 1], result.stdout

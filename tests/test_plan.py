@@ -340,7 +340,7 @@ def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
 
     c = gpu_cluster((4, 2, 0))
     assert node_nprocs(c, 3, None) == (4, 2, 1)  # a node without GPUs runs one
-    assert nproc_source(c, 3, None) == "one per GPU, 1: no GPU"
+    assert nproc_source(c, 3, None) == "one per GPU, 1 on a node without GPUs"
     assert node_nprocs(c, 2, "auto") == (4, 2) and node_nprocs(c, 3, "auto") == (4, 2, 1)
     assert node_nprocs(c, 2, "gpu") == (4, 2)
     with pytest.raises(UsageError, match=r"^--nproc-per-node gpu: node node2 of cluster 'g' has no GPU .*or auto$"):
@@ -386,7 +386,10 @@ def test_a_run_that_brings_its_local_cluster_up_keeps_one_node(home) -> None:
 
     prep = prepare(RunOptions(job="message-passing"), StateStore(home))
     assert prep.ephemeral and prep.run.nodes == 1 and prep.run.nprocs() == (1,)
-    assert prep.summary == "1 node(s) of cluster 'default' (brought up for this run), 1 process(es) (1: no GPU)"
+    assert (
+        prep.summary
+        == "1 node(s) of cluster 'default' (brought up for this run), 1 process(es) (1 on a node without GPUs)"
+    )
     two = prepare(RunOptions(job="message-passing", nodes=2, nproc_per_node="auto"), StateStore(home))
     assert two.run.nprocs() == (1, 1)  # auto: 1 on a node without GPUs (not torchrun's CPU count)
     with pytest.raises(UsageError, match="--nproc-per-node gpu: node node0 of cluster 'default' has no GPU"):
