@@ -114,7 +114,7 @@ def up(
         name=name or "default",
         provider=provider,
         nodes=impl.default_nodes(inventory or "") if nodes is None else nodes,
-        nproc_per_node=nproc_per_node or 1,
+        nproc_per_node=nproc_per_node or 0,
         port=port,
         env=parse_env(env),
         inventory=str(Path(inventory).resolve()) if inventory else "",

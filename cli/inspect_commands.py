@@ -15,6 +15,7 @@ def status(name, as_json) -> int:
     """Show the clusters under the state home (or just --name)."""
     from rich.table import Table
 
+    from ddpctl.infra.run_prepare import node_nprocs
     from ddpctl.infra.state import DamagedState
 
     from .output import Output
@@ -61,7 +62,9 @@ def status(name, as_json) -> int:
         if info is not None:
             label += f" ({info.summary})"
             cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
-        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), str(s.spec.nproc_per_node), hosts, cost)
+        procs = node_nprocs(s, s.spec.nodes, None)  # what a run with no --nproc-per-node gets
+        procs_text = str(procs[0]) if len(set(procs)) == 1 else "+".join(map(str, procs))
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, cost)
     for d in damaged:
         table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
     out.table(table)

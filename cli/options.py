@@ -148,7 +148,7 @@ nproc_option = click.option(
     "--nproc-per-node",
     type=click.IntRange(min=1),
     default=None,  # the upper bound: infra.spec.MAX_NPROC
-    help="Processes (ranks) per node; one per GPU on GPU nodes. [default: 1, or the cluster's]",
+    help="Processes (ranks) per node for runs that give none. [default: each node's own: one per GPU, else 1]",
 )
 port_option = click.option(
     "--port", type=click.IntRange(1024, 65535), default=None, help="c10d rendezvous port (default: a free port)."
@@ -170,17 +170,21 @@ python_option = click.option(
 
 
 class NprocList(click.ParamType):
-    """``2`` (every node) or ``2,1`` (one count per node, for nodes with different GPU counts)."""
+    """``2`` (every node), ``2,1`` (one count per node, for nodes with different GPU counts), or
+    torchrun's words ``gpu`` (each node's GPUs) and ``auto`` (its GPUs, or 1 on a node without)."""
 
-    name = "N[,N...]"
+    name = "N[,N...]|gpu|auto"
 
     def convert(self, value, param, ctx):
         if isinstance(value, (int, tuple)):
             return value
+        word = str(value).strip().lower()
+        if word in ("gpu", "auto"):  # infra.run_prepare.NPROC_WORDS (not imported: --help loads Click only)
+            return word
         try:
-            counts = tuple(int(v) for v in str(value).split(","))
+            counts = tuple(int(v) for v in word.split(","))
         except ValueError:
-            self.fail(f"{value!r} is not a count or a comma-separated list of counts", param, ctx)
+            self.fail(f"{value!r} is not a count, a comma-separated list of counts, gpu or auto", param, ctx)
         if any(c < 1 for c in counts):
             self.fail(f"{value} is not in the range x>=1", param, ctx)
         return counts[0] if len(counts) == 1 else counts
@@ -190,8 +194,10 @@ run_nproc_option = click.option(
     "--nproc-per-node",
     type=NprocList(),
     default=None,
-    help="Processes (ranks) per node, one per GPU on GPU nodes; `2,1` gives each node its own. "
-    "[default: each node's (on-prem: ddpctl_nproc_per_node in the inventory), else the cluster's, else 1]",
+    metavar="N[,N...]|gpu|auto",
+    help="Processes (ranks) per node: N, one per node (`2,1`), `gpu` (each node's GPUs) or `auto` (its GPUs, "
+    "else 1; unlike torchrun's, never the CPU count). [default: each node's own: ddpctl_nproc_per_node in an "
+    "on-prem inventory, else `up --nproc-per-node`, else one per GPU the node has (counted at up/configure), else 1]",
 )
 
 
@@ -217,10 +223,10 @@ run_nodes_option = click.option(
     "--nodes",
     "-n",
     type=NodeCount(),
-    default=1,
-    show_default=True,
+    default=None,
     help="Number of nodes; MIN:MAX makes the run elastic: it goes on while MIN nodes remain "
-    "(torchrun --nnodes MIN:MAX; implies --max-restarts 3).",
+    "(torchrun --nnodes MIN:MAX; implies --max-restarts 3). [default: every node of the cluster that is up; "
+    "1 for the local cluster a run brings up]",
 )
 
 

@@ -148,6 +148,7 @@ def run(
 
     \b
     Examples:
+      ddpctl run mnist   # every node of the cluster that is up, one process per GPU
       ddpctl run mnist --nodes 2
       ddpctl run mnist --nodes 2 -- --epochs 1
       ddpctl run ./train.py --nodes 2 --nproc-per-node 2 -e NCCL_DEBUG=INFO
@@ -207,13 +208,14 @@ def run(
         prep = prepare(opts, store)
     if dry_run:
         if as_json:
-            doc = {"ok": True, "dry_run": True, "plan": prep.plan.to_dict()}
+            doc = {"ok": True, "dry_run": True, "summary": prep.summary, "plan": prep.plan.to_dict()}
             if prep.ephemeral:
                 doc["cluster"] = prep.cluster.to_dict()
             out.document(doc)
         else:
             if prep.ephemeral:
                 print_cluster_plan(prep.cluster, note=" (for this run; taken down after it)")
+            click.echo(f"On {prep.summary}:")
             print_launch_plan(prep.plan)
         return 0
     if detach:  # checked and planned here (bad input is this command's one line); run by a ddpctl of its own

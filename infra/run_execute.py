@@ -59,8 +59,7 @@ def _execute(
         if project is not None and project.size > LARGE_BYTES:
             progress(project.size_warning())
         progress(
-            f"run {prep.run.run_id}: {prep.run.job} on {prep.run.nodes} node(s), {'+'.join(map(str, prep.run.nprocs()))} "
-            f"process(es), {where}; output also in {run_dir / 'output.log'}"
+            f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {where}; output also in {run_dir / 'output.log'}"
         )
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(log_fd, "a", buffering=1) as log:

@@ -20,8 +20,13 @@ from .providers import get_provider
 from .providers.base import Provider
 from .run_records import OUTPUTS, RunOptions, read_options, resume_options
 from .spec import ClusterSpec, RunSpec, run_env
-from .state import ClusterState, StateStore
+from .state import ClusterState, NodeInfo, StateStore
 from .torch_versions import check_torch
+
+#: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
+#: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;
+#: the local provider's bound on ranks per CPU applies to every count).
+NPROC_WORDS = ("gpu", "auto")
 
 
 @dataclass
@@ -32,6 +37,8 @@ class PreparedRun:
     plan: LaunchPlan | SbatchPlan
     ephemeral: bool  # the cluster is brought up for this run (unless it is up already) and taken down after it
     options: RunOptions  # as given, recorded for `run --resume`
+    #: which nodes and how many processes, for the run's header and --dry-run ("all 2 node(s) of cluster 'c', 4+4 ...")
+    summary: str = ""
 
 
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
@@ -69,30 +76,34 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             f"or `ddpctl run --resume {opts.run_id}` to go on with that run"
         )
     name = clusters.resolve_name(store, opts.name)
+    given = opts.nproc_per_node if isinstance(opts.nproc_per_node, (int, tuple)) else None
     if name is not None and store.exists(name):
         cluster = store.load(name)
         provider = get_provider(cluster.spec.provider)
         ephemeral = owned
-        nproc = opts.nproc_per_node or cluster_nprocs(cluster, opts.nodes)
+        nodes = opts.nodes or cluster.spec.nodes  # no --nodes: every node of the cluster
     else:
-        nproc = opts.nproc_per_node or 1
         spec_kwargs = {"python": opts.python} if opts.python else {}
+        if opts.nodes:  # else the spec's default: one local node
+            spec_kwargs["nodes"] = opts.nodes
         spec = ClusterSpec(
             name=name or "default",
-            nodes=opts.nodes,
-            nproc_per_node=nproc if isinstance(nproc, int) else 1,
+            nproc_per_node=given if isinstance(given, int) else 0,
             port=opts.port,
             **spec_kwargs,
         )
         provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
         ephemeral = True
+        nodes = spec.nodes
+    nprocs = node_nprocs(cluster, nodes, opts.nproc_per_node)
+    nproc = nprocs[0] if len(set(nprocs)) == 1 and not isinstance(given, tuple) else nprocs  # a list as given
     # a resumed run whose cluster went with it starts from the snapshot folder it kept
     kept = resume and opts.run_id and (store.run_dir(opts.run_id) / OUTPUTS).is_dir()
     source = opts.resume_from or (opts.run_id if kept else "")
     run = RunSpec(
         job=job.name,
         args=opts.args,
-        nodes=opts.nodes,
+        nodes=nodes,
         nproc_per_node=nproc,
         max_restarts=opts.max_restarts,
         run_id=opts.run_id,
@@ -107,6 +118,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     for node in cluster.nodes[: run.nodes]:
         if node.torch:  # as configure found it ("": not recorded, as on local nodes, checked at up)
             check_torch(node.torch, f"node {node.name} ({node.python or cluster.spec.python})")
+    summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
     launcher = opts.launcher or cluster.launcher
     if launcher == "sbatch":
         if run.elastic:
@@ -121,7 +133,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
                 "use --launcher torchrun, or keep them in the job's environment on the cluster"
             )
-        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts)
+        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts, summary)
     port = provider.rdzv_port(cluster, opts.port)
     project = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
@@ -132,7 +144,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
     if resume:
         plan = replace(plan, stop_first=True)
-    return PreparedRun(provider, cluster, run, plan, ephemeral, opts)
+    return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary)
 
 
 def finished_ok(store: StateStore, run_id: str) -> bool:
@@ -176,12 +188,66 @@ def resume_source(run_id: str, store: StateStore, cluster: ClusterState, provide
     )
 
 
-def cluster_nprocs(cluster: ClusterState, nodes: int) -> int | tuple[int, ...]:
-    """Processes per node for a run that gives no --nproc-per-node: each node's own count, if it has one."""
-    if nodes > len(cluster.nodes):
-        return cluster.spec.nproc_per_node  # the planner says what is wrong with --nodes
-    counts = tuple(n.nproc or cluster.spec.nproc_per_node for n in cluster.nodes[:nodes])
-    return counts[0] if len(set(counts)) == 1 else counts
+def node_nprocs(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] | str | None) -> tuple[int, ...]:
+    """Processes on each of the first ``nodes`` nodes of ``cluster`` (pure).
+
+    ``given`` (``--nproc-per-node``): a count for every node, one per node, ``gpu`` or ``auto``
+    (``NPROC_WORDS``). Not given, each node's own: its inventory's ``ddpctl_nproc_per_node``, else
+    the cluster's ``up --nproc-per-node``, else one per GPU it has (``NodeInfo.gpus``, counted at
+    up/configure), else 1. A cluster that lists fewer nodes (ParallelCluster's head node stands for
+    its compute fleet) repeats its last one; where that is wrong, the planner refuses ``--nodes``.
+    """
+    if isinstance(given, int):
+        return (given,) * nodes
+    if isinstance(given, tuple):
+        return given  # RunSpec checks there is one per node
+    listed = cluster.nodes or [NodeInfo(name="node0", host="", workdir="")]
+    counts = []
+    for i in range(nodes):
+        node = listed[min(i, len(listed) - 1)]
+        if given == "gpu" and not node.gpus:
+            raise UsageError(
+                f"--nproc-per-node gpu: node {node.name} of cluster {cluster.name!r} has no GPU (none counted at "
+                "up/configure): give a count (e.g. --nproc-per-node 1) or auto"
+            )
+        if given in NPROC_WORDS:
+            counts.append(node.gpus or 1)
+        else:
+            counts.append(node.nproc or cluster.spec.nproc_per_node or node.gpus or 1)
+    return tuple(counts)
+
+
+def nproc_source(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] | str | None) -> str:
+    """Where ``node_nprocs``'s counts come from, in words ("" where --nproc-per-node gave them)."""
+    if isinstance(given, (int, tuple)):
+        return ""
+    listed = cluster.nodes or [NodeInfo(name="node0", host="", workdir="")]
+    said = []
+    for i in range(nodes):
+        node = listed[min(i, len(listed) - 1)]
+        if given is None and node.nproc:
+            why = "ddpctl_nproc_per_node"
+        elif given is None and cluster.spec.nproc_per_node:
+            why = "the cluster's --nproc-per-node"
+        else:
+            why = "one per GPU" if node.gpus else "1 on a node without GPUs"
+        if why not in said:
+            said.append(why)
+    return ", ".join(said)
+
+
+def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, ephemeral: bool) -> str:
+    """The run's nodes and processes in words, e.g. "all 2 node(s) of cluster 'gpu', 4+4 process(es) (one per GPU)"."""
+    total = cluster.spec.nodes
+    if ephemeral:
+        where = f"{run.nodes} node(s) of cluster {cluster.name!r} (brought up for this run)"
+    elif not opts.nodes:
+        where = f"all {total} node(s) of cluster {cluster.name!r}"
+    else:
+        where = f"{run.nodes} of the {total} node(s) of cluster {cluster.name!r}"
+    source = nproc_source(cluster, run.nodes, opts.nproc_per_node)
+    procs = "+".join(map(str, run.nprocs()))
+    return f"{where}, {procs} process(es)" + (f" ({source})" if source else "")
 
 
 def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
@@ -190,7 +256,10 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
         raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
     head = cluster.nodes[0]
     if len(set(run.nprocs())) > 1:
-        raise UsageError("--launcher sbatch runs the same --nproc-per-node on every node: give one value")
+        raise UsageError(
+            f"--launcher sbatch runs the same --nproc-per-node on every node, not {'+'.join(map(str, run.nprocs()))}: "
+            "give one value"
+        )
     node_script = str(script)
     if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
         node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"

@@ -23,8 +23,8 @@ class RunOptions:
 
     job: str
     args: tuple[str, ...] = ()
-    nodes: int = 1
-    nproc_per_node: int | tuple[int, ...] | None = None
+    nodes: int | None = None  # None: every node of the cluster that is up, else one (a local cluster for the run)
+    nproc_per_node: int | tuple[int, ...] | str | None = None  # str: gpu | auto (run_prepare.NPROC_WORDS)
     max_restarts: int | None = None  # None: 0, or 3 for an elastic run
     name: str | None = None
     port: int | None = None
@@ -97,7 +97,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 )
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 result = f"damaged (run.json: {_reason(exc)})"
-        nodes = opts.nodes if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
+        nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
         kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
         records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result, kept))
     return sorted(records, key=lambda r: r.started)

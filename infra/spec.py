@@ -37,7 +37,9 @@ class ClusterSpec:
     name: str = "default"
     provider: str = "local"
     nodes: int = 1
-    nproc_per_node: int = 1
+    #: processes per node for runs that give no --nproc-per-node; 0 (not given): each node's own
+    #: (its inventory's ddpctl_nproc_per_node, else one per GPU, else 1: run_prepare.node_nprocs)
+    nproc_per_node: int = 0
     #: c10d rendezvous port on the head node; None picks a free one at launch (local provider).
     port: int | None = None
     #: Extra environment for every rank (NCCL_DEBUG=INFO, ...); a user's value always wins.
@@ -62,7 +64,8 @@ class ClusterSpec:
         if self.provider not in NAMES:
             raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(NAMES)}")
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
-        check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
+        if self.nproc_per_node != 0:
+            check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
         if self.port is not None and (isinstance(self.port, bool) or not 1024 <= self.port <= 65535):
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
         check_env_names(self.env)

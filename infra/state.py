@@ -93,6 +93,8 @@ class NodeInfo:
     host: str  # address the other nodes reach it at
     workdir: str  # per-node directory (a variable: nodes may share one filesystem)
     cpus: int = 1
+    #: GPUs: what the nvidia role counted at up/configure (``nvidia-smi -L``), before that the instance
+    #: type's (aws, pcluster); a run's default is one process per GPU (run_prepare.node_nprocs)
     gpus: int = 0
     ifname: str | None = None  # interface that routes to the head node, when known
     python: str = ""  # the node's Python with torch ("" -> the cluster spec's)
@@ -100,8 +102,8 @@ class NodeInfo:
     bundle_dir: str = ""  # where the training bundle is on the node ("" -> this machine's copy)
     ssh: Host | None = None  # how to reach it over SSH (None: it is this machine)
     torch: str = ""  # the node's torch version as configure found it ("": not known, as on local nodes)
-    #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count
-    #: (onprem: the inventory's ddpctl_nproc_per_node host variable, e.g. the host's GPU count)
+    #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count, else
+    #: one per GPU (onprem: the inventory's ddpctl_nproc_per_node host variable)
     nproc: int = 0
 
 

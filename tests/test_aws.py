@@ -587,6 +587,22 @@ def test_no_capacity_anywhere_is_one_line_and_leaves_nothing(aws: Env) -> None:
     aws.assert_clean()
 
 
+@pytest.mark.parametrize("instance_type", ["g5.12xlarge", "p3.8xlarge"])
+def test_a_run_uses_every_gpu_of_every_node(aws: Env, instance_type: str) -> None:
+    """Nodes of a 4-GPU type (g5.12xlarge's count from moto's DescribeInstanceTypes, p3.8xlarge's from
+    ddpctl's table: moto lacks it): `run --dry-run` with neither --nodes nor --nproc-per-node plans
+    every node with 4 processes each."""
+    up = json.loads(aws.ok(*UP, "--nodes", "2", "--instance-type", instance_type, "--json").stdout)
+    assert [n["gpus"] for n in up["cluster"]["nodes"]] == [4, 4]
+    try:
+        out = aws.ok("run", "mnist", "--dry-run").stdout
+        assert "On all 2 node(s) of cluster 'c1', 4+4 process(es) (one per GPU):" in out
+        assert "world size 8" in out and out.count("--nproc-per-node 4 ") == 2, out
+    finally:
+        aws.ok("down", "--name", "c1", "--yes")
+    aws.assert_clean()
+
+
 @pytest.mark.parametrize(
     "args,extra,code,message",
     [

@@ -111,7 +111,7 @@ def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
 def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
     """ddpctl_nproc_per_node per host (nodes with different GPU counts) -> each node's ranks in `run`."""
     from ddpctl.infra.providers.onprem import host_nproc
-    from ddpctl.infra.run_prepare import cluster_nprocs
+    from ddpctl.infra.run_prepare import node_nprocs
 
     hosts = hosts_from_list(
         listing(
@@ -129,9 +129,8 @@ def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
         cluster_id="x",
         nodes=nodes,
     )
-    assert cluster_nprocs(cluster, 3) == (2, 1, 4)  # c has no count of its own: the cluster's
-    assert cluster_nprocs(cluster, 1) == 2
-    assert cluster_nprocs(cluster, 5) == 4  # too many nodes: the planner says so
+    assert node_nprocs(cluster, 3, None) == (2, 1, 4)  # c has no count of its own: the cluster's
+    assert node_nprocs(cluster, 1, None) == (2,)
 
 
 def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:

@@ -503,3 +503,48 @@ def test_configure_check_diff_shows_and_changes_nothing(onprem) -> None:
     assert after["clusters"] == before["clusters"]  # nothing recorded (not the variable, not the nodes)
     for node in json.loads(onprem["up"].stdout)["cluster"]["nodes"]:
         assert "NCCL_DEBUG=INFO\n" in Path(node["env_file"]).read_text()
+
+
+STAND_IN_SMI = """#!/bin/sh
+# a stand-in nvidia-smi: lists GPUs this test node does not have (the ranks run on CPU with gloo)
+[ "$1" = -L ] || exit 9
+for i in $(seq 0 $(({count} - 1))); do echo "GPU $i: NVIDIA A10G (UUID: GPU-{node}-$i)"; done
+"""
+
+
+def test_every_gpu_of_every_node_by_default(onprem, testbed: Testbed) -> None:
+    """Nodes whose nvidia-smi lists 2 and 4 GPUs (a stand-in first on the node's PATH), one with none:
+    `configure` records 2, 4 and 0, and a run with neither --nodes nor --nproc-per-node runs on every
+    node, one process per GPU and one on the node without: world size 7. The nodes are as before after."""
+    env = _env(onprem["env"])
+    smis = []
+    for node, count in (("node0", 2), ("node1", 4)):
+        smi = testbed.node_dir(node) / "bin" / "nvidia-smi"
+        smi.parent.mkdir(exist_ok=True)
+        smi.write_text(STAND_IN_SMI.format(count=count, node=node))
+        smi.chmod(0o755)
+        smis.append(smi)
+    try:
+        counted = ddpctl("configure", "--tags", "nvidia", "--json", env=env, timeout=600)
+        assert counted.returncode == 0, counted.stderr
+        assert [n["gpus"] for n in json.loads(counted.stdout)["cluster"]["nodes"]] == [2, 4, 0]
+        gpu = ddpctl("run", "message-passing", "--nproc-per-node", "gpu", "--dry-run", env=env)
+        assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1] == (
+            "Error: --nproc-per-node gpu: node node2 of cluster 'default' has no GPU (none counted at up/configure): "
+            "give a count (e.g. --nproc-per-node 1) or auto"
+        )
+        result = ddpctl("run", "message-passing", env=env, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (
+            "on all 3 node(s) of cluster 'default', 2+4+1 process(es) (one per GPU, 1 on a node without GPUs)"
+            in result.stderr
+        )
+        assert result.stdout.count("all_reduce OK (28.0 == 28.0)") == 7  # world size 7: 1 + ... + 7
+        ok = [line.split()[0] for line in result.stdout.splitlines() if "all_reduce OK" in line]
+        assert [ok.count(f"[{node}") for node in ("node0", "node1", "node2")] == [2, 4, 1], result.stdout
+    finally:
+        for smi in smis:
+            smi.unlink()
+        back = ddpctl("configure", "--tags", "nvidia", "--json", env=env, timeout=600)
+    assert back.returncode == 0, back.stderr
+    assert [n["gpus"] for n in json.loads(back.stdout)["cluster"]["nodes"]] == [0, 0, 0]

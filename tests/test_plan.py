@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 
@@ -354,3 +355,88 @@ def test_check_reads_the_transport_nccl_chose_on_each_node() -> None:
     }
     plan = plan_bandwidth(cluster(2), 29500, 1, one_pair_at_a_time=False)
     assert plan.nodes[0].env["NCCL_DEBUG"] == "INFO"  # the run's own value, over the node's env file
+
+
+# ---- every GPU, every node: the nodes and processes a run gets by default (run_prepare) ------------
+
+
+def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_nproc: int = 0) -> ClusterState:
+    """An on-prem cluster whose nodes counted ``gpus`` at configure (``nproc``: inventory counts)."""
+    from ddpctl.infra.inventory import Host
+
+    spec = ClusterSpec(name="g", provider="onprem", inventory="/dev/null", nodes=len(gpus), nproc_per_node=spec_nproc)
+    nodes = [
+        NodeInfo(
+            f"node{i}",
+            f"10.0.0.{10 + i}",
+            f"/work/node{i}",
+            gpus=g,
+            nproc=(nproc or (0,) * len(gpus))[i],
+            ssh=Host(name=f"node{i}", address=f"10.0.0.{10 + i}"),
+        )
+        for i, g in enumerate(gpus)
+    ]
+    return ClusterState(spec=spec, cluster_id="cid", status="up", shared_dir="/shared", nodes=nodes)
+
+
+def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
+    from ddpctl.infra.run_prepare import node_nprocs, nproc_source
+
+    c = gpu_cluster((4, 2, 0))
+    assert node_nprocs(c, 3, None) == (4, 2, 1)  # a node without GPUs runs one
+    assert nproc_source(c, 3, None) == "one per GPU, 1 on a node without GPUs"
+    assert node_nprocs(c, 2, "auto") == (4, 2) and node_nprocs(c, 3, "auto") == (4, 2, 1)
+    assert node_nprocs(c, 2, "gpu") == (4, 2)
+    with pytest.raises(UsageError, match=r"^--nproc-per-node gpu: node node2 of cluster 'g' has no GPU .*or auto$"):
+        node_nprocs(c, 3, "gpu")
+    assert node_nprocs(c, 3, 3) == (3, 3, 3) and node_nprocs(c, 3, (1, 2, 1)) == (1, 2, 1)  # a flag wins
+    assert nproc_source(c, 3, 3) == ""
+    # the inventory's ddpctl_nproc_per_node wins over the GPU count, `up --nproc-per-node` too
+    assert node_nprocs(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == (2, 4)
+    assert nproc_source(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == "ddpctl_nproc_per_node, one per GPU"
+    assert node_nprocs(gpu_cluster((4, 4), nproc=(2, 0), spec_nproc=3), 2, None) == (2, 3)
+    assert node_nprocs(gpu_cluster((4, 4)), 2, "auto") == (4, 4)  # a word wins over the inventory's count too
+    # one listed node standing for a fleet (ParallelCluster's head): its count for every node
+    assert node_nprocs(gpu_cluster((8,)), 3, None) == (8, 8, 8)
+
+
+def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None:
+    """On a cluster that is up: every node, each with a process per GPU; the summary says so."""
+    from ddpctl.infra.run_prepare import prepare
+    from ddpctl.infra.run_records import RunOptions
+    from ddpctl.infra.state import StateStore
+
+    store = StateStore(home)
+    store.save(gpu_cluster((4, 2)))
+    prep = prepare(RunOptions(job="mnist"), store)
+    assert prep.run.nodes == 2 and prep.run.nprocs() == (4, 2) and prep.plan.world_size == 6
+    assert [flag(n.argv, "--nproc-per-node") for n in prep.plan.nodes] == ["4", "2"]
+    assert prep.summary == "all 2 node(s) of cluster 'g', 4+2 process(es) (one per GPU)"
+    one = prepare(RunOptions(job="mnist", nodes=1, nproc_per_node="gpu"), store)
+    assert one.plan.world_size == 4 and one.summary == "1 of the 2 node(s) of cluster 'g', 4 process(es) (one per GPU)"
+    # sbatch: the same count on every node, from the same rule
+    store.save(dataclasses.replace(gpu_cluster((4, 4)), launcher="sbatch"))
+    script = prepare(RunOptions(job="mnist"), store).plan.script
+    assert "--nnodes 2" in script and "--nproc-per-node 4" in script, script
+    store.save(dataclasses.replace(gpu_cluster((4, 2)), launcher="sbatch"))
+    with pytest.raises(UsageError, match=r"sbatch runs the same --nproc-per-node on every node, not 4\+2"):
+        prepare(RunOptions(job="mnist"), store)
+
+
+def test_a_run_that_brings_its_local_cluster_up_keeps_one_node(home) -> None:
+    from ddpctl.infra.run_prepare import prepare
+    from ddpctl.infra.run_records import RunOptions
+    from ddpctl.infra.state import StateStore
+
+    prep = prepare(RunOptions(job="message-passing"), StateStore(home))
+    assert prep.ephemeral and prep.run.nodes == 1 and prep.run.nprocs() == (1,)
+    assert (
+        prep.summary
+        == "1 node(s) of cluster 'default' (brought up for this run), 1 process(es) (1 on a node without GPUs)"
+    )
+    two = prepare(RunOptions(job="message-passing", nodes=2, nproc_per_node="auto"), StateStore(home))
+    assert two.run.nprocs() == (1, 1)  # auto: 1 on a node without GPUs (not torchrun's CPU count)
+    with pytest.raises(UsageError, match="--nproc-per-node gpu: node node0 of cluster 'default' has no GPU"):
+        prepare(RunOptions(job="message-passing", nproc_per_node="gpu"), StateStore(home))
+    with pytest.raises(UsageError, match="--nproc-per-node 1,1 gives 2 value.s. for --nodes 3"):
+        prepare(RunOptions(job="message-passing", nodes=3, nproc_per_node=(1, 1)), StateStore(home))

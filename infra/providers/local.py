@@ -40,7 +40,7 @@ class LocalProvider(Provider):
     remote_nodes = False  # every rank on this machine: its CPUs, its Python, its files
 
     def check_up(self, spec: ClusterSpec) -> None:
-        check_local_ranks(spec.nodes, spec.nproc_per_node)
+        check_local_ranks(spec.nodes, spec.nproc_per_node or 1)
         if spec.python != sys.executable:
             check_torch(check_local_python(spec.python), f"--python {spec.python}")
         elif (version := installed_torch()) is not None:  # none: preflight says how to install it

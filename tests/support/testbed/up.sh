@@ -28,6 +28,10 @@ ip link set ddpbr0 up
 # which reads ~/.bashrc when started by sshd, and this machine's (pyenv init on the CI image) costs
 # 0.1 CPU-s per SSH session, a third of a no-op site.yml run's CPU (nodeexec mounts this over it)
 echo "# a test node's ~/.bashrc (tests/support/testbed/up.sh)" > "$TB/etc/bashrc"
+# a node's own bin/ first on its PATH (sshd's SetEnv names the node's dir): a test's stand-in
+# tools, e.g. an nvidia-smi that lists GPUs the node does not have
+# shellcheck disable=SC2016
+echo '[ -z "${TESTBED_NODE_DIR:-}" ] || PATH="$TESTBED_NODE_DIR/bin:$PATH"' >> "$TB/etc/bashrc"
 for i in $(seq 0 $((NODES-1))); do
   n=node$i; ip=10.77.0.$((10+i))
   ip netns add $n
