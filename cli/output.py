@@ -6,11 +6,16 @@ With ``--json`` exactly one JSON document goes to stdout; everything else goes t
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+import time
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.progress import Progress as RichProgress
+from rich.progress import SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +28,78 @@ from .repeats import RepeatedAgentLines
 NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
 
+class ProgressLines:
+    """The CLI's progress callback (``infra/progress.py``): a dim line on stderr per message, and
+    the long step going on now (``activity``): on a terminal a live line with a spinner and the
+    time it has taken; elsewhere (CI logs, a pipe) a plain line once it has taken ``every_s``, and
+    again every ``every_s`` (``DDPCTL_PROGRESS_EVERY_S``, default 30). ``-q`` silences both."""
+
+    def __init__(self, console: Console, quiet: bool, every_s: float = 30.0) -> None:
+        self.console, self.quiet, self.every_s = console, quiet, every_s
+        self._live: RichProgress | None = None
+        self._task: TaskID | None = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self._step, self._text, self._started = "", "", 0.0  # the step going on: its name, its text, since
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(Text(message, style="dim"))
+
+    def activity(self, text: str | None) -> None:
+        if self.quiet:
+            return
+        if self.console.is_terminal:
+            self._live_line(text)
+        else:
+            self._plain_line(text)
+
+    def _live_line(self, text: str | None) -> None:
+        if text is None:
+            if self._live is not None:
+                self._live.stop()
+                self._live = self._task = None
+            return
+        if self._live is None:
+            columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+            self._live = RichProgress(*columns, console=self.console, transient=True)
+            self._live.start()
+        step = text.split(" (")[0]
+        if self._task is not None and self._step == step:
+            self._live.update(self._task, description=text)  # the same step, further on
+            return
+        if self._task is not None:  # a new step: a clock of its own
+            self._live.remove_task(self._task)
+        self._step, self._task = step, self._live.add_task(text, total=None)
+
+    def _plain_line(self, text: str | None) -> None:
+        with self._lock:
+            same_step = text is not None and self._timer is not None and self._step == text.split(" (")[0]
+            if same_step:
+                self._text = text  # the same step, further on: its clock goes on
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if text is None:
+                return
+            self._step, self._text, self._started = text.split(" (")[0], text, time.monotonic()
+            self._arm()
+
+    def _arm(self) -> None:
+        self._timer = threading.Timer(self.every_s, self._still_running)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _still_running(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                return
+            elapsed = time.monotonic() - self._started
+            self.console.print(Text(f"... {self._text}: running for {elapsed:.0f} s", style="dim"))
+            self._arm()
+
+
 class Output:
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
@@ -33,10 +110,9 @@ class Output:
         self.repeats: RepeatedAgentLines | None = None  # `hide_repeats`: the terminal only
         ctx = click.get_current_context(silent=True)
         self.quiet = bool(ctx and ctx.meta.get(QUIET_META))  # `ddpctl --quiet`
-
-    def progress(self, message: str) -> None:
-        if not self.quiet:
-            self.err.print(Text(message, style="dim"))
+        #: what every command hands the library as its progress callback (lines, and live activity)
+        every = os.environ.get("DDPCTL_PROGRESS_EVERY_S", "")
+        self.progress = ProgressLines(self.err, self.quiet, float(every) if every else 30.0)
 
     def hide_repeats(self, run_id: str) -> None:
         """From now on, an agent line that another node already showed while the run starts is not

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DdpctlError
+from .progress import activity
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 ANSIBLE_CFG = Path(__file__).resolve().parent.parent / "ansible.cfg"
@@ -76,6 +77,7 @@ class TaskLines:
         self.report = report
         self.task: str | None = None
         self.hosts: dict[str, str] = {}
+        self.all_hosts: set[str] = set()  # every host the play has reported on so far
 
     def __call__(self, event: dict[str, Any]) -> bool:
         kind = event.get("event", "")
@@ -83,7 +85,9 @@ class TaskLines:
         if kind in ("playbook_on_task_start", "playbook_on_stats"):
             self.flush()
             self.task = data.get("task") if kind == "playbook_on_task_start" else None
+            self.show_activity()
         if kind in STATUS:
+            self.all_hosts.add(data.get("host", "?"))
             host, res = data.get("host", "?"), data.get("res") or {}
             status = STATUS[kind]
             if status == "ok" and res.get("changed"):
@@ -100,11 +104,21 @@ class TaskLines:
             if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 msg = str(res.get("msg") or res.get("stderr") or res.get("stdout") or "failed").strip().splitlines()
                 self.report.failures.append(f"{host}: {data.get('task')}: {msg[0] if msg else 'failed'}")
+            self.show_activity()
         if kind == "playbook_on_stats":
             for key in ("ok", "changed", "failures", "dark", "skipped"):
                 for host, n in (data.get(key) or {}).items():
                     self.report.stats.setdefault(host, {})[key] = n
         return False  # do not keep events on disk beyond what runner needs
+
+    def show_activity(self) -> None:
+        """The task running now, and how many hosts are done with it (a line appears only at its end)."""
+        if self.task is None:
+            activity(self.progress, None)
+            return
+        total = len(self.all_hosts | set(self.hosts))
+        done = f" ({len(self.hosts)} of {total} hosts done)" if total else ""
+        activity(self.progress, f"{self.task}{done}")
 
     def flush(self) -> None:
         if self.task and self.hosts:
@@ -181,19 +195,22 @@ def run_playbook(
             envvars["ANSIBLE_CONFIG"] = str(ANSIBLE_CFG)
         else:  # installed from a wheel: the same settings, without the file
             envvars.update(settings_without_cfg(Path(tmp)))
-        result = ansible_runner.run(
-            private_data_dir=tmp,
-            playbook=str(PLAYBOOKS / playbook),
-            inventory=os.path.abspath(inventory),
-            extravars=extravars or {},
-            limit=limit,
-            tags=play.tags,
-            cmdline=play.cmdline(),
-            envvars=envvars,
-            suppress_env_files=True,
-            quiet=True,
-            event_handler=TaskLines(progress, report),
-        )
+        try:
+            result = ansible_runner.run(
+                private_data_dir=tmp,
+                playbook=str(PLAYBOOKS / playbook),
+                inventory=os.path.abspath(inventory),
+                extravars=extravars or {},
+                limit=limit,
+                tags=play.tags,
+                cmdline=play.cmdline(),
+                envvars=envvars,
+                suppress_env_files=True,
+                quiet=True,
+                event_handler=TaskLines(progress, report),
+            )
+        finally:
+            activity(progress, None)
         if result.status == "canceled":  # ansible-runner turns Ctrl-C into a canceled run (the play is stopped)
             raise KeyboardInterrupt
         if result.status != "successful":

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import DdpctlError
-from ...progress import Progress
+from ...progress import Progress, activity
 from . import boto
 from .ec2 import Aws
 from .errors import CREDENTIAL_CODES, CapacityError, QuotaError, code_of, is_unsupported, message_of
@@ -91,31 +91,37 @@ def run_instances(
 
 
 def wait(aws: Aws, waiter_name: str, ids: list[str], progress: Progress, what: str, timeout: float) -> None:
-    """A boto3 waiter, polled one attempt at a time so each poll can report progress."""
+    """A boto3 waiter, polled one attempt at a time so each poll can report progress (a line when the
+    states change; the wait itself, with its time, as the activity going on)."""
     waiter = aws.ec2.get_waiter(waiter_name)
     deadline = time.monotonic() + timeout
     last = ""
-    while True:
-        try:
-            waiter.wait(InstanceIds=ids, WaiterConfig={"Delay": 1, "MaxAttempts": 1})
-            return
-        except boto.exceptions().WaiterError as exc:
-            response = exc.last_response or {}
-            gone = response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound"
-            if waiter_name == "instance_terminated" and gone:
-                return  # EC2 no longer knows them: long terminated
-            if "terminal failure" in str(exc) or response.get("Error"):
-                raise DdpctlError(
-                    f"{what}: {_states(response) or response.get('Error', {}).get('Message', exc)}: "
-                    "see the instances in the EC2 console"
-                ) from None
-            states = _states(response)
-            if states != last:
-                progress(f"{what}: {states}")
-                last = states
-        if time.monotonic() > deadline:
-            raise DdpctlError(f"{what}: still not done after {timeout:.0f} s ({last})")
-        time.sleep(POLL_S)
+    activity(progress, f"{what} ({len(ids)} instance(s))")
+    try:
+        while True:
+            try:
+                waiter.wait(InstanceIds=ids, WaiterConfig={"Delay": 1, "MaxAttempts": 1})
+                return
+            except boto.exceptions().WaiterError as exc:
+                response = exc.last_response or {}
+                gone = response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound"
+                if waiter_name == "instance_terminated" and gone:
+                    return  # EC2 no longer knows them: long terminated
+                if "terminal failure" in str(exc) or response.get("Error"):
+                    raise DdpctlError(
+                        f"{what}: {_states(response) or response.get('Error', {}).get('Message', exc)}: "
+                        "see the instances in the EC2 console"
+                    ) from None
+                states = _states(response)
+                if states != last:
+                    progress(f"{what}: {states}")
+                    activity(progress, f"{what} ({states})")
+                    last = states
+            if time.monotonic() > deadline:
+                raise DdpctlError(f"{what}: still not done after {timeout:.0f} s ({last})")
+            time.sleep(POLL_S)
+    finally:
+        activity(progress, None)
 
 
 def _states(response: dict[str, Any]) -> str:
