@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import Output, ddpctl, start_ddpctl, tree
-from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
+from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, tree
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs, worker_pid
 
 pytestmark = pytest.mark.slow
 
@@ -274,17 +274,6 @@ def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
         assert run_procs(testbed, node) == [], f"survivors on {node}"
 
 
-def worker_pid(testbed: Testbed, node: str, timeout: float = 180) -> int:
-    """The pid of a training worker (not its torchrun agent) in ``node``'s namespace."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in run_procs(testbed, node):
-            if "mnist.py" in entry and "torch.distributed.run" not in entry:
-                return int(entry.split(":")[0])
-        time.sleep(0.3)
-    raise AssertionError(f"no worker on {node}")
-
-
 def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbed) -> None:
     proc = start_run(
         onprem,
@@ -310,9 +299,7 @@ def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbe
     finally:
         proc.kill()
     assert proc.returncode == 0, out
-    assert "Resuming from snapshot at epoch 1" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
-    assert accuracies and accuracies[-1] >= 90.0, out
+    assert_resumed_to_90(out)
     for node in ("node0", "node1"):
         assert run_procs(testbed, node) == [], f"survivors on {node}"
 

@@ -22,10 +22,10 @@ from ddpctl.infra.run_prepare import prepare
 from ddpctl.infra.run_records import RunOptions
 from ddpctl.infra.spec import ClusterSpec
 from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
-from ddpctl.infra.torch_versions import FLOOR, NEWEST_TESTED, OLDER_TESTED, check_torch, release
-from tests.support.cli import Output, ddpctl, start_ddpctl, start_run
+from ddpctl.infra.torch_versions import FLOOR, OLDER_TESTED, check_torch, release
+from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, start_run
 from tests.support.processes import assert_nothing_left, wait_for_worker
-from tests.support.testbed.cluster import Testbed, run_procs
+from tests.support.testbed.cluster import Testbed, run_procs, worker_pid
 
 REPO = Path(__file__).resolve().parent.parent
 ROLE_DEFAULTS = REPO / "playbooks" / "roles" / "python_env" / "defaults" / "main.yml"
@@ -115,9 +115,7 @@ def test_local_mnist_on_the_older_torch_restarts_and_resumes(home: Path, old_pyt
         proc.kill()
     assert proc.returncode == 0, out
     assert "using the bundled MNIST test set" in out
-    assert "Resuming from snapshot at epoch 1" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
-    assert accuracies and accuracies[-1] >= 90.0, out
+    assert_resumed_to_90(out)
     assert_nothing_left("oldrestart", home)
 
 
@@ -172,14 +170,12 @@ def test_mnist_over_ssh_on_the_older_torch_restarts_and_resumes(old_cluster, tes
         output = Output(proc)
         output.until("snapshot saved", timeout=300)
         time.sleep(1)  # into epoch 2
-        subprocess.run(["kill", "-9", str(mnist_worker(testbed, "node1"))], check=True)
+        subprocess.run(["kill", "-9", str(worker_pid(testbed, "node1"))], check=True)
         out = output.finish(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 0, out
-    assert "Resuming from snapshot at epoch 1" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
-    assert accuracies and accuracies[-1] >= 90.0, out
+    assert_resumed_to_90(out)
     for node in ("node0", "node1"):
         assert run_procs(testbed, node) == [], f"survivors on {node}"
 
@@ -188,7 +184,7 @@ def test_mnist_over_ssh_on_the_older_torch_restarts_and_resumes(old_cluster, tes
 def test_ctrl_c_over_ssh_on_the_older_torch(old_cluster, testbed: Testbed) -> None:
     proc = start_ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "20", env=old_cluster["env"])
     try:
-        mnist_worker(testbed, "node1")
+        worker_pid(testbed, "node1")
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
@@ -197,40 +193,3 @@ def test_ctrl_c_over_ssh_on_the_older_torch(old_cluster, testbed: Testbed) -> No
     assert proc.returncode == 130, out
     for node in ("node0", "node1"):
         assert run_procs(testbed, node) == [], f"survivors on {node}"
-
-
-def mnist_worker(testbed: Testbed, node: str, timeout: float = 180) -> int:
-    """The pid of an MNIST worker (not its torchrun agent) in ``node``'s namespace."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in run_procs(testbed, node):
-            if "mnist.py" in entry and "torch.distributed.run" not in entry:
-                return int(entry.split(":")[0])
-        time.sleep(0.3)
-    raise AssertionError(f"no worker on {node}")
-
-
-def test_the_tested_versions_are_the_ones_installed() -> None:
-    """./dev installs NEWEST_TESTED in .venv and OLDER_TESTED in .venv-torch-old; the playbooks'
-    online mode installs NEWEST_TESTED."""
-    dev = (REPO / "dev").read_text()
-    assert re.search(r"^TORCH_PIN=(\S+)$", dev, re.MULTILINE).group(1) == NEWEST_TESTED
-    assert re.search(r"^OLD_TORCH=(\S+)$", dev, re.MULTILINE).group(1) == OLDER_TESTED
-    defaults = ROLE_DEFAULTS.read_text()
-    assert re.search(r'^python_env_torch_version: "([^"]+)"$', defaults, re.MULTILINE).group(1) == NEWEST_TESTED
-
-
-def test_local_up_refuses_a_python_whose_torch_is_below_the_floor(home: Path, tmp_path: Path) -> None:
-    """A stand-in interpreter that answers ddpctl's probe as torch 2.3.1 would: one line, exit 2,
-    nothing created."""
-    python = tmp_path / "python"
-    python.write_text("#!/bin/sh\necho 'ddpctl-torch 2.3.1+cpu'\n")
-    python.chmod(0o755)
-    result = ddpctl("up", "--nodes", "2", "--python", str(python))
-    assert result.returncode == 2, result.stdout + result.stderr
-    [line] = [x for x in result.stderr.splitlines() if x.strip()]
-    assert line == (
-        f"Error: --python {python} has torch 2.3.1+cpu: ddpctl supports torch 2.4 or newer "
-        f"(tested: {OLDER_TESTED} and {NEWEST_TESTED}); upgrade torch there, or give a Python with a newer one"
-    )
-    assert not (home / "clusters").exists() or list((home / "clusters").iterdir()) == []

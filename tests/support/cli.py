@@ -5,6 +5,7 @@ comes."""
 from __future__ import annotations
 
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -84,3 +85,11 @@ class Output:
     @property
     def text(self) -> str:
         return "".join(self.lines)
+
+
+def assert_resumed_to_90(out: str) -> None:
+    """A 2-epoch MNIST run whose worker was killed in epoch 2: it resumed from the epoch-1 snapshot
+    and ended at 90 % held-out accuracy or more."""
+    assert "Resuming from snapshot at epoch 1" in out, out
+    accuracies = [float(a) for a in re.findall(r"epoch 2/2 .* held-out accuracy ([\d.]+)%", out)]
+    assert accuracies and accuracies[-1] >= 90.0, out

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +87,17 @@ class Testbed:
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout
         return [int(p) for p in out.split()]
+
+
+def worker_pid(testbed: Testbed, node: str, script: str = "mnist.py", timeout: float = 180) -> int:
+    """The pid of a training worker of ``script`` (not its torchrun agent) in ``node``'s namespace."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in run_procs(testbed, node):
+            if script in entry and "torch.distributed.run" not in entry:
+                return int(entry.split(":")[0])
+        time.sleep(0.3)
+    raise AssertionError(f"no worker on {node}")
 
 
 def run_procs(testbed: Testbed, node: str, *, but_store: bool = False) -> list[str]:
