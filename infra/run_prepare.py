@@ -201,8 +201,24 @@ def node_nprocs(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] 
         return (given,) * nodes
     if isinstance(given, tuple):
         return given  # RunSpec checks there is one per node
+    return tuple(count for count, _ in _node_counts(cluster, nodes, given))
+
+
+def nproc_source(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] | str | None) -> str:
+    """Where ``node_nprocs``'s counts come from, in words ("" where --nproc-per-node gave them)."""
+    if isinstance(given, (int, tuple)):
+        return ""
+    said: list[str] = []
+    for _, why in _node_counts(cluster, nodes, given):
+        if why not in said:
+            said.append(why)
+    return ", ".join(said)
+
+
+def _node_counts(cluster: ClusterState, nodes: int, given: str | None) -> list[tuple[int, str]]:
+    """Each node's count and where it comes from, by ``node_nprocs``'s rule (``given``: None or a word)."""
     listed = cluster.nodes or [NodeInfo(name="node0", host="", workdir="")]
-    counts = []
+    out = []
     for i in range(nodes):
         node = listed[min(i, len(listed) - 1)]
         if given == "gpu" and not node.gpus:
@@ -210,30 +226,15 @@ def node_nprocs(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] 
                 f"--nproc-per-node gpu: node {node.name} of cluster {cluster.name!r} has no GPU (none counted at "
                 "up/configure): give a count (e.g. --nproc-per-node 1) or auto"
             )
-        if given in NPROC_WORDS:
-            counts.append(node.gpus or 1)
-        else:
-            counts.append(node.nproc or cluster.spec.nproc_per_node or node.gpus or 1)
-    return tuple(counts)
-
-
-def nproc_source(cluster: ClusterState, nodes: int, given: int | tuple[int, ...] | str | None) -> str:
-    """Where ``node_nprocs``'s counts come from, in words ("" where --nproc-per-node gave them)."""
-    if isinstance(given, (int, tuple)):
-        return ""
-    listed = cluster.nodes or [NodeInfo(name="node0", host="", workdir="")]
-    said = []
-    for i in range(nodes):
-        node = listed[min(i, len(listed) - 1)]
         if given is None and node.nproc:
-            why = "ddpctl_nproc_per_node"
+            out.append((node.nproc, "ddpctl_nproc_per_node"))
         elif given is None and cluster.spec.nproc_per_node:
-            why = "the cluster's --nproc-per-node"
+            out.append((cluster.spec.nproc_per_node, "the cluster's --nproc-per-node"))
+        elif node.gpus:
+            out.append((node.gpus, "one per GPU"))
         else:
-            why = "one per GPU" if node.gpus else "1 on a node without GPUs"
-        if why not in said:
-            said.append(why)
-    return ", ".join(said)
+            out.append((1, "1 on a node without GPUs"))
+    return out
 
 
 def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, ephemeral: bool) -> str:
