@@ -113,6 +113,12 @@ from .plans import print_cluster_plan, print_launch_plan
     "repeat word for word are printed once, from the first node, and counted; output.log and `ddpctl logs` "
     "always have every line.",
 )
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="On a cluster busy with another run, refuse at once instead of waiting its turn "
+    "(runs on one cluster take turns; `ddpctl runs` shows the queued ones).",
+)
 @dry_run_option
 @json_option
 @click.pass_context
@@ -136,6 +142,7 @@ def run(
     python,
     detach,
     all_lines,
+    no_wait,
     dry_run,
     as_json,
 ) -> int:
@@ -235,7 +242,7 @@ def run(
         out.hide_repeats(prep.run.run_id)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = execute(prep, store, out.line, out.progress)
+        result = execute(prep, store, out.line, out.progress, wait=not no_wait)
     finally:
         signal.signal(signal.SIGTERM, previous)
         out.end_lines()

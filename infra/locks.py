@@ -1,8 +1,9 @@
 """Who may change a cluster now: one command at a time, by ``flock`` on files in the state home.
 
 ``up``, ``down`` and ``configure`` hold a cluster exclusively; a ``run`` holds it shared, so
-several runs may use one cluster while none of those commands can change it under them (``down``
-during a run is refused, naming the run). Every run also holds a lock of its own while it is
+none of those commands can change it under a run (``down`` during a run is refused, naming the
+run). Runs take turns on a cluster: each also takes the cluster's run slot (``RunSlot``), and a
+second run waits for it (the queue: the kernel wakes one waiter as the slot is freed). Every run also holds a lock of its own while it is
 alive, so ``run --resume ID`` refuses a run that still runs. A second command is refused at once,
 in one line that says who holds the cluster (command, pid, since when). The kernel releases a
 lock when its process dies, so a crashed or killed command leaves no stale lock: the next one
@@ -170,6 +171,33 @@ class ClusterLock:
             )
         who = ", ".join(h.describe() for h in holders) or "another ddpctl command"
         return Busy(f"cluster {self.name!r} is busy: {who} is changing it; wait for it to finish, then try again")
+
+
+class RunSlot:
+    """A cluster's run slot: one run at a time trains on a cluster, the others wait their turn."""
+
+    def __init__(self, store: StateStore, name: str, command: str) -> None:
+        self.lock, self.command = _Lock(store.clusters_dir / f".{name}.runs.lock"), command
+
+    def try_take(self) -> bool:
+        return self.lock.acquire(self.command, shared=False)
+
+    def wait(self) -> None:
+        """Block until the slot is free and take it (Ctrl-C, or ``ddpctl stop``'s signal, ends the wait)."""
+        while not self.lock.acquire(self.command, shared=False):
+            assert self.lock.fd is None
+            fd = os.open(self.lock.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # asleep until the holder lets go
+                fcntl.flock(fd, fcntl.LOCK_UN)  # then take it the usual way (its holder file, its checks)
+            finally:
+                os.close(fd)
+
+    def holders(self) -> list[Holder]:
+        return self.lock.holders()
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 @contextmanager

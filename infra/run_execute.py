@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from . import clusters, locks
 from .jobs import resolve_job
@@ -17,26 +18,75 @@ from .launch.supervise import OutputLine, RunResult
 from .project import LARGE_BYTES
 from .providers.base import Progress
 from .run_prepare import PreparedRun
-from .run_records import OUTPUTS
+from .run_records import OUTPUTS, QUEUED
 from .state import DownStore, StateStore, atomic_write
 
 
-def execute(prep: PreparedRun, store: StateStore, sink: Callable[[OutputLine], None], progress: Progress) -> RunResult:
-    """Bring up the cluster if the run owns it, run the plan, take the cluster down again."""
+def execute(
+    prep: PreparedRun,
+    store: StateStore,
+    sink: Callable[[OutputLine], None],
+    progress: Progress,
+    *,
+    wait: bool = True,
+) -> RunResult:
+    """Bring up the cluster if the run owns it, wait for the cluster's turn (``wait``; else a busy
+    cluster is refused at once), run the plan, take the cluster down again."""
     prep.provider.preflight(prep.cluster)
     name, run_id = prep.cluster.name, prep.run.run_id
-    with locks.run(store, run_id, f"run {run_id} ({prep.run.job})"):
+    command = f"run {run_id} ({prep.run.job})"
+    with locks.run(store, run_id, command):
         bring_up = prep.ephemeral and not store.exists(name)
-        hold = locks.ClusterLock(store, name, f"run {run_id} ({prep.run.job})").take(shared=not bring_up)
+        hold = locks.ClusterLock(store, name, command).take(shared=not bring_up)
+        slot = locks.RunSlot(store, name, command)
         try:
             if bring_up:
                 clusters.up(prep.provider, prep.cluster, store, progress)
                 hold.share()  # up: other runs may use it, nothing may change it
             elif prep.ephemeral and store.load(name).cluster_id != prep.cluster.cluster_id:
                 raise locks.Busy(f"cluster {name!r} was just brought up by another command: run again to use it")
+            _take_turn(slot, store, prep, progress, wait)
             return _execute(prep, store, sink, progress, hold)
         finally:
+            slot.release()
             hold.release()
+
+
+def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progress: Progress, wait: bool) -> None:
+    """The cluster's run slot: at once if free; else refused (``wait`` False) or waited for, the run
+    recorded as queued meanwhile (``runs`` shows it; ``stop``, or Ctrl-C, takes it out of the queue)."""
+    if slot.try_take():
+        return
+    name, run_id = prep.cluster.name, prep.run.run_id
+    ahead = ", ".join(h.describe() for h in slot.holders()) or "another run"
+    if not wait:
+        raise locks.Busy(
+            f"cluster {name!r} is busy with {ahead}: --no-wait, so this run did not start; try again later"
+        )
+    progress(
+        f"cluster {name!r} is busy with {ahead}: run {run_id} waits its turn (Ctrl-C or `ddpctl stop {run_id}` ends the wait)"
+    )
+    store.make_run_dir(run_id)
+    queued = store.run_dir(run_id) / QUEUED
+    nodes = prep.run.nodes if not prep.run.elastic else f"{prep.run.min_nodes}:{prep.run.nodes}"
+    marker = {"ahead": ahead, "job": prep.run.job, "nodes": nodes, "cluster": name}
+    atomic_write(queued, json.dumps(marker) + "\n")
+    try:
+        slot.wait()
+    except BaseException:  # taken out of the queue: it never started, nothing of it is kept
+        queued.unlink(missing_ok=True)
+        _remove_if_empty(store.run_dir(run_id))
+        raise
+    queued.unlink(missing_ok=True)
+    progress(f"run {run_id}: its turn on {name!r}")
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """A queued run's folder, unless it holds something (a detached run's controller.log)."""
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
 
 
 def _execute(

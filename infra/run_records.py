@@ -15,6 +15,8 @@ from .state import StateStore
 
 #: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
 OUTPUTS = "outputs"
+#: a run waiting for its turn on a busy cluster (``run_execute``): the run ahead, its job, its cluster
+QUEUED = "queued.json"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,17 @@ def list_runs(store: StateStore) -> list[RunRecord]:
     records = []
     for run_dir in (store.home / "runs").glob("*/"):
         path = run_dir / "options.json"
+        queued = run_dir / QUEUED
+        if not path.exists() and queued.exists() and locks.run_alive(store, run_dir.name):
+            try:
+                wait = json.loads(queued.read_text())
+                said = f"queued (behind {wait['ahead']})"
+                records.append(
+                    RunRecord(run_dir.name, wait["job"], wait["nodes"], wait["cluster"], _mtime(queued), said)
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # written as it is read: listed on the next call
+            continue
         if not path.exists():
             continue  # not a run (or one that never got going)
         try:

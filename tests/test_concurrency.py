@@ -1,7 +1,8 @@
 """Commands that change one cluster do not interleave (infra/locks.py), with real concurrent processes.
 
 `up`, `down` and `configure` hold a cluster exclusively, a run holds it shared and holds its own
-run id; a second command is refused at once in one line naming the holder. The lock is the
+run id; a second command is refused at once in one line naming the holder. Runs on one cluster
+take turns: a second run waits for the first (or is refused with --no-wait). The lock is the
 kernel's (flock), so a killed command leaves nothing stale behind.
 """
 
@@ -38,12 +39,46 @@ def test_a_running_run_holds_its_cluster_and_its_id(home: Path) -> None:
     assert again.returncode == 1 and "in use by `ddpctl run busy1 (mnist)`" in one_line(again)
     resume = ddpctl("run", "--resume", "busy1")
     assert resume.returncode == 1 and "run busy1 is still running (`ddpctl run busy1 (mnist)` (pid" in one_line(resume)
-    other = ddpctl("run", "message-passing", "--nodes", "2")  # a second run may share the cluster
-    assert other.returncode == 0, other.stderr
+    other = ddpctl("run", "message-passing", "--nodes", "2", "--no-wait")  # runs take turns
+    assert other.returncode == 1
+    assert "cluster 'default' is busy with `ddpctl run busy1 (mnist)` (pid " in one_line(other)
     run.send_signal(signal.SIGINT)
     out.finish(timeout=120)
     assert run.returncode == 130
     assert ddpctl("down").returncode == 0  # the lock went with the run
+
+
+def test_runs_on_one_cluster_take_turns(home: Path) -> None:
+    """A second run on a busy cluster waits its turn (says so, naming the run ahead; `runs` shows it
+    queued), then runs once the first has ended; a third, queued, is taken out by `stop`."""
+    import json
+
+    assert ddpctl("up", "--nodes", "2").returncode == 0
+    first = start("run", "mnist", "--nodes", "2", "--run-id", "turn1", "--", "--epochs", "1")
+    first_out = Output(first)
+    first_out.until("epoch 1", timeout=180)  # training
+    second = start("run", "message-passing", "--nodes", "2", "--run-id", "turn2")
+    second_out = Output(second)
+    said = second_out.until("waits its turn", timeout=120)
+    assert "cluster 'default' is busy with `ddpctl run turn1 (mnist)`" in said
+    third = start("run", "message-passing", "--nodes", "2", "--run-id", "turn3")
+    Output(third).until("waits its turn", timeout=120)
+    runs = {r["run_id"]: r for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
+    assert runs["turn1"]["result"] == "running"
+    assert runs["turn2"]["result"].startswith("queued (behind `ddpctl run turn1 (mnist)`")
+    stop = ddpctl("stop", "turn3", timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert third.wait(timeout=60) == 130
+    assert "turn3" not in {r["run_id"] for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
+    first_text = first_out.finish(timeout=300)
+    assert first.returncode == 0, first_text
+    second_text = second_out.finish(timeout=300)
+    assert second.returncode == 0, second_text
+    assert "its turn on 'default'" in second_text and "received 42.0 from rank 0" in second_text
+    # the second started (recorded its options) only after the first had ended (recorded its result)
+    started, ended = (home / "runs" / "turn2" / "options.json"), (home / "runs" / "turn1" / "run.json")
+    assert started.stat().st_mtime >= ended.stat().st_mtime
+    assert ddpctl("down").returncode == 0
 
 
 def test_two_local_ups_of_one_name_make_one_cluster(home: Path) -> None:
