@@ -16,7 +16,7 @@ def status(name, as_json) -> int:
     from rich.table import Table
 
     from ddpctl.infra.run_prepare import node_nprocs
-    from ddpctl.infra.state import DamagedState
+    from ddpctl.infra.state import ClusterState, DamagedState
 
     from .output import Output
 
@@ -28,9 +28,18 @@ def status(name, as_json) -> int:
             states.append(store.load(each))
         except DamagedState as exc:  # shown as such: `down` still cleans it up
             damaged.append(exc)
+    import time
+
+    from ddpctl.infra import costs
     from ddpctl.infra.providers import get_provider
 
     live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
+    now = time.time()
+
+    def cost_so_far(s: ClusterState) -> float | None:
+        info = live[s.name]
+        return None if info is None else costs.so_far(info.cost_per_hour_usd, s.created_at, now)
+
     if as_json:
         from .output_json import iso
 
@@ -38,7 +47,8 @@ def status(name, as_json) -> int:
             {
                 **s.to_dict(),
                 "created_at": iso(s.created_at),
-                **({"live": live[s.name].to_dict()} if live[s.name] else {}),
+                "age_s": round(now - s.created_at),
+                **({"live": live[s.name].to_dict(), "cost_so_far_usd": cost_so_far(s)} if live[s.name] else {}),
             }
             for s in states
         ]
@@ -52,21 +62,23 @@ def status(name, as_json) -> int:
         out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
     table = Table(title=f"clusters under {store.home}", title_justify="left")
-    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "cost/h"):
+    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "up for", "cost/h", "so far"):
         table.add_column(col)
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))
         label = s.status + (" (for one run)" if s.ephemeral else "")
-        cost = ""
+        cost = spent = ""
         info = live[s.name]
         if info is not None:
             label += f" ({info.summary})"
             cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
+            spent = "unknown" if cost_so_far(s) is None else f"about ${cost_so_far(s):,.2f}"
         procs = node_nprocs(s, s.spec.nodes, None)  # what a run with no --nproc-per-node gets
         procs_text = str(procs[0]) if len(set(procs)) == 1 else "+".join(map(str, procs))
-        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, cost)
+        age = costs.age_text(now - s.created_at)
+        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, age, cost, spent)
     for d in damaged:
-        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
+        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "", "", "")
     out.table(table)
     for d in damaged:
         out.progress(f"{d.name}: {d}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from . import locks
+from . import costs, locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import NAMES, get_provider
 from .providers.base import Progress, Provider
@@ -118,7 +119,15 @@ def down(
         except DamagedState:
             _down_damaged(name, store, progress, provider, region)
             return name
-        get_provider(state.spec.provider).down(state, store, progress)
+        provider = get_provider(state.spec.provider)
+        live = provider.status(state) if provider.billed else None  # what it costs per hour, asked first
+        provider.down(state, store, progress)
+    if live is not None and live.cost_per_hour_usd:
+        spent = costs.so_far(live.cost_per_hour_usd, state.created_at, time.time())
+        progress(
+            f"cluster {name!r} was up {costs.age_text(time.time() - state.created_at)}: about ${spent:,.2f} "
+            f"at ${live.cost_per_hour_usd:,.2f}/h list price"
+        )
     return name
 
 

@@ -35,6 +35,7 @@ Not exercised, and why:
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -474,8 +475,11 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     status = json.loads(aws.ok("status", "--json").stdout)["clusters"][0]
     assert status["live"]["instances"] == {"running": 2} and status["live"]["cost_per_hour_usd"] == pytest.approx(6.12)
     assert "$6.12" in aws.ok("status").stdout  # the table
+    assert status["age_s"] >= 0 and status["cost_so_far_usd"] == pytest.approx(6.12 * status["age_s"] / 3600, abs=0.02)
+    assert "so far" in aws.ok("status").stdout
 
-    aws.ok("down")
+    down = aws.ok("down")
+    assert re.search(r"cluster 'c1' was up \d+ (s|min): about \$\d+\.\d\d at \$6\.12/h list price", down.stderr)
     aws.assert_clean()
     assert tree(aws.home / "clusters") == []
     aws.ok("down")  # twice is fine

@@ -158,3 +158,17 @@ def test_sinfo_verdict(exit_code: int, stderr: str, verdict: str) -> None:
     from ddpctl.infra.providers.onprem import sinfo_verdict
 
     assert sinfo_verdict(exit_code, stderr) == verdict
+
+
+def test_cost_so_far_and_age_in_words() -> None:
+    from ddpctl.infra.costs import age_text, so_far
+
+    assert so_far(6.12, 1000.0, 1000.0 + 1800) == 3.06
+    assert so_far(None, 0.0, 10.0) is None
+    assert so_far(1.0, 100.0, 50.0) == 0.0  # a clock set back: nothing, not a negative cost
+    assert [age_text(s) for s in (5, 125, 3 * 3600 + 5 * 60, 2 * 86400 + 4 * 3600)] == [
+        "5 s",
+        "2 min",
+        "3 h 05 min",
+        "2 d 4 h",
+    ]
