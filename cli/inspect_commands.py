@@ -16,38 +16,19 @@ def status(name, as_json) -> int:
     from rich.table import Table
 
     from ddpctl.infra.run_prepare import node_nprocs
-    from ddpctl.infra.state import DamagedState
 
+    from .api import cluster_statuses
     from .output import Output
 
     out = Output(as_json)
     store = open_store()
-    states, damaged = [], []
-    for each in [name] if name else store.names():
-        try:
-            states.append(store.load(each))
-        except DamagedState as exc:  # shown as such: `down` still cleans it up
-            damaged.append(exc)
-    from ddpctl.infra.providers import get_provider
-
-    live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
+    found = cluster_statuses(store, name)  # the API's `ddpctl.status()`: the same values
     if as_json:
-        from .output_json import iso
-
-        clusters_doc = [
-            {
-                **s.to_dict(),
-                "created_at": iso(s.created_at),
-                **({"live": live[s.name].to_dict()} if live[s.name] else {}),
-            }
-            for s in states
-        ]
-        clusters_doc += [
-            {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
-            for d in damaged
-        ]
-        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
+        out.document({"ok": True, "home": str(store.home), "clusters": [c.to_dict() for c in found]})
         return 0
+    states = [c.state for c in found if c.state is not None]
+    damaged = [c for c in found if c.state is None]
+    live = {c.name: c.live for c in found}
     if not states and not damaged:
         out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
@@ -66,10 +47,10 @@ def status(name, as_json) -> int:
         procs_text = str(procs[0]) if len(set(procs)) == 1 else "+".join(map(str, procs))
         table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, cost)
     for d in damaged:
-        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "")
+        table.add_row(d.name, d.provider, "damaged", "?", "?", "", "")
     out.table(table)
     for d in damaged:
-        out.progress(f"{d.name}: {d}")
+        out.progress(f"{d.name}: {d.message}")
     return 0
 
 
