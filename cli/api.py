@@ -59,6 +59,35 @@ def _quiet(_: Any) -> None:
     pass
 
 
+class _Terminal:
+    """``run``'s default: the lines as ``ddpctl run`` prints them (``print_line``), less the
+    repeated agent lines (``repeats.py``) and a failure's secondary traces (``failures.py``)."""
+
+    def __init__(self, run_id: str) -> None:
+        from .failures import SecondaryTraces
+        from .repeats import RepeatedAgentLines
+
+        self.repeats, self.traces = RepeatedAgentLines(run_id), SecondaryTraces(run_id)
+
+    def line(self, line: OutputLine) -> None:
+        show = self.repeats.take(line)
+        self._say(self.repeats.note())
+        for each in self.traces.take(line) if show else []:
+            print_line(each)
+
+    def end(self) -> None:
+        self.repeats.end()
+        self._say(self.repeats.note())
+        for each in self.traces.end():
+            self._say(each) if isinstance(each, str) else print_line(each)
+        self._say(self.traces.note())
+
+    @staticmethod
+    def _say(note: str | None) -> None:
+        if note:
+            print(note, flush=True)
+
+
 def _store(home: str | Path | None) -> StateStore:
     from ddpctl.infra.state import StateStore
 
@@ -320,15 +349,17 @@ def run(
     python: str | None = None,
     on_line: Callable[[OutputLine], None] | None = print_line,
     progress: Callable[[str], None] | None = print_progress,
+    all_lines: bool = False,
     home: str | Path | None = None,
 ) -> RunOutcome:
     """``ddpctl run JOB [-- ARGS]``: run a bundled job or a script on ``nodes`` nodes and wait for it.
 
     ``args`` go to the job (``ddpctl run mnist -- --epochs 1`` is ``run("mnist", "--epochs", "1")``);
     the other keywords are ``run``'s options (``nodes="2:3"``: elastic). Every line goes to the
-    run's ``output.log`` and to ``on_line`` (an ``OutputLine``: ``node``, ``rank``, ``text``; default:
-    printed as ``[node1 r0] text``; None: quiet); ddpctl's own messages to ``progress`` (default:
-    stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    run's ``output.log`` and to ``on_line`` (an ``OutputLine``: ``node``, ``rank``, ``text``; None:
+    quiet). The default prints them as ``ddpctl run`` does, ``[node1 r0] text`` on stdout: the
+    agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
+    every line). ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
     from ddpctl.infra.run_execute import execute
@@ -362,7 +393,12 @@ def run(
     )
     store = _store(home)
     prep = prepare(opts, store)
-    result = execute(prep, store, on_line or _quiet, progress or _quiet)
+    terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
+    try:
+        result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
+    finally:
+        if terminal is not None:
+            terminal.end()
     if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
         raise KeyboardInterrupt
     run_dir = store.run_dir(result.run_id)

@@ -5,6 +5,7 @@ values as ``status --json``/``runs --json``; bad input raises the CLI's UsageErr
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 import ddpctl
 from ddpctl.infra.errors import UsageError
 from tests.support.cli import ddpctl as cli
+from tests.support.processes import assert_nothing_left, spawn, wait_for_worker
+from tests.test_short_failures import FAIL
 
 
 def test_import_ddpctl_loads_no_torch_boto3_or_ansible() -> None:
@@ -111,4 +114,41 @@ def test_status_matches_status_json(home: Path) -> None:
         assert report.unreachable == []  # local nodes share a host: nothing to reach
     finally:
         assert ddpctl.down(progress=None) == ["apitest"]
+    assert ddpctl.status() == []
+
+
+def test_the_default_output_is_the_clis(home: Path, tmp_path: Path) -> None:
+    """``run``'s defaults print as ``ddpctl run`` does: job lines on stdout (a failure's secondary
+    traces left out, and counted), ddpctl's messages on stderr."""
+    (tmp_path / "fail.py").write_text(FAIL)
+    code = f"import ddpctl; r = ddpctl.run({str(tmp_path / 'fail.py')!r}, nodes=2); print('ok', r.ok, r.failed_node)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = res.stdout.splitlines()
+    assert out[-1] == "ok False node1", res.stdout + res.stderr
+    assert sum(line.endswith("ValueError: rank 1 fails on purpose") for line in out) == 1
+    assert not any("ChildFailedError" in line for line in out)
+    assert any("traces left out" in line for line in out)
+    assert "run r" in res.stderr and "[node" not in res.stderr
+
+
+def test_ctrl_c_stops_the_run_and_raises(home: Path) -> None:
+    """A notebook's interrupt (SIGINT) while ``ddpctl.run`` waits: every process of the run stopped,
+    its cluster taken down, then KeyboardInterrupt."""
+    code = (
+        "import ddpctl\n"
+        "try:\n"
+        "    ddpctl.run('mnist', '--epochs', '5', nodes=2, run_id='rapiint')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt', flush=True)\n"
+    )
+    proc = spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_worker("rapiint", 1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert out.splitlines()[-1] == "KeyboardInterrupt", out
+    assert_nothing_left("rapiint", home)
+    assert ddpctl.runs()[0].result == "interrupted"
     assert ddpctl.status() == []
