@@ -22,9 +22,11 @@ from .api import (  # after __version__, which the CLI's modules import
     status,
     up,
 )
+from .infra.errors import DdpctlError, UsageError  # what the functions raise, as the CLI's `Error:` lines
 
 __all__ = [
     "ClusterStatus",
+    "DdpctlError",
     "NodeOutcome",
     "RunOutcome",
     "__version__",
@@ -36,4 +38,5 @@ __all__ = [
     "runs",
     "status",
     "up",
+    "UsageError",
 ]
