@@ -12,7 +12,9 @@ The rule:
   reaction (``REACTION``: the connection to a crashed rank closed, reset, timed out) is shown, and
   from then on every line of that rank; any other rank's traceback is left out (a chained one too:
   ``During handling ...``, indented lines), and that rank's next ordinary line is shown again. If
-  every traceback was a reaction, the first of them is shown when the run's lines end;
+  every traceback was a reaction, the first of them is shown when the run's lines end. A shown
+  rank that goes on printing ordinary lines did not fail (it logged an exception it caught): the
+  next traceback is judged afresh;
 - an agent's own traceback (torchrun's ``ChildFailedError``, an elastic error) is left out, with
   the ``ChildFailedError`` block after it (up to its closing ``====`` line): its exception line is
   shown once (the same text from another node is not), unless it is ``ChildFailedError``'s, which
@@ -113,9 +115,12 @@ class SecondaryTraces:
         key = (line.node, line.rank)
         if line.rank is None:
             return self._agent(line)
-        if self.root == key:
-            return [line]
         text = _text(line)
+        if self.root == key:
+            if not (CHAINED.match(text) or text.startswith(TRACEBACK)):
+                self.root = None  # it goes on: that traceback was logged, not its end
+                self.failing = False
+            return [line]
         block = self._blocks.get(key)
         if block is None and key in self._after and CHAINED.match(text):
             self.hidden += 1  # a left-out traceback's chain goes on

@@ -112,6 +112,10 @@ CASES = {
         + [OutputLine(B, 1, "epoch 2"), OutputLine(A, 0, "after")],
         [label(x) for x in tb(A, 0, "ValueError: a")] + ["[node1 r1] epoch 2", "[node0 r0] after", "8"],
     ),
+    "a rank that goes on after its traceback (one it caught and logged) did not fail: the next one is shown": (
+        tb(A, 0, "ValueError: logged") + [OutputLine(A, 0, "epoch 2")] + tb(B, 1, "OSError: real"),
+        [label(x) for x in tb(A, 0, "ValueError: logged") + [OutputLine(A, 0, "epoch 2")] + tb(B, 1, "OSError: real")],
+    ),
     "an agent's elastic error (no rank ever failed): its exception line once": (
         tb(A, None, "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out", 3)
         + tb(B, None, "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out", 3),
