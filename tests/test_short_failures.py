@@ -188,7 +188,9 @@ def test_a_failing_script_end_to_end(home: Path, tmp_path: Path) -> None:
     assert len(notes) == 1 and notes[0][2] == "rshortfail"
     assert "failed on node1" in res.stderr
     logged = ddpctl("logs", "rshortfail").stdout.splitlines()
-    assert sum("ChildFailedError" in line for line in logged) >= 2  # the failing agent's (the other may be stopped first)
+    assert (
+        sum("ChildFailedError" in line for line in logged) >= 2
+    )  # the failing agent's (the other may be stopped first)
     repeated = sum(int(m[1]) for m in map(re.compile(r"^ddpctl: (\d+) repeated agent line").match, out) if m)
     job_lines = [line for line in out if not line.startswith("ddpctl: ")]
     assert len(logged) == len(job_lines) + int(notes[0][1]) + repeated
