@@ -13,57 +13,44 @@ from .options import EXIT_CODES, FiniteFloatRange, json_option, name_option, ope
 @json_option
 def status(name, as_json) -> int:
     """Show the clusters under the state home (or just --name)."""
+    import time
+
     from rich.table import Table
 
+    from ddpctl.infra import costs
     from ddpctl.infra.run_prepare import node_nprocs
-    from ddpctl.infra.state import ClusterState, DamagedState
 
+    from .api import cluster_statuses
     from .output import Output
 
     out = Output(as_json)
     store = open_store()
-    states, damaged = [], []
-    for each in [name] if name else store.names():
-        try:
-            states.append(store.load(each))
-        except DamagedState as exc:  # shown as such: `down` still cleans it up
-            damaged.append(exc)
-    import time
-
-    from ddpctl.infra import costs
-    from ddpctl.infra.providers import get_provider
-
-    live = {s.name: get_provider(s.spec.provider).status(s) for s in states}  # what the cloud says runs now
-    now = time.time()
-
-    def cost_so_far(s: ClusterState) -> float | None:
-        info = live[s.name]
-        return None if info is None else costs.so_far(info.cost_per_hour_usd, s.created_at, now)
-
+    found = cluster_statuses(store, name)  # the API's `ddpctl.status()`: the same values
     if as_json:
-        from .output_json import iso
-
-        clusters_doc = [
-            {
-                **s.to_dict(),
-                "created_at": iso(s.created_at),
-                "age_s": round(now - s.created_at),
-                **({"live": live[s.name].to_dict(), "cost_so_far_usd": cost_so_far(s)} if live[s.name] else {}),
-            }
-            for s in states
-        ]
-        clusters_doc += [
-            {"name": d.name, "status": "damaged", "damaged": d.reason, "readable": store.salvage(d.name).to_dict()}
-            for d in damaged
-        ]
-        out.document({"ok": True, "home": str(store.home), "clusters": clusters_doc})
+        out.document({"ok": True, "home": str(store.home), "clusters": [c.to_dict() for c in found]})
         return 0
+    states = [c.state for c in found if c.state is not None]
+    damaged = [c for c in found if c.state is None]
+    live = {c.name: c.live for c in found}
+    spent_by = {c.name: c.cost_so_far_usd for c in found}
+    now = time.time()
     if not states and not damaged:
         out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
+    billed = any(info is not None for info in live.values())  # the cost columns only where something is billed
     table = Table(title=f"clusters under {store.home}", title_justify="left")
-    for col in ("name", "provider", "status", "nodes", "procs/node", "hosts", "up for", "cost/h", "so far"):
+    table.add_column("name", overflow="fold")  # never cut: it is what the other commands take
+    for col in (
+        "provider",
+        "status",
+        "nodes",
+        "procs/node",
+        "hosts",
+        "up for",
+        *(("cost/h", "so far") if billed else ()),
+    ):
         table.add_column(col)
+    width = 9 if billed else 7
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))
         label = s.status + (" (for one run)" if s.ephemeral else "")
@@ -72,16 +59,17 @@ def status(name, as_json) -> int:
         if info is not None:
             label += f" ({info.summary})"
             cost = "unknown" if info.cost_per_hour_usd is None else f"${info.cost_per_hour_usd:,.2f}"
-            spent = "unknown" if cost_so_far(s) is None else f"about ${cost_so_far(s):,.2f}"
+            spent = "unknown" if spent_by[s.name] is None else f"about ${spent_by[s.name]:,.2f}"
         procs = node_nprocs(s, s.spec.nodes, None)  # what a run with no --nproc-per-node gets
         procs_text = str(procs[0]) if len(set(procs)) == 1 else "+".join(map(str, procs))
         age = costs.age_text(now - s.created_at)
-        table.add_row(s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, age, cost, spent)
+        row = (s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, age, cost, spent)
+        table.add_row(*row[:width])
     for d in damaged:
-        table.add_row(d.name, store.salvage(d.name).provider or "?", "damaged", "?", "?", "", "", "", "")
+        table.add_row(*(d.name, d.provider, "damaged", "?", "?", "", "", "", "")[:width])
     out.table(table)
     for d in damaged:
-        out.progress(f"{d.name}: {d}")
+        out.progress(f"{d.name}: {d.message}")
     return 0
 
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from ddpctl.infra.launch.supervise import OutputLine, RunResult
 
+from .failures import SecondaryTraces
 from .options import QUIET_META
 from .output_json import envelope
 from .repeats import RepeatedAgentLines
@@ -108,6 +109,7 @@ class Output:
         self.jobs = self.err if as_json else Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self._colours: dict[str, str] = {}
         self.repeats: RepeatedAgentLines | None = None  # `hide_repeats`: the terminal only
+        self.failures: SecondaryTraces | None = None  # `hide_repeats` too
         ctx = click.get_current_context(silent=True)
         self.quiet = bool(ctx and ctx.meta.get(QUIET_META))  # `ddpctl --quiet`
         #: what every command hands the library as its progress callback (lines, and live activity)
@@ -116,21 +118,33 @@ class Output:
 
     def hide_repeats(self, run_id: str) -> None:
         """From now on, an agent line that another node already showed while the run starts is not
-        printed again (``repeats.py``); ``end_lines`` says how many were not."""
+        printed again (``repeats.py``), nor a failure's secondary traces (``failures.py``);
+        ``end_lines`` says how many were not."""
         self.repeats = RepeatedAgentLines(run_id)
+        self.failures = SecondaryTraces(run_id)
 
     def line(self, line: OutputLine) -> None:
         """A job line as the run streams it (the sink behind ``output.log``, which keeps them all)."""
         show = self.repeats is None or self.repeats.take(line)
         self._repeats_note()
         if show:
-            self.log_line(line.node, line.rank, line.text)
+            for each in self.failures.take(line) if self.failures is not None else [line]:
+                self.log_line(each.node, each.rank, each.text)
 
     def end_lines(self) -> None:
         """The run's lines are over: what was not printed, said if not yet said."""
         if self.repeats is not None:
             self.repeats.end()
             self._repeats_note()
+        if self.failures is not None:
+            for each in self.failures.end():
+                if isinstance(each, str):
+                    self.jobs.print(Text(each, style="bold"))
+                else:
+                    self.log_line(each.node, each.rank, each.text)
+            note = self.failures.note()
+            if note:
+                self.jobs.print(Text(note, style="dim"))
 
     def _repeats_note(self) -> None:
         note = self.repeats.note() if self.repeats is not None else None

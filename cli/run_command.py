@@ -109,9 +109,10 @@ from .plans import print_cluster_plan, print_launch_plan
     "--all-lines",
     is_flag=True,
     envvar="DDPCTL_ALL_LINES",
-    help="Print every agent line (or $DDPCTL_ALL_LINES=1). By default the start-up lines that the nodes' agents "
-    "repeat word for word are printed once, from the first node, and counted; output.log and `ddpctl logs` "
-    "always have every line.",
+    help="Print every line (or $DDPCTL_ALL_LINES=1). By default the start-up lines that the nodes' agents "
+    "repeat word for word are printed once, from the first node, and a failure shows the first failing rank's "
+    "traceback, not the other ranks' and torchrun's (both counted); output.log and `ddpctl logs` always have "
+    "every line.",
 )
 @click.option(
     "--no-wait",

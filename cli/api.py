@@ -1,0 +1,475 @@
+"""ddpctl from Python (a script, a notebook): ``ddpctl.up``, ``run``, ``status``, ``runs``, ``logs``,
+``check``, ``down``.
+
+Each function is its command's code path (``infra/clusters.py``, ``run_prepare.py``,
+``run_execute.py``, ``logs.py``, ``run_records.py``, ``check.py``) and returns the typed values
+behind its ``--json`` document (``to_dict()`` gives that document's part). Errors are the CLI's:
+``UsageError`` (bad input, nothing created) and ``DdpctlError`` with the same one line. Ctrl-C (a
+notebook's "interrupt") stops a run as the CLI's does: every process of the run, the run's own
+cluster taken down, then ``KeyboardInterrupt``.
+
+Light to import: torch, boto3 and ansible load only when a function needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpctl.infra.check import CheckReport
+    from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.logs import LogLine
+    from ddpctl.infra.providers.base import LiveStatus
+    from ddpctl.infra.run_records import RunRecord
+    from ddpctl.infra.state import ClusterState, StateStore
+
+__all__ = [
+    "ClusterStatus",
+    "NodeOutcome",
+    "RunOutcome",
+    "check",
+    "down",
+    "logs",
+    "metrics",
+    "print_line",
+    "runs",
+    "status",
+    "up",
+]
+__all__ += ["run"]
+
+
+def print_progress(message: str) -> None:
+    """The default progress callback: the line on stderr, as the CLI prints it."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def print_line(line: OutputLine) -> None:
+    """The default job-line callback: ``[node1 r3] text`` on stdout, as ``ddpctl run`` prints it."""
+    label = f"[{line.node} r{line.rank}]" if line.rank is not None else f"[{line.node}]"
+    print(f"{label} {line.text}", flush=True)
+
+
+def _quiet(_: Any) -> None:
+    pass
+
+
+class _Terminal:
+    """``run``'s default: the lines as ``ddpctl run`` prints them (``print_line``), less the
+    repeated agent lines (``repeats.py``) and a failure's secondary traces (``failures.py``)."""
+
+    def __init__(self, run_id: str) -> None:
+        from .failures import SecondaryTraces
+        from .repeats import RepeatedAgentLines
+
+        self.repeats, self.traces = RepeatedAgentLines(run_id), SecondaryTraces(run_id)
+
+    def line(self, line: OutputLine) -> None:
+        show = self.repeats.take(line)
+        self._say(self.repeats.note())
+        for each in self.traces.take(line) if show else []:
+            print_line(each)
+
+    def end(self) -> None:
+        self.repeats.end()
+        self._say(self.repeats.note())
+        for each in self.traces.end():
+            self._say(each) if isinstance(each, str) else print_line(each)
+        self._say(self.traces.note())
+
+    @staticmethod
+    def _say(note: str | None) -> None:
+        if note:
+            print(note, flush=True)
+
+
+def _store(home: str | Path | None) -> StateStore:
+    from ddpctl.infra.state import StateStore
+
+    store = StateStore(Path(home)) if home is not None else StateStore()
+    store.check_home()
+    return store
+
+
+def _convert(kind: Any, value: Any, flag: str, sep: str = ",") -> Any:
+    """A value as the CLI's parameter type takes it (``2:3``, ``"2,1"``), checked as the CLI checks
+    its text and refused with the CLI's words."""
+    import click
+
+    from ddpctl.infra.errors import UsageError
+
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        value = sep.join(map(str, value))
+    elif isinstance(value, int):
+        value = str(value)
+    try:
+        return kind.convert(value, None, None)
+    except click.BadParameter as exc:
+        raise UsageError(f"Invalid value for {flag!r}: {exc.message}") from None
+
+
+# ---------------------------------------------------------------------------------------------- clusters
+
+
+def up(
+    nodes: int | None = None,
+    *,
+    provider: str = "local",
+    name: str = "default",
+    inventory: str | Path | None = None,
+    nproc_per_node: int | None = None,
+    port: int | None = None,
+    env: Sequence[str] = (),
+    playbook_vars: Sequence[str] = (),
+    python: str | None = None,
+    options: dict[str, Any] | None = None,
+    down_on_failure: bool = True,
+    yes: bool = False,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> ClusterState:
+    """``ddpctl up``: bring a cluster up and return its state (``status --json``'s cluster).
+
+    ``options`` are the provider's own (``region``, ``instance_type``, ``tags``...: the keys of
+    ``ddpctl.toml``'s ``[cluster]``); ``env``/``playbook_vars`` are ``KEY=VALUE`` strings. A billed
+    provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``progress=None``: quiet.
+    """
+    from ddpctl.infra import clusters, locks
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.spec import ClusterSpec, parse_env
+
+    progress = progress or _quiet
+    impl = get_provider(provider)
+    impl.check_up_flags(down_on_failure=down_on_failure)
+    kwargs = {"python": python} if python else {}
+    spec = ClusterSpec(
+        name=name,
+        provider=provider,
+        nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
+        nproc_per_node=nproc_per_node or 0,
+        port=port,
+        env=parse_env(tuple(env)),
+        inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=parse_env(tuple(playbook_vars), flag="--playbook-var"),
+        options=dict(options or {}),
+        **kwargs,
+    )
+    store = _store(home)
+    with locks.cluster(store, spec.name, "up"):
+        provider_impl, state = clusters.plan_up(spec, store)
+        if impl.billed and not yes:
+            cost = impl.hourly_cost(spec)
+            price = f", about ${cost:.2f}/h" if cost is not None else ""
+            raise UsageError(
+                f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`: "
+                "pass yes=True to confirm"
+            )
+        return clusters.up(provider_impl, state, store, progress, down_on_failure=down_on_failure)
+
+
+def down(
+    name: str | None = None,
+    *,
+    all: bool = False,  # the CLI's --all
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> list[str]:
+    """``ddpctl down``: take a cluster down (``name``, else the only one; ``all=True``: every one).
+    Returns the names taken down (``down --json``'s ``down``)."""
+    from ddpctl.infra import clusters
+    from ddpctl.infra.errors import UsageError
+
+    progress = progress or _quiet
+    store = _store(home)
+    if all and name:
+        raise UsageError(f"--all and --name {name} contradict: --all takes every cluster down; give one of them")
+    if all:
+        names = store.names()
+    else:
+        resolved = clusters.resolve_name(store, name)
+        names = [resolved] if resolved else []
+    if not names:
+        progress(f"no cluster is up under {store.home}: nothing to take down")
+    return [clusters.down(n, store, progress) for n in names]
+
+
+@dataclass
+class ClusterStatus:
+    """One cluster as ``ddpctl status`` shows it: its recorded state, what its provider says runs
+    now (``live``), or why its state file cannot be read (``damaged``)."""
+
+    name: str
+    provider: str
+    status: str  # up | creating | ... | damaged
+    state: ClusterState | None = None  # None: damaged
+    live: LiveStatus | None = None
+    damaged: str = ""  # why the state file cannot be read
+    message: str = ""  # a damaged one: the line that says what to do (`down`'s command)
+    readable: dict[str, Any] = field(default_factory=dict)  # what `down` can still read of a damaged one
+
+    @property
+    def nodes(self) -> list:
+        return list(self.state.nodes) if self.state is not None else []
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since ddpctl recorded the cluster (0 for a damaged one)."""
+        return time.time() - self.state.created_at if self.state is not None else 0.0
+
+    @property
+    def cost_so_far_usd(self) -> float | None:
+        """What it has cost so far at list price (None: not billed, or the price is not known)."""
+        if self.state is None or self.live is None:
+            return None
+        from ddpctl.infra import costs
+
+        return costs.so_far(self.live.cost_per_hour_usd, self.state.created_at, time.time())
+
+    def to_dict(self) -> dict[str, Any]:
+        """``status --json``'s entry for this cluster."""
+        if self.state is None:
+            return {"name": self.name, "status": "damaged", "damaged": self.damaged, "readable": self.readable}
+        from .output_json import iso
+
+        doc = {**self.state.to_dict(), "created_at": iso(self.state.created_at), "age_s": round(self.age_s)}
+        if self.live:
+            doc["live"] = self.live.to_dict()
+            doc["cost_so_far_usd"] = self.cost_so_far_usd
+        return doc
+
+
+def cluster_statuses(store: StateStore, name: str | None = None) -> list[ClusterStatus]:
+    """The clusters under the state home (or just ``name``), each with what its provider says runs
+    now; damaged state files last (what ``ddpctl status`` lists)."""
+    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.state import DamagedState
+
+    found, damaged = [], []
+    for each in [name] if name else store.names():
+        try:
+            state = store.load(each)
+        except DamagedState as exc:  # shown as such: `down` still cleans it up
+            salvage = store.salvage(exc.name)
+            damaged.append(
+                ClusterStatus(
+                    exc.name,
+                    salvage.provider or "?",
+                    "damaged",
+                    damaged=exc.reason,
+                    message=str(exc),
+                    readable=salvage.to_dict(),
+                )
+            )
+            continue
+        live = get_provider(state.spec.provider).status(state)
+        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live))
+    return found + damaged
+
+
+def status(name: str | None = None, *, home: str | Path | None = None) -> list[ClusterStatus]:
+    """``ddpctl status``: the clusters under the state home (or just ``name``)."""
+    return cluster_statuses(_store(home), name)
+
+
+def check(
+    name: str | None = None,
+    *,
+    port: int | None = None,
+    size_mb: float = 32,
+    bandwidth: bool = True,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> CheckReport:
+    """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
+    (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
+    from ddpctl.infra import clusters
+    from ddpctl.infra.check import run_check
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.providers import get_provider
+
+    if not 0.001 <= size_mb <= 8192:
+        raise UsageError(f"Invalid value for '--size-mb': {size_mb} is not in the range 0.001<=x<=8192.")
+    progress = progress or _quiet
+    state = clusters.load(_store(home), name)
+    provider = get_provider(state.spec.provider)
+    port = provider.rdzv_port(state, port)
+    targets, executor_for = provider.check_targets(state, progress)
+    return run_check(targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb)
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    node: str
+    exit_code: int | None
+    status: str  # ok | failed | stopped | lost
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What ``ddpctl.run`` returns: ``run --json``'s ``result``, and where the run's record is."""
+
+    run_id: str
+    exit_code: int  # 0 ok, 1 a node failed (130, interrupted, raises KeyboardInterrupt instead)
+    wall_s: float
+    nodes: tuple[NodeOutcome, ...]
+    failed_node: str | None
+    interrupted: bool
+    hint: str  # a failure's known cause, what it means and what to do ("" where none is known)
+    cause: str  # that cause's name, e.g. "rendezvous-timeout"
+    log: Path  # the run's output.log (`ddpctl logs RUN_ID`, `ddpctl.logs(run_id)`)
+    metrics: Path | None = None  # the run's metrics.jsonl, where the run wrote one
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def exit_codes(self) -> dict[str, int | None]:
+        """Each node's agent's exit code."""
+        return {n.node: n.exit_code for n in self.nodes}
+
+    def to_dict(self) -> dict[str, Any]:
+        """``run --json``'s ``result`` (and ``run.json``'s)."""
+        doc = asdict(self)
+        doc.pop("log"), doc.pop("metrics")
+        return {**doc, "nodes": list(doc["nodes"])}
+
+
+def run(
+    job: str,
+    *args: str,
+    nodes: int | str | tuple[int, int] | None = None,
+    nproc_per_node: int | str | tuple[int, ...] | None = None,
+    max_restarts: int | None = None,
+    name: str | None = None,
+    port: int | None = None,
+    run_id: str = "",
+    launcher: str | None = None,
+    snapshot_dir: str = "",
+    workdir: str | Path | None = None,
+    resume_from: str | None = None,
+    env: Sequence[str] = (),
+    env_files: Sequence[str | Path] = (),
+    python: str | None = None,
+    on_line: Callable[[OutputLine], None] | None = print_line,
+    progress: Callable[[str], None] | None = print_progress,
+    all_lines: bool = False,
+    home: str | Path | None = None,
+) -> RunOutcome:
+    """``ddpctl run JOB [-- ARGS]``: run a bundled job or a script on ``nodes`` nodes and wait for it.
+
+    ``args`` go to the job (``ddpctl run mnist -- --epochs 1`` is ``run("mnist", "--epochs", "1")``);
+    the other keywords are ``run``'s options (``nodes="2:3"``: elastic). Every line goes to the
+    run's ``output.log`` and to ``on_line`` (an ``OutputLine``: ``node``, ``rank``, ``text``; None:
+    quiet). The default prints them as ``ddpctl run`` does, ``[node1 r0] text`` on stdout: the
+    agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
+    every line). ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    the run and raises ``KeyboardInterrupt``.
+    """
+    from ddpctl.infra.run_execute import execute
+    from ddpctl.infra.run_prepare import prepare
+    from ddpctl.infra.run_records import RunOptions
+
+    from .options import NodeCount, NprocList, RunId
+
+    nodes = _convert(NodeCount(), nodes, "--nodes", sep=":")
+    nproc_per_node = _convert(NprocList(), nproc_per_node, "--nproc-per-node")
+    for flag, value in (("--run-id", run_id), ("--resume-from", resume_from)):
+        _convert(RunId(flag, allow_empty=True), value, flag)
+    min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
+    opts = RunOptions(
+        job=job,
+        args=tuple(args),
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        max_restarts=max_restarts,
+        name=name,
+        port=port,
+        run_id=run_id,
+        env=tuple(env),
+        env_files=tuple(str(Path(f).resolve()) for f in env_files),
+        python=python,
+        launcher=launcher,
+        min_nodes=min_nodes,
+        snapshot_dir=snapshot_dir,
+        resume_from=resume_from or "",
+        workdir=str(Path(workdir).resolve()) if workdir else "",
+    )
+    store = _store(home)
+    prep = prepare(opts, store)
+    terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
+    try:
+        result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
+    finally:
+        if terminal is not None:
+            terminal.end()
+    if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
+        raise KeyboardInterrupt
+    run_dir = store.run_dir(result.run_id)
+    metrics = run_dir / "metrics.jsonl"
+    return RunOutcome(
+        run_id=result.run_id,
+        exit_code=result.exit_code,
+        wall_s=result.wall_s,
+        nodes=tuple(NodeOutcome(n.node, n.exit_code, n.status) for n in result.nodes),
+        failed_node=result.failed_node,
+        interrupted=result.interrupted,
+        hint=result.hint,
+        cause=result.cause,
+        log=run_dir / "output.log",
+        metrics=metrics if metrics.is_file() else None,
+    )
+
+
+def runs(*, home: str | Path | None = None) -> list[RunRecord]:
+    """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
+    ``started`` in epoch seconds)."""
+    from ddpctl.infra.run_records import list_runs
+
+    return list_runs(_store(home))
+
+
+def logs(
+    run_id: str | None = None,
+    *,
+    node: str | None = None,
+    rank: int | None = None,
+    tail: int | None = None,
+    home: str | Path | None = None,
+) -> list[LogLine]:
+    """``ddpctl logs``: a run's lines from its ``output.log`` (default: the last run started),
+    filtered by node and rank, the last ``tail`` of them."""
+    from ddpctl.infra import logs as run_logs
+    from ddpctl.infra.errors import UsageError
+
+    from .options import RunId
+
+    if run_id is not None:
+        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    if tail is not None and tail < 0:
+        raise UsageError(f"Invalid value for '--tail': {tail} is not in the range 0<=x<=10000000.")
+    store = _store(home)
+    run_id, path = run_logs.log_path(store, run_id)
+    keep = run_logs.LogFilter(node, rank)
+    run_logs.check_filter(store, run_id, keep)
+    return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))
+
+
+def metrics(run_id: str, *, home: str | Path | None = None) -> list[dict[str, Any]]:
+    """A run's ``metrics.jsonl`` records (one dict a line), [] where the run wrote none."""
+    path = _store(home).run_dir(run_id) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
