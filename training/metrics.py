@@ -24,9 +24,13 @@ def metrics_path():
 
 def log_metrics(**values):
     """Append one line {"time": epoch seconds, **values} to metrics_path(); rank 0 only, others do nothing."""
+    write_line(metrics_path(), values)
+
+
+def write_line(path, values):
+    """Append {"time": epoch seconds, **values} to the file at path, on global rank 0 only."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    path = metrics_path()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps({"time": round(time.time(), 3), **values}) + "\n")

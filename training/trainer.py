@@ -20,7 +20,7 @@ gathered straight from the in-memory dataset.
 
 Metrics: at every log step and epoch end, rank 0 prints the loss and throughput and appends a JSON line
 (step, epoch, loss, accuracy where on_epoch_end returns one, samples/s, tokens/s, MFU, GPU memory) to
-metrics.jsonl in the snapshot folder (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
+metrics.jsonl beside the snapshot (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
 sync) on log steps only.
 """
 
@@ -35,9 +35,14 @@ import time
 
 import torch
 import torch.distributed as dist
-from metrics import log_metrics  # training/metrics.py: one JSON line per log step and epoch, rank 0 only
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+try:
+    import metrics  # training/metrics.py: one JSON line per log step and epoch, rank 0 only
+except ImportError:  # this file loaded by its path (the tests), its folder not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import metrics
 
 #: dense bf16/fp16 peak FLOP/s of one GPU, by a part of its name: MFU is reported on these
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "V100": 125e12}
@@ -235,6 +240,9 @@ class Trainer:
         self.epochs, self.max_steps, self.grad_clip = epochs, max_steps, grad_clip
         self.save_every, self.log_every, self.on_epoch_end = save_every, log_every, on_epoch_end
         self.snapshot_path, self.batch_size, self.flops_per_sample = snapshot_path, batch_size, flops_per_sample
+        # beside the snapshot (by default the run's folder, $DDPCTL_SNAPSHOT_DIR) where that is a local file
+        folder = "" if snapshot_path.startswith("s3://") else os.path.dirname(snapshot_path)
+        self.metrics_path = os.path.join(folder, "metrics.jsonl") if folder else metrics.metrics_path()
         self.speed = speed = resolve_speed(speed or SpeedConfig(), device, dataset)
         if speed.tf32:
             torch.set_float32_matmul_precision("high")
@@ -338,7 +346,7 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         self.model.train()
         self._mark = self._epoch_start = (time.perf_counter(), self.step)  # (when, step): throughput since then
-        total, batches = torch.zeros((), device=self.device), 0
+        total, batches, targets = torch.zeros((), device=self.device), 0, None
         for source, targets in self.loader:
             source = source.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -371,14 +379,14 @@ class Trainer:
         if self.step > step0 and now > then:
             samples = (self.step - step0) * self.batch_size * dist.get_world_size() / (now - then)
             values["samples_per_s"] = round(samples, 1)
-            if targets.dim() > 1:  # a sequence per sample: its targets are tokens
+            if targets is not None and targets.dim() > 1:  # a sequence per sample: its targets are tokens
                 values["tokens_per_s"] = round(samples * targets[0].numel(), 1)
             if self.flops_per_sample and self.peak_flops:
                 values["mfu"] = round(samples * self.flops_per_sample / dist.get_world_size() / self.peak_flops, 4)
         if self.device.type == "cuda":
             values["gpu_mem_gb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2)
         values = {"kind": kind, "step": self.step, "epoch": epoch, **values}
-        log_metrics(**values)
+        metrics.write_line(self.metrics_path, values)
         return values
 
     def _save_snapshot(self):
