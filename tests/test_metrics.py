@@ -4,6 +4,7 @@ run's record, read back by `ddpctl metrics` (table, --json, --png) and summarise
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def test_mnist_run_writes_metrics_that_metrics_and_runs_read_back(home: Path, tm
 
     (run,) = json.loads(ddpctl("runs", "--json").stdout)["runs"]
     assert run["duration_s"] > 0 and run["loss"] == epoch["loss"] and run["accuracy"] == epoch["accuracy"]
-    listing = ddpctl("runs").stdout
+    listing = ddpctl("runs", env={**os.environ, "COLUMNS": "200"}).stdout  # a wide table: unwrapped
     assert f"{epoch['accuracy']:.2f}%" in listing and "duration" in listing
 
 
