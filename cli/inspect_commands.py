@@ -105,16 +105,20 @@ def runs(as_json) -> int:
         out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
         return 0
     table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
-    for col in ("run id", "job", "nodes", "cluster", "started", "duration", "result", "loss", "accuracy", "kept"):
-        table.add_column(col)
+    # duration, loss and accuracy only where a run has one: the table stays narrow without them
+    extra = [c for c in ("duration_s", "loss", "accuracy") if any(getattr(r, c) is not None for r in records)]
+    for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
+        table.add_column(col.removesuffix("_s"), min_width=10 if col == "result" else None)
     for r in records:
         result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
-        duration = "" if r.duration_s is None else _duration(r.duration_s)
-        loss = "" if r.loss is None else f"{r.loss:.4g}"
-        accuracy = "" if r.accuracy is None else f"{r.accuracy:.2f}%"
+        shown = {
+            "duration_s": "" if r.duration_s is None else _duration(r.duration_s),
+            "loss": "" if r.loss is None else f"{r.loss:.4g}",
+            "accuracy": "" if r.accuracy is None else f"{r.accuracy:.2f}%",
+        }
         kept = "outputs/" if r.outputs else ""
-        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, duration, result, loss, accuracy, kept)
+        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, *(shown[c] for c in extra), result, kept)
     out.table(table)
     return 0
 
