@@ -1,11 +1,11 @@
 """The commands that look at what is there: ``status`` (the clusters), ``runs`` (the recorded runs),
-``check`` (the links between a cluster's nodes)."""
+``metrics`` (a run's metric lines), ``check`` (the links between a cluster's nodes)."""
 
 from __future__ import annotations
 
 import click
 
-from .options import EXIT_CODES, FiniteFloatRange, json_option, name_option, open_store, port_option
+from .options import EXIT_CODES, FiniteFloatRange, RunId, json_option, name_option, open_store, port_option
 
 
 @click.command(epilog=EXIT_CODES)
@@ -82,6 +82,7 @@ def runs(as_json) -> int:
     unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
     in RUNS_DIR/<run id>/output.log; a run on a cluster brought up for it keeps its snapshot folder
     in RUNS_DIR/<run id>/outputs ("kept"), which `ddpctl run JOB --resume-from RUN_ID` starts from.
+    Duration is how long the job ran; loss and accuracy are the last in its metrics (`ddpctl metrics`).
     """
     import time
 
@@ -104,12 +105,95 @@ def runs(as_json) -> int:
         out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
         return 0
     table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
-    for col in ("run id", "job", "nodes", "cluster", "started", "result", "kept"):
-        table.add_column(col)
+    # duration, loss and accuracy only where a run has one: the table stays narrow without them
+    extra = [c for c in ("duration_s", "loss", "accuracy") if any(getattr(r, c) is not None for r in records)]
+    for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
+        table.add_column(col.removesuffix("_s"), min_width=10 if col == "result" else None)
     for r in records:
         result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
-        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, result, "outputs/" if r.outputs else "")
+        shown = {
+            "duration_s": "" if r.duration_s is None else _duration(r.duration_s),
+            "loss": "" if r.loss is None else f"{r.loss:.4g}",
+            "accuracy": "" if r.accuracy is None else f"{r.accuracy:.2f}%",
+        }
+        kept = "outputs/" if r.outputs else ""
+        table.add_row(r.run_id, r.job, str(r.nodes), r.cluster, started, *(shown[c] for c in extra), result, kept)
+    out.table(table)
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    """12 s, 3m05s, 2h07m"""
+    s = round(seconds)
+    return f"{s} s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("run_id", type=RunId("RUN_ID"), required=False)
+@click.option(
+    "--last",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    metavar="N",
+    help="The table's last N step lines (0: all); every epoch line is shown.",
+)
+@click.option(
+    "--png",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    metavar="FILE",
+    help="Also draw loss (and accuracy) and throughput against steps into FILE (needs matplotlib).",
+)
+@json_option
+def metrics(run_id, last, png, as_json) -> int:
+    """Show a run's metric lines (default: the last run started): loss, held-out accuracy, samples/s,
+    tokens/s, MFU and GPU memory per log step and epoch, as the bundled jobs write them (a script of
+    your own: training/metrics.py's log_metrics). They are in RUNS_DIR/<run id>/metrics.jsonl once the run ends.
+
+    \b
+    Examples:
+      ddpctl metrics                       # the last run's
+      ddpctl metrics r3f2a9c1d0e --png curves.png
+      ddpctl metrics --json | jq '.lines[-1].loss'
+    """
+    from rich.table import Table
+
+    from ddpctl.infra import metrics as run_metrics
+    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.logs import log_path
+
+    from .output import Output
+
+    out = Output(as_json)
+    store = open_store()
+    run_id, _ = log_path(store, run_id)
+    path = store.run_dir(run_id) / run_metrics.FILE
+    lines = run_metrics.read(store.run_dir(run_id))
+    if png:
+        if not lines:
+            raise DdpctlError(f"run {run_id} has no metrics ({path}): nothing to draw")
+        run_metrics.plot(lines, png, title=f"run {run_id}")
+        out.progress(f"run {run_id}: curves drawn in {png}")
+    if as_json:
+        out.document(
+            {"ok": True, "run_id": run_id, "file": str(path), "summary": run_metrics.summary(lines), "lines": lines}
+        )
+        return 0
+    if not lines:
+        out.progress(
+            f"run {run_id} has no metrics ({path}): the bundled jobs write them, a script of yours through "
+            "training/metrics.py's log_metrics"
+        )
+        return 0
+    rows = run_metrics.shown(lines, last)
+    columns = [k for k in run_metrics.COLUMNS if any(k in doc for doc in rows)]
+    table = Table(title=f"run {run_id}: {path}", title_justify="left")
+    for key in columns:
+        table.add_column(run_metrics.COLUMNS[key], justify="left" if key == "kind" else "right")
+    for doc in rows:
+        table.add_row(*(run_metrics.cell(key, doc.get(key)) for key in columns))
     out.table(table)
     return 0
 

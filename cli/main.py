@@ -130,6 +130,7 @@ for command in (
     cluster_commands.down,
     run_command.run,
     inspect_commands.runs,
+    inspect_commands.metrics,
     inspect_commands.check,
     access_commands.ssh,
     access_commands.logs,

@@ -1,5 +1,5 @@
 """Executing a prepared run: bring up the cluster if the run owns it, record the run, run the
-plan with the cluster's executor (or Slurm's), keep its outputs, take the cluster down again.
+plan with the cluster's executor (or Slurm's), keep its outputs and metric lines, take the cluster down again.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import clusters, locks
+from . import clusters, locks, metrics
 from .jobs import resolve_job
 from .launch.sbatch import SbatchPlan
 from .launch.slurm import SlurmExecutor
@@ -124,6 +124,10 @@ def _execute(
             else:
                 result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
+        try:  # before a cluster brought up for this run goes
+            metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)
+        except Exception as exc:  # an unreachable head node: the run's result still counts
+            progress(f"warning: could not bring the run's {metrics.FILE} into {run_dir}: {exc}")
         if prep.ephemeral:
             try:
                 if prep.provider.keep_outputs(prep.cluster, prep.run, run_dir / OUTPUTS):

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import locks
+from . import locks, metrics
 from .errors import UsageError
 from .state import StateStore
 
@@ -62,6 +62,9 @@ class RunRecord:
     started: float  # epoch seconds
     result: str  # succeeded | failed (exit N) | interrupted | unfinished (ddpctl stopped before the end)
     outputs: str = ""  # where what the run wrote was kept when its cluster went ("": nothing kept)
+    duration_s: float | None = None  # how long the job ran (None: no end recorded)
+    loss: float | None = None  # the last loss and held-out accuracy of its metrics.jsonl (None: none given)
+    accuracy: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,11 +99,11 @@ def list_runs(store: StateStore) -> list[RunRecord]:
             )
             continue
         result = "running" if locks.run_alive(store, run_dir.name) else "unfinished"
-        done = path.with_name("run.json")
+        done, duration = path.with_name("run.json"), None
         if done.is_file():
             try:
                 outcome = json.loads(done.read_text())["result"]
-                code = outcome.get("exit_code")
+                code, duration = outcome.get("exit_code"), outcome.get("wall_s")
                 result = (
                     "interrupted"
                     if outcome.get("interrupted")
@@ -112,7 +115,21 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 result = f"damaged (run.json: {_reason(exc)})"
         nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
         kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
-        records.append(RunRecord(run_dir.name, opts.job, nodes, doc.get("cluster", "?"), _mtime(path), result, kept))
+        last = metrics.summary(metrics.read(run_dir, tail=1 << 20))  # a long run's file: its end will do
+        records.append(
+            RunRecord(
+                run_dir.name,
+                opts.job,
+                nodes,
+                doc.get("cluster", "?"),
+                _mtime(path),
+                result,
+                kept,
+                round(duration, 1) if isinstance(duration, (int, float)) else None,
+                last["loss"],
+                last["accuracy"],
+            )
+        )
     return sorted(records, key=lambda r: r.started)
 
 

@@ -16,7 +16,7 @@ from tests.support.cli import ddpctl, tree
 HEAVY = ("torch", "boto3", "botocore", "ansible", "fabric", "paramiko")
 
 
-@pytest.mark.parametrize("command", [[], ["up"], ["run"], ["status"], ["down"], ["configure"]])
+@pytest.mark.parametrize("command", [[], ["up"], ["run"], ["status"], ["down"], ["configure"], ["runs"], ["metrics"]])
 def test_help_imports_nothing_heavy(command: list[str]) -> None:
     code = (
         "import sys\n"

@@ -77,7 +77,7 @@ def train(data, snapshot, speed, *, epochs, capsys, model=None):
     )
     t.train()
     out = capsys.readouterr().out
-    return model, [float(x) for x in re.findall(r"^step \d+ \| loss (\d+\.\d{4})$", out, re.M)], out
+    return model, [float(x) for x in re.findall(r"^step \d+ \| loss (\d+\.\d{4})(?: \||$)", out, re.M)], out
 
 
 @pytest.mark.parametrize("make", ["tensors", "chars"])

@@ -17,6 +17,11 @@ autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compi
 training set kept on the GPU with batches gathered there (in DistributedSampler's order), and
 channels-last image batches. On the CPU the defaults give the plain fp32 eager path, with batches
 gathered straight from the in-memory dataset.
+
+Metrics: at every log step and epoch end, rank 0 prints the loss and throughput and appends a JSON line
+(step, epoch, loss, accuracy where on_epoch_end returns one, samples/s, tokens/s, MFU, GPU memory) to
+metrics.jsonl beside the snapshot (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
+sync) on log steps only.
 """
 
 import argparse
@@ -32,6 +37,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+try:
+    import metrics  # training/metrics.py: one JSON line per log step and epoch, rank 0 only
+except ImportError:  # this file loaded by its path (the tests), its folder not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import metrics
+
+#: dense bf16/fp16 peak FLOP/s of one GPU, by a part of its name: MFU is reported on these
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "V100": 125e12}
 
 
 def ddp_setup(device_type=None) -> torch.device:
@@ -219,12 +233,16 @@ class Trainer:
         log_every=0,
         on_epoch_end=None,
         speed=None,
+        flops_per_sample=0.0,
     ):
         self.rank, self.device = dist.get_rank(), device
         self.optimizer, self.scheduler, self.loss_fn = optimizer, scheduler, loss_fn
         self.epochs, self.max_steps, self.grad_clip = epochs, max_steps, grad_clip
         self.save_every, self.log_every, self.on_epoch_end = save_every, log_every, on_epoch_end
-        self.snapshot_path = snapshot_path
+        self.snapshot_path, self.batch_size, self.flops_per_sample = snapshot_path, batch_size, flops_per_sample
+        # beside the snapshot (by default the run's folder, $DDPCTL_SNAPSHOT_DIR) where that is a local file
+        folder = "" if snapshot_path.startswith("s3://") else os.path.dirname(snapshot_path)
+        self.metrics_path = os.path.join(folder, "metrics.jsonl") if folder else metrics.metrics_path()
         self.speed = speed = resolve_speed(speed or SpeedConfig(), device, dataset)
         if speed.tf32:
             torch.set_float32_matmul_precision("high")
@@ -245,6 +263,9 @@ class Trainer:
                 persistent_workers=speed.workers > 0,
             )
         self.epochs_run, self.step = 0, 0
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+        peak = next((flops for part, flops in PEAK_FLOPS.items() if part in name), 0.0)
+        self.peak_flops = peak if speed.precision in ("bf16", "fp16") else 0.0
         self.raw_model = model.to(device)  # uncompiled, unwrapped: what snapshots hold (no "_orig_mod." keys)
         if speed.channels_last:
             self.raw_model.to(memory_format=torch.channels_last)
@@ -324,7 +345,8 @@ class Trainer:
         """Train one epoch (or until max_steps); return the mean training loss over all ranks."""
         self.sampler.set_epoch(epoch)
         self.model.train()
-        total, batches = torch.zeros((), device=self.device), 0
+        self._mark = self._epoch_start = (time.perf_counter(), self.step)  # (when, step): throughput since then
+        total, batches, targets = torch.zeros((), device=self.device), 0, None
         for source, targets in self.loader:
             source = source.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -333,15 +355,39 @@ class Trainer:
             first = self.speed.compile and self.compile_seconds is None
             loss = (self._timed_first_batch if first else self._run_batch)(source, targets)
             total, batches, self.step = total + loss, batches + 1, self.step + 1
+            if first:
+                self._mark = self._epoch_start = (time.perf_counter(), self.step)  # throughput without the compile
             if self.rank == 0 and self.log_every and (self.step == 1 or self.step % self.log_every == 0):
-                print(f"step {self.step} | loss {loss.item():.4f}", flush=True)
+                loss = loss.item()  # the GPU sync: the time since the mark is the steps' own
+                m = self._metrics("step", epoch + 1, targets, self._mark, loss=round(loss, 4))
+                self._mark = (time.perf_counter(), self.step)
+                print(f"step {self.step} | loss {m['loss']:.4f}{_speed(m)}", flush=True)
             if self.max_steps and self.step >= self.max_steps:
                 break
         if batches == len(self.loader):
             self.epochs_run = epoch + 1
         stats = torch.stack([total, torch.tensor(float(batches), device=self.device)])
         dist.all_reduce(stats)
-        return (stats[0] / stats[1].clamp(min=1)).item()
+        mean = (stats[0] / stats[1].clamp(min=1)).item()
+        self._epoch_end, self._last_targets = time.perf_counter(), targets
+        return mean
+
+    def _metrics(self, kind, epoch, targets, since, now=None, **values):
+        """values, the throughput from since (when, step) to now (after a GPU sync), and GPU memory:
+        appended to metrics.jsonl and returned for the loss line. Rank 0 only."""
+        (then, step0), now = since, now or time.perf_counter()
+        if self.step > step0 and now > then:
+            samples = (self.step - step0) * self.batch_size * dist.get_world_size() / (now - then)
+            values["samples_per_s"] = round(samples, 1)
+            if targets is not None and targets.dim() > 1:  # a sequence per sample: its targets are tokens
+                values["tokens_per_s"] = round(samples * targets[0].numel(), 1)
+            if self.flops_per_sample and self.peak_flops:
+                values["mfu"] = round(samples * self.flops_per_sample / dist.get_world_size() / self.peak_flops, 4)
+        if self.device.type == "cuda":
+            values["gpu_mem_gb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2)
+        values = {"kind": kind, "step": self.step, "epoch": epoch, **values}
+        metrics.write_line(self.metrics_path, values)
+        return values
 
     def _save_snapshot(self):
         self._saved_at = (self.epochs_run, self.step)
@@ -371,9 +417,19 @@ class Trainer:
                 break
             if self.scheduler is not None:
                 self.scheduler.step()
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(self.epochs_run, loss)
+            extra = self.on_epoch_end(self.epochs_run, loss) if self.on_epoch_end is not None else None
+            if self.rank == 0:  # the epoch's line: its mean loss, what on_epoch_end returned (e.g. accuracy)
+                since, now, targets = self._epoch_start, self._epoch_end, self._last_targets
+                self._metrics("epoch", self.epochs_run, targets, since, now, loss=round(loss, 4), **(extra or {}))
             if self.save_every and self.epochs_run % self.save_every == 0:
                 self._save_snapshot()
         if self._saved_at != (self.epochs_run, self.step):
             self._save_snapshot()
+
+
+def _speed(m):
+    """| 1,234 samples/s | 56.7k tokens/s | MFU 41.0% (what the metrics line has)"""
+    parts = [f"{m['samples_per_s']:,.0f} samples/s"] if "samples_per_s" in m else []
+    parts += [f"{m['tokens_per_s'] / 1e3:,.1f}k tokens/s"] if "tokens_per_s" in m else []
+    parts += [f"MFU {100 * m['mfu']:.1f}%"] if "mfu" in m else []
+    return "".join(f" | {p}" for p in parts)

@@ -70,6 +70,13 @@ def make_optimizer(model, cfg, fused=False):
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused or None)
 
 
+def flops_per_sample(model, gpt_cfg):
+    """Training FLOPs of one sequence (forward and backward): 6 per parameter per token plus attention,
+    as nanoGPT's estimate_mfu counts them (the Trainer turns it into MFU on GPUs whose peak it knows)."""
+    n, t = sum(p.numel() for p in model.parameters()), gpt_cfg.block_size
+    return (6 * n + 12 * gpt_cfg.n_layer * gpt_cfg.n_embd * t) * t
+
+
 def lm_loss(logits, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -105,6 +112,7 @@ def main():
         grad_clip=cfg.grad_clip,
         log_every=cfg.log_every,
         snapshot_path=cfg.snapshot_path or default_snapshot_path("mingpt"),
+        flops_per_sample=flops_per_sample(model, gpt_cfg),
     )
     trainer.train()
 
