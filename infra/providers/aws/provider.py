@@ -168,6 +168,7 @@ class AwsProvider(Provider):
             if persisted:
                 store.save(state)
             again = f"ddpctl down --name {name}" + ("" if persisted else f" --region {region}")
+            again += f" --home-id {store.acting_for}" if store.acting_for and not persisted else ""
             raise DdpctlError(
                 f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `{again}` again"
             )
