@@ -166,9 +166,16 @@ def up(
     help="Which provider made a cluster whose state file is lost (with --region: aws, the default, or pcluster) "
     "or damaged (where the file no longer says).",
 )
+@click.option(
+    "--home-id",
+    default=None,
+    metavar="ID",
+    help="With --name and --region: the resources of the state home with this id (as a refusal names it), "
+    "where that home itself is lost. [default: this home's own]",
+)
 @yes_option
 @json_option
-def down(name, all_, region, lost_provider, yes, as_json) -> int:
+def down(name, all_, region, lost_provider, home_id, yes, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
 
     Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
@@ -180,6 +187,7 @@ def down(name, all_, region, lost_provider, yes, as_json) -> int:
     """
     from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.state import StateStore
 
     from .output import Output
 
@@ -189,6 +197,9 @@ def down(name, all_, region, lost_provider, yes, as_json) -> int:
         raise UsageError(f"--all and --name {name} contradict: --all takes every cluster down; give one of them")
     if (region is not None or lost_provider) and (not name or all_):
         raise UsageError("--region and --provider are for one cluster whose state is lost or damaged: give --name")
+    if home_id is not None:
+        check_home_id(home_id, store, lost=region is not None and not store.exists(name or ""))
+        store = StateStore(store.home, acting_for=home_id)
     if not store.exists(name or ""):
         if region is not None:
             from ddpctl.infra.providers import get_provider
@@ -213,6 +224,22 @@ def down(name, all_, region, lost_provider, yes, as_json) -> int:
     if as_json:
         out.document({"ok": True, "down": downed})
     return 0
+
+
+def check_home_id(home_id: str, store, *, lost: bool) -> None:
+    """``down --home-id``: a state home's id, for a cluster no state file here records."""
+    import re
+
+    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.state import HOME_ID_PATTERN
+
+    if not lost:
+        raise UsageError(
+            "--home-id is for a cluster whose state file is lost: give --name and --region of a cluster "
+            f"no state file under {store.home} records"
+        )
+    if not re.fullmatch(HOME_ID_PATTERN, home_id):
+        raise UsageError(f"--home-id {home_id!r} is not a state home's id: 16 hex digits, as a refusal names it")
 
 
 @click.command(epilog=EXIT_CODES)

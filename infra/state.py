@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -32,6 +33,9 @@ from .spec import ClusterSpec
 STATE_VERSION = 4
 #: A temp file of an interrupted write (``atomic_write``) this old is left over, not being written.
 STALE_TMP_S = 60.0
+#: The state home's own id (``StateStore.home_id``), in this file under the home.
+HOME_ID_FILE = "home-id"
+HOME_ID_PATTERN = r"[0-9a-f]{16}"
 
 
 class DamagedState(DdpctlError):
@@ -172,8 +176,10 @@ class StateStore:
     as given made ``down`` delete a folder of that name under the current directory).
     """
 
-    def __init__(self, home: Path | None = None) -> None:
+    def __init__(self, home: Path | None = None, *, acting_for: str = "") -> None:
         self.home = Path(os.path.abspath(Path(home) if home is not None else default_home()))
+        #: another state home's id this store answers ``home_id`` with: ``down --home-id`` of a lost home
+        self.acting_for = acting_for
 
     def check_home(self) -> None:
         """A state home that exists must be a directory (a file there is one line, not "no cluster")."""
@@ -199,6 +205,51 @@ class StateStore:
             return False
         shutil.rmtree(path, ignore_errors=True)
         return True
+
+    @property
+    def home_id_path(self) -> Path:
+        return self.home / HOME_ID_FILE
+
+    def home_id(self) -> str:
+        """This state home's id ("": none made yet, as in a home whose clusters an older ddpctl made).
+        Cloud resources carry it as a tag (aws: ``ddpctl:home``), so that ``down`` from this home
+        deletes only what this home made, never a same-named cluster of another home."""
+        if self.acting_for:
+            return self.acting_for
+        try:
+            text = self.home_id_path.read_text().strip()
+        except FileNotFoundError:
+            return ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DdpctlError(f"the state home's id {self.home_id_path} cannot be read ({exc})") from None
+        if not re.fullmatch(HOME_ID_PATTERN, text):
+            raise DdpctlError(
+                f"the state home's id {self.home_id_path} is damaged (not 16 hex digits): put back the id of "
+                "this home (it tags the cloud resources it made), or remove the file if this home made none"
+            )
+        return text
+
+    def make_home_id(self) -> str:
+        """This home's id, made once (random) if it has none: written whole to a temp file, then linked
+        into place, which only one of two racing commands can do (the other reads the winner's)."""
+        found = self.home_id()
+        if found:
+            return found
+        self.check_writable()
+        self.private_dirs()
+        fd, tmp = tempfile.mkstemp(dir=self.home, prefix=f".{HOME_ID_FILE}.", suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(8) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, self.home_id_path)  # fails if it exists (as O_EXCL would), never half-written
+            except FileExistsError:
+                pass
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return self.home_id()
 
     @property
     def clusters_dir(self) -> Path:

@@ -539,19 +539,41 @@ def test_crash_after_each_step_then_down_leaves_nothing(aws: Env, step: str) -> 
 def test_lost_state_file_down_by_name_and_region(aws: Env) -> None:
     assert aws.run(*UP, "--nodes", "2", fault="after:instances").returncode == -signal.SIGKILL
     assert aws.added()["instances"]
-    import shutil
 
-    shutil.rmtree(aws.home)  # the whole state home is gone
+    (aws.home / "clusters" / "c1.json").unlink()  # the state file is lost
     again = aws.run(*UP, "--nodes", "2")
     assert again.returncode == 1
-    assert f"ddpctl down --name c1 --region {REGION}" in only_line(again)  # leftovers are refused, with the fix
+    assert f"ddpctl down --name c1 --region {REGION}`" in only_line(again)  # leftovers are refused, with the fix
+    assert "already run in us-east-1 and no state file records them" in only_line(again)
     aws.ok("down", "--name", "c1", "--region", REGION)
     aws.assert_clean()
     aws.ok("down", "--name", "c1", "--region", REGION)  # nothing left: still fine
 
 
+def test_lost_state_home_down_by_its_home_id(aws: Env) -> None:
+    """The whole state home is lost, its id with it: the cluster it made is another home's now. `up`
+    names that home's id and the command that takes the cluster down; `down --region` alone leaves
+    it (as it would a living home's), `--home-id` deletes it."""
+    assert aws.run(*UP, "--nodes", "2", fault="after:instances").returncode == -signal.SIGKILL
+    lost = (aws.home / "home-id").read_text().strip()
+    import shutil
+
+    shutil.rmtree(aws.home)
+    again = aws.run(*UP, "--nodes", "2")
+    assert again.returncode == 1
+    fix = f"ddpctl down --name c1 --region {REGION} --home-id {lost}"
+    assert f"belongs to another state home (home id {lost};" in only_line(again) and f"`{fix}`" in only_line(again)
+    left = aws.ok("down", "--name", "c1", "--region", REGION)
+    assert f"left alone: 7 resource(s) of a cluster 'c1' in {REGION} that another state home made" in left.stderr
+    assert len(aws.added()["instances"]) == 2
+    wrong = aws.run("down", "--name", "c1", "--home-id", lost)
+    assert wrong.returncode == 2 and "--home-id is for a cluster whose state file is lost" in only_line(wrong)
+    aws.ok(*fix.split()[1:])
+    aws.assert_clean()
+
+
 def test_interrupt_stops_creating_and_says_how_to_clean(aws: Env) -> None:
-    result = aws.run(*UP, "--nodes", "2", fault="interrupt-after:key-pair")
+    result = aws.run(*UP, "--nodes", "2", fault="interrupt-after:security-group")
     assert result.returncode == 130, result.stderr
     assert "ddpctl down --name c1" in result.stderr and error_line(result) == "Error: interrupted"
     added = aws.added()

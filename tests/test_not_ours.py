@@ -81,6 +81,27 @@ CASES = [
         "--tag team is given twice",
         False,
     ),
+    (
+        "--ssh-cidr ::/0 into ddpctl's VPC",
+        ["up", "--provider", "aws", "--dry-run", "--ssh-cidr", "::/0"],
+        {},
+        "--ssh-cidr ::/0 is IPv6 and the VPC ddpctl makes has no IPv6",
+        False,
+    ),
+    (
+        "--ssh-cidr IPv6 address into ddpctl's VPC",
+        ["up", "--provider", "aws", "--yes", "--ssh-cidr", "2001:db8::7"],
+        {},
+        "--ssh-cidr 2001:db8::7 is IPv6 and the VPC ddpctl makes has no IPv6",
+        False,
+    ),
+    (
+        "--ssh-cidr ::/0 into ParallelCluster's VPC",
+        ["up", "--provider", "pcluster", "--dry-run", "--ssh-cidr", "::/0"],
+        {},
+        "--ssh-cidr ::/0 is IPv6 and the VPC ddpctl makes has no IPv6",
+        False,
+    ),
     ("logs --tail overflow", ["logs", "--tail", "9223372036854775808"], {}, "--tail", False),
     ("logs --rank 99", ["logs", TAKEN, "--rank", "99"], {}, f"run {TAKEN!r} had ranks 0-1, not 99", True),
     (

@@ -157,15 +157,16 @@ def test_plan_reuses_the_aws_network_plan() -> None:
     assert [r.kind for r in plan.resources()] == [
         "dir",
         "key-file",
+        "key-pair",  # first in AWS: it holds the cluster's name in the region
         "vpc",
         "internet-gateway",
         "route",
         "subnet",
-        "key-pair",
         "config",
         "cluster",
     ]
     assert plan.pcluster_name == "ddpctl-c1" and plan.aws.unique_name == "ddpctl-c1-abc123"
+    assert plan.aws.key_pair_name == "ddpctl-c1"
     assert plan.hourly_usd == pytest.approx(2 * 3.06 + 0.0832)
     given = _plan(subnet_id="subnet-0123456789abcdef0")
     assert [r.kind for r in given.resources()] == ["dir", "key-file", "key-pair", "config", "cluster"]
@@ -878,14 +879,21 @@ def test_lost_state_file_down_by_name_and_region(pc: PcEnv, cdk: None) -> None:
         "--no-down-on-failure",
     )
     assert up.returncode == 1 and pc.stacks().get("ddpctl-c1") == "CREATE_IN_PROGRESS", up.stderr
+    lost = ("--home-id", (pc.home / "home-id").read_text().strip())  # the lost home's id: its cluster's tag
     shutil.rmtree(pc.home)
     assert pc.run("down", "--provider", "pcluster").returncode == 2  # only with --name and --region
-    as_aws = pc.run("down", "--name", "c1", "--region", REGION)  # the aws provider's sweep would hit a network in use
+    # the aws provider's sweep would hit a network in use
+    as_aws = pc.run("down", "--name", "c1", "--region", REGION, *lost)
     assert as_aws.returncode == 2 and as_aws.stderr.strip().splitlines()[-1] == (
         f"Error: 'c1' in {REGION} is a ParallelCluster (ddpctl-c1): run `ddpctl down --name c1 --region {REGION} --provider pcluster`"
     )
     assert pc.stacks()["ddpctl-c1"] == "CREATE_IN_PROGRESS" and pc.added()["vpcs"]  # nothing was touched
-    down = pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster")
+    # without the lost home's id, the cluster is another state home's: left alone, stack and network
+    left = pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster")
+    assert f"ddpctl-c1 in {REGION} belongs to another state home (home id {lost[1]}): left alone" in left.stderr
+    assert "left alone: 4 resource(s) of a cluster 'c1'" in left.stderr, left.stderr
+    assert pc.stacks()["ddpctl-c1"] == "CREATE_IN_PROGRESS" and pc.added()["vpcs"]
+    down = pc.ok("down", "--name", "c1", "--region", REGION, "--provider", "pcluster", *lost)
     assert "no state file for 'c1': looking for ParallelCluster ddpctl-c1" in down.stderr
     assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr, down.stderr
     assert pc.stacks()["ddpctl-c1"] == "DELETE_COMPLETE"

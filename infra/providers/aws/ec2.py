@@ -19,7 +19,7 @@ from ...errors import UsageError
 from . import boto, faults, pricing
 from .errors import CREDENTIAL_CODES, code_of, is_unsupported, message_of
 from .images import ImageSource
-from .plan import CREATED_BY, TAG_CLUSTER, TAG_CREATED_BY
+from .plan import CREATED_BY, TAG_CLUSTER, TAG_CREATED_BY, TAG_HOME
 
 #: Called with every botocore client ddpctl makes (the benchmark counts API calls this way).
 CLIENT_HOOKS: list[Callable[[Any], None]] = []
@@ -38,6 +38,70 @@ class Tagged:
     subnets: list[str] = field(default_factory=list)
     internet_gateways: dict[str, list[str]] = field(default_factory=dict)  # id -> attached VPCs
     vpcs: list[str] = field(default_factory=list)
+    #: each one's ddpctl:home tag (the state home that made it; "": made by an older ddpctl)
+    homes: dict[str, str] = field(default_factory=dict)
+    #: what ``owned_by`` left out: each resource with the home that made it
+    foreign: dict[str, str] = field(default_factory=dict)
+
+    def owned_by(self, home_id: str) -> Tagged:
+        """What of these the state home ``home_id`` may delete; the rest in ``foreign``.
+
+        A resource tagged with another home's id is that home's. One with no home tag was made by a
+        ddpctl older than the tag, in this home or another, which cannot be told: it counts as this
+        home's while no other home has resources of the same cluster name (as before the tag, when
+        a name was one cluster in a region), and is left alone where one has, so that an old cluster
+        never takes a new one with it. (What this home's state file records is its own either way:
+        ``down`` adds the recorded ids.)
+        """
+        foreign = {i: h for i, h in self.homes.items() if h and h != home_id}
+
+        def mine(ident: str) -> bool:
+            tag = self.homes.get(ident, "")
+            return tag == home_id if tag else not foreign
+
+        def keep(ids: list[str]) -> list[str]:
+            return [i for i in ids if mine(i)]
+
+        return Tagged(
+            instances=keep(self.instances),
+            security_groups=keep(self.security_groups),
+            key_pairs=keep(self.key_pairs),
+            placement_groups=None if self.placement_groups is None else keep(self.placement_groups),
+            subnets=keep(self.subnets),
+            internet_gateways={g: vpcs for g, vpcs in self.internet_gateways.items() if mine(g)},
+            vpcs=keep(self.vpcs),
+            homes={i: h for i, h in self.homes.items() if mine(i)},
+            foreign={i: h for i, h in self.homes.items() if not mine(i)},
+        )
+
+
+def foreign_note(cluster: str, region: str, foreign: dict[str, str]) -> str:
+    """What ``down`` left alone as another state home's, in a few words ("" when nothing)."""
+    homes = sorted(set(foreign.values()) - {""})
+    if not homes:
+        return ""
+    older = sum(1 for h in foreign.values() if not h)
+    made = len(foreign) - older
+    text = (
+        f"left alone: {made} resource(s) of a cluster {cluster!r} in {region} that another state home made "
+        f"(home id{'s' if len(homes) > 1 else ''} {', '.join(homes)})"
+    )
+    if older:
+        text += f" and {older} an older ddpctl made (whose, it cannot tell)"
+    return (
+        text + f": `ddpctl down --name {cluster}` from that home deletes them (where that home is lost: "
+        f"`ddpctl down --name {cluster} --region {region} --home-id {homes[0]}`)"
+    )
+
+
+def tag_of(resource: dict[str, Any], key: str) -> str:
+    """A described resource's tag ``key`` ("": none)."""
+    return next((t["Value"] for t in resource.get("Tags", []) if t["Key"] == key), "")
+
+
+def home_of(resource: dict[str, Any]) -> str:
+    """A described resource's ddpctl:home tag: the state home that made it ("": an older ddpctl)."""
+    return tag_of(resource, TAG_HOME)
 
 
 class Aws:
@@ -202,28 +266,39 @@ class Aws:
         return self.ec2.get_console_output(InstanceId=instance_id, Latest=True).get("Output") or ""
 
     def find_tagged(self, cluster: str) -> Tagged:
-        """Everything in the region tagged as this cluster's by ddpctl (one describe per kind)."""
+        """Everything in the region tagged as this cluster's by ddpctl (one describe per kind), each
+        with the state home that made it (``Tagged.owned_by`` tells them apart)."""
         filters = _cluster_filters(cluster)
         found = Tagged()
-        found.instances = [i["InstanceId"] for i in self.alive_instances(cluster)]
-        found.security_groups = [
-            g["GroupId"] for g in self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
-        ]
-        found.key_pairs = [k["KeyName"] for k in self.ec2.describe_key_pairs(Filters=filters)["KeyPairs"]]
+
+        def ids(items: list[dict[str, Any]], key: str) -> list[str]:
+            for item in items:
+                found.homes[item[key]] = home_of(item)
+            return [item[key] for item in items]
+
+        found.instances = ids(self.alive_instances(cluster), "InstanceId")
+        found.security_groups = ids(self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"], "GroupId")
+        found.key_pairs = ids(self.ec2.describe_key_pairs(Filters=filters)["KeyPairs"], "KeyName")
         try:
             groups = self.ec2.describe_placement_groups(Filters=filters)["PlacementGroups"]
-            found.placement_groups = [g["GroupName"] for g in groups if g.get("State") != "deleted"]
+            found.placement_groups = ids([g for g in groups if g.get("State") != "deleted"], "GroupName")
         except boto.aws_exceptions() as exc:
             if not is_unsupported(exc):
                 raise
             found.placement_groups = None
-        found.subnets = [s["SubnetId"] for s in self.ec2.describe_subnets(Filters=filters)["Subnets"]]
+        found.subnets = ids(self.ec2.describe_subnets(Filters=filters)["Subnets"], "SubnetId")
+        gateways = self.ec2.describe_internet_gateways(Filters=filters)["InternetGateways"]
         found.internet_gateways = {
-            g["InternetGatewayId"]: [a["VpcId"] for a in g.get("Attachments", [])]
-            for g in self.ec2.describe_internet_gateways(Filters=filters)["InternetGateways"]
+            g: [a["VpcId"] for a in item.get("Attachments", [])]
+            for g, item in zip(ids(gateways, "InternetGatewayId"), gateways, strict=True)
         }
-        found.vpcs = [v["VpcId"] for v in self.ec2.describe_vpcs(Filters=filters)["Vpcs"]]
+        found.vpcs = ids(self.ec2.describe_vpcs(Filters=filters)["Vpcs"], "VpcId")
         return found
+
+    def key_pair(self, name: str) -> dict[str, Any] | None:
+        """Key pair ``name`` with its tags, or None (a filter: no error when there is none)."""
+        pairs = self.ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": [name]}])["KeyPairs"]
+        return pairs[0] if pairs else None
 
     # ---- dry run ---------------------------------------------------------------------------
 

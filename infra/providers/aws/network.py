@@ -14,19 +14,21 @@ given --vpc-id/--subnet-id (never recorded, never tagged).
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...errors import DdpctlError, UsageError
+from ...errors import ClusterExists, DdpctlError, UsageError
 from ...progress import Progress
 from ...state import ClusterState, Resource
 from . import boto
 from .details import InternetGatewayDetail, KeyPairDetail, RouteDetail, SubnetDetail, VpcDetail, aws_id
-from .ec2 import Aws, Tagged
+from .ec2 import Aws, Tagged, foreign_note
 from .errors import code_of, explain, is_unsupported
-from .plan import VPC_CIDR, AwsPlan, subnet_cidr
+from .options import ipv6_refusal
+from .plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME, VPC_CIDR, AwsPlan, subnet_cidr
 from .steps import Steps, adopt, only
 
 DEPENDENCY_TIMEOUT_S = 300.0  # security groups, subnets, VPCs: ENIs linger a while after termination
@@ -46,6 +48,25 @@ def check_subnet(aws: Aws, plan: AwsPlan) -> dict[str, Any]:
     if plan.az and plan.az != subnet["AvailabilityZone"]:
         raise UsageError(f"subnet {plan.subnet_id} is in {subnet['AvailabilityZone']}, not in --az {plan.az}")
     return subnet
+
+
+def check_ssh_family(aws: Aws, plan: AwsPlan, cidr: str, vpc_id: str) -> None:
+    """SSH from an IPv6 ``cidr`` (given, or the caller's address) only into a VPC with IPv6: a
+    given one (``vpc_id``) with an associated IPv6 block; ddpctl's own VPC has none."""
+    if ipaddress.ip_network(cidr, strict=False).version == 4:
+        return
+    given = bool(plan.ssh_cidr)
+    if not vpc_id:
+        raise UsageError(ipv6_refusal(cidr, "the VPC ddpctl makes", given=given))
+    vpcs = aws.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"]
+    blocks = [
+        b
+        for v in vpcs
+        for b in v.get("Ipv6CidrBlockAssociationSet", [])
+        if b.get("Ipv6CidrBlockState", {}).get("State", "associated") == "associated"
+    ]
+    if not blocks:
+        raise UsageError(ipv6_refusal(cidr, f"VPC {vpc_id} of --subnet-id {plan.subnet_id}", given=given))
 
 
 def pick_zone(aws: Aws, plan: AwsPlan, head_instance_type: str) -> str:
@@ -122,22 +143,81 @@ def add_subnet(
 
 
 def import_key_pair(up: Steps, aws: Aws, plan: AwsPlan, public_key: str) -> str:
-    """The cluster's key (made here, ``keys.py``) imported as key pair ``plan.unique_name``; its id."""
-    res = up.state.resource("key-pair", plan.unique_name)
+    """The cluster's key (made here, ``keys.py``) imported as key pair ``plan.key_pair_name``; its id.
+
+    The first thing ``up`` makes in AWS, and its hold on the cluster's name in the region: EC2 keeps
+    key pair names unique per region, so of two ``up``s of one name (two state homes, at the same
+    time) only one imports it; the other gets InvalidKeyPair.Duplicate and stops with ``NameTaken``,
+    having made nothing in AWS."""
+    res = up.state.resource("key-pair", plan.key_pair_name)
     return up.step(res, lambda: replace(KeyPairDetail.of(res), aws_id=_import_key_pair(aws, plan, public_key))).aws_id
 
 
-def _import_key_pair(aws: Aws, plan: AwsPlan, public_key: str) -> str:
-    name = plan.unique_name
+class NameTaken(ClusterExists):
+    """The cluster's name in the region is held (its key pair) by another cluster: another state
+    home's, or a lost one of this home's."""
+
+
+def check_name(plan: AwsPlan, holder: dict[str, Any] | None) -> None:
+    """Refuse (``NameTaken``) when key pair ``holder`` (the described ``plan.key_pair_name``, None:
+    there is none) is not this cluster's own: one line naming whose it is."""
+    if holder is None:
+        return
+    tags = {t["Key"]: t["Value"] for t in holder.get("Tags", [])}
+    if tags.get(TAG_CLUSTER_ID) == plan.cluster_id:
+        return  # this cluster's own: a retried import
+    name, cluster, region = plan.key_pair_name, plan.cluster, plan.region
+    other = tags.get(TAG_HOME, "")
+    if tags.get(TAG_CLUSTER) != cluster:
+        raise NameTaken(
+            f"key pair {name} already exists in {region} and is not cluster {cluster!r}'s: pick another --name"
+        )
+    if other and other != plan.home_id:
+        raise NameTaken(taken_by_another(plan, other, f"its key pair {name} holds the name"))
+    raise NameTaken(
+        f"a cluster {cluster!r} of this state home is left in {region} (key pair {name}) and no state file records "
+        f"it: delete it with `ddpctl down --name {cluster} --region {region}`"
+    )
+
+
+def claim_name(up: Steps, aws: Aws, plan: AwsPlan) -> str:
+    """``up``'s first steps, before anything else in AWS: the cluster's directory and key, then its
+    key pair (``import_key_pair``), the id of which is returned. Where the name is taken, what this
+    ``up`` made on this machine (the key, the folder, the state file) is removed and ``NameTaken``
+    raised: nothing of it is left anywhere."""
+    public_key = up.dir_and_key(plan)
     try:
-        return aws.ec2.import_key_pair(
-            KeyName=name, PublicKeyMaterial=public_key.encode(), TagSpecifications=plan.tag_specs("key", "key-pair")
-        ).get("KeyPairId", name)
-    except boto.client_error() as exc:
-        if code_of(exc) != "InvalidKeyPair.Duplicate":
-            raise
-    pair = aws.ec2.describe_key_pairs(KeyNames=[name])["KeyPairs"][0]
-    return adopt(pair, "KeyPairId", plan.cluster_id, f"key pair {name}")
+        return import_key_pair(up, aws, plan, public_key)
+    except NameTaken:
+        up.forget(plan)
+        raise
+
+
+def taken_by_another(plan: AwsPlan, other: str, how: str) -> str:
+    """The one line of an ``up`` whose name another state home holds in the region."""
+    c, r = plan.cluster, plan.region
+    return (
+        f"cluster {c!r} in {r} belongs to another state home (home id {other}; {how}): pick another --name, "
+        f"or take it down from that home (where that home is lost: `ddpctl down --name {c} --region {r} "
+        f"--home-id {other}`)"
+    )
+
+
+def _import_key_pair(aws: Aws, plan: AwsPlan, public_key: str) -> str:
+    name = plan.key_pair_name
+    for _ in range(3):  # the holder may be deleting it between our import and our look
+        try:
+            return aws.ec2.import_key_pair(
+                KeyName=name, PublicKeyMaterial=public_key.encode(), TagSpecifications=plan.tag_specs("key", "key-pair")
+            ).get("KeyPairId", name)
+        except boto.client_error() as exc:
+            if code_of(exc) != "InvalidKeyPair.Duplicate":
+                raise
+        holder = aws.key_pair(name)
+        if holder is not None:
+            check_name(plan, holder)
+            return adopt(holder, "KeyPairId", plan.cluster_id, f"key pair {name}")
+    raise DdpctlError(f"key pair {name} in {plan.region} keeps appearing and disappearing: try again")
 
 
 def _create_internet_gateway(aws: Aws, plan: AwsPlan, vpc_id: str) -> str:
@@ -170,14 +250,18 @@ def _add_default_route(aws: Aws, vpc_id: str, igw: str) -> str:
 
 
 def deletions(found: Tagged, state: ClusterState) -> list[Deletion]:
-    """The key pair and network, as recorded and as found by tag, in dependency order: key pair,
-    subnets, internet gateways (detached from their VPCs first), VPCs."""
+    """The key pair and network, as recorded and as found by tag (``found``: what this state home
+    owns, ``Tagged.owned_by``), in dependency order: key pair, subnets, internet gateways (detached
+    from their VPCs first), VPCs. A recorded name that another home's resource carries now (the
+    key pair's name is the cluster's: a state that recorded it planned may have lost it to another
+    home) is not this cluster's."""
     igws = dict(found.internet_gateways)
     for res in state.resources:
         if res.kind == "internet-gateway" and (igw := InternetGatewayDetail.of(res)).aws_id:
             igws.setdefault(igw.aws_id, [igw.vpc])
+    key_pairs = (set(found.key_pairs) | recorded_names(state, "key-pair")) - set(found.foreign)
     steps: list[Deletion] = []
-    steps += [("key-pair", k, None) for k in sorted(set(found.key_pairs) | recorded_names(state, "key-pair"))]
+    steps += [("key-pair", k, None) for k in sorted(key_pairs)]
     steps += [("subnet", s, None) for s in sorted(set(found.subnets) | recorded_ids(state, "subnet"))]
     steps += [("internet-gateway", g, [v for v in vpcs if v]) for g, vpcs in sorted(igws.items())]
     steps += [("vpc", v, None) for v in sorted(set(found.vpcs) | recorded_ids(state, "vpc"))]
@@ -252,14 +336,15 @@ def _delete_internet_gateway(aws: Aws, igw: str, vpcs: list[str]) -> None:
     aws.ec2.delete_internet_gateway(InternetGatewayId=igw)
 
 
-def delete_network(aws: Aws, state: ClusterState, progress: Progress) -> tuple[int, list[str]]:
+def delete_network(aws: Aws, state: ClusterState, progress: Progress, home_id: str) -> tuple[int, list[str], str]:
     """The key pair and network a ParallelCluster cluster's ``up`` made, once its stack is gone.
 
     Unattached network interfaces left in ddpctl's own subnets go first (a stack's ENI outliving it
     would keep the subnet from being deleted). Only resources tagged ``ddpctl:created-by`` are found
-    by tag (not ParallelCluster's). Returns (how many were deleted, problems).
+    by tag (not ParallelCluster's), and of those only state home ``home_id``'s (``Tagged.owned_by``).
+    Returns (how many were deleted, problems, what was left alone as another home's: one line or "").
     """
-    found = aws.find_tagged(state.name)
+    found = aws.find_tagged(state.name).owned_by(home_id)
     steps = deletions(found, state)
     problems: list[str] = []
     for subnet in sorted(recorded_ids(state, "subnet") | set(found.subnets)):
@@ -276,7 +361,7 @@ def delete_network(aws: Aws, state: ClusterState, progress: Progress) -> tuple[i
         progress(
             f"warning: {len(found.instances)} instance(s) tagged {state.name!r} still run: {', '.join(found.instances)}"
         )
-    return len(steps) - len(problems), problems
+    return len(steps) - len(problems), problems, foreign_note(state.name, aws.region, found.foreign)
 
 
 def _available_enis(aws: Aws, subnet_id: str) -> list[str]:

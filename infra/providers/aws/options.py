@@ -51,6 +51,25 @@ def check_cidr(value: str) -> None:
         raise UsageError(f"invalid --ssh-cidr {value!r}: an address or network, e.g. 203.0.113.7/32") from None
 
 
+def check_ssh_family(options: Mapping[str, object]) -> None:
+    """An IPv6 ``--ssh-cidr`` only into a given subnet (``up`` checks its VPC has IPv6): the VPC
+    ddpctl makes has none, so no node could be reached from there."""
+    import ipaddress
+
+    cidr = str(options.get("ssh_cidr") or "")
+    if cidr and not options.get("subnet_id") and ipaddress.ip_network(cidr, strict=False).version == 6:
+        raise UsageError(ipv6_refusal(cidr, "the VPC ddpctl makes"))
+
+
+def ipv6_refusal(cidr: str, vpc: str, *, given: bool = True) -> str:
+    """``given``: --ssh-cidr (else the caller's address, looked up)."""
+    what = f"--ssh-cidr {cidr}" if given else f"your address {cidr} (the default --ssh-cidr)"
+    return (
+        f"{what} is IPv6 and {vpc} has no IPv6: give an IPv4 --ssh-cidr address or network "
+        "(e.g. 203.0.113.7/32), or --subnet-id of a VPC with IPv6"
+    )
+
+
 OPTIONS: tuple[Option, ...] = (
     Option(
         "region",

@@ -21,6 +21,9 @@ from .images import UBUNTU, ImageChoice, choose_image
 TAG_CLUSTER = "ddpctl:cluster"
 TAG_CLUSTER_ID = "ddpctl:cluster-id"
 TAG_CREATED_BY = "ddpctl:created-by"
+#: The id of the state home that made the resource (``StateStore.home_id``): ``down`` deletes only
+#: its own home's (``owner.py``); resources without it were made by an older ddpctl.
+TAG_HOME = "ddpctl:home"
 CREATED_BY = "ddpctl"
 
 VPC_CIDR = "10.77.0.0/16"
@@ -29,12 +32,12 @@ VPC_CIDR = "10.77.0.0/16"
 STEPS = (
     "dir",
     "key-file",
+    "key-pair",  # first in AWS: its name is the cluster's name in the region (``key_pair_name``)
     "vpc",
     "internet-gateway",
     "route",
     "subnet",
     "security-group",
-    "key-pair",
     "placement-group",
     "instances",
     "configure",
@@ -72,6 +75,9 @@ class AwsPlan:
     #: EFA interfaces the instance type takes, as EC2 describes it (``ec2.efa_interfaces``): 0 = none;
     #: None = not asked yet (the plan ``plan_from_spec`` makes before ``up``'s checks)
     efa_interfaces: int | None = None
+    #: the id of the state home that makes the cluster (tagged ``ddpctl:home``); "" = none yet (a
+    #: dry run in a home that never brought a cluster up)
+    home_id: str = ""
 
     @property
     def efa_attached(self) -> int:
@@ -109,8 +115,15 @@ class AwsPlan:
 
     @property
     def unique_name(self) -> str:
-        """Account-unique names (key pair, security group, placement group) carry the cluster id."""
+        """Account-unique names (security group, placement group) carry the cluster id."""
         return f"ddpctl-{self.cluster}-{self.cluster_id}"
+
+    @property
+    def key_pair_name(self) -> str:
+        """The key pair's name is the cluster's name and nothing more: EC2 keeps key pair names unique
+        in a region, so importing it is the conditional create that only one of two ``up``s of one
+        name (from two state homes) wins; it is made before anything else in AWS."""
+        return self.base_name
 
     @property
     def hourly_usd(self) -> float | None:
@@ -126,6 +139,7 @@ class AwsPlan:
             TAG_CLUSTER: self.cluster,
             TAG_CLUSTER_ID: self.cluster_id,
             TAG_CREATED_BY: CREATED_BY,
+            **({TAG_HOME: self.home_id} if self.home_id else {}),
             "Name": f"{self.base_name}-{role}",
         }
 
@@ -135,7 +149,11 @@ class AwsPlan:
 
     def resources(self) -> list[Resource]:
         """Everything ``up`` creates, in order, each ``planned``."""
-        res = [Resource("dir", self.cluster_dir), d.KeyFileDetail().resource(self.key_path)]
+        res = [
+            Resource("dir", self.cluster_dir),
+            d.KeyFileDetail().resource(self.key_path),
+            d.KeyPairDetail().resource(self.key_pair_name),
+        ]
         if self.new_network:
             res += [
                 d.VpcDetail(cidr=VPC_CIDR).resource(f"{self.base_name}-vpc"),
@@ -144,7 +162,6 @@ class AwsPlan:
                 d.SubnetDetail(cidr=subnet_cidr(0), az=self.az).resource(f"{self.base_name}-subnet-0"),
             ]
         res.append(d.SecurityGroupDetail(ssh_cidr=self.ssh_cidr).resource(self.unique_name))
-        res.append(d.KeyPairDetail().resource(self.unique_name))
         if self.placement_group:
             res.append(d.PlacementGroupDetail(strategy="cluster").resource(self.unique_name))
         nodes = d.InstancesDetail(
@@ -222,9 +239,10 @@ def base_name(cluster: str) -> str:
     return f"ddpctl-{cluster}"
 
 
-def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
+def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, home_id: str = "") -> AwsPlan:
     """``spec`` is a ClusterSpec with the AWS defaults already filled in (``defaults.with_defaults``);
-    its ``options`` are aws's (``options.py``) or pcluster's (the same, less the instance profile)."""
+    its ``options`` are aws's (``options.py``) or pcluster's (the same, less the instance profile);
+    ``home_id``: the state home's (``StateStore.home_id``)."""
     o = spec.options
     return AwsPlan(
         cluster=spec.name,
@@ -247,6 +265,7 @@ def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str) -> AwsPlan:
         key_path=f"{cluster_dir}/id_ed25519",
         iam_instance_profile=o.get("iam_instance_profile", ""),
         user_tags=dict(o["tags"]),
+        home_id=home_id,
     )
 
 

@@ -1,7 +1,9 @@
 """What ``up`` checks against AWS before it records or creates anything, and what it learns there
 (``Preflight``): the instance type, the image, the given subnet or the zones to try, the IAM
-instance profile, the vCPU quota, no live instances of a lost cluster of the same name, and the
-address SSH is allowed from. ``--dry-run`` runs the same checks.
+instance profile, the vCPU quota, that the cluster's name is free in the region (no key pair of
+it, ``network.check_name``: another state home's is named in one line; no live instances of a lost
+cluster of the same name), and the address SSH is allowed from (an IPv6 one only into a VPC with
+IPv6). ``--dry-run`` runs the same checks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from ...errors import DdpctlError, UsageError
 from . import network, pricing
-from .ec2 import Aws
+from .ec2 import Aws, home_of
 from .images import DLAMI, UBUNTU, ImageChoice
 from .plan import AwsPlan, ssh_cidr_for
 
@@ -98,14 +100,21 @@ def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> 
     elif value < need:
         raise DdpctlError(f"vCPU quota too low: {quota_text}")
     alive = aws.alive_instances(plan.cluster)
+    others = sorted({home_of(i) for i in alive} - {"", plan.home_id})
+    if others:  # a cluster made before the key pair held the name
+        how = f"{len(alive)} instance(s) tagged as it run"
+        raise network.NameTaken(network.taken_by_another(plan, ", ".join(others), how))
     if alive:
         raise DdpctlError(
             f"{len(alive)} instance(s) tagged as cluster {plan.cluster!r} already run in {plan.region} and no "
             f"state file records them: delete them with `ddpctl down --name {plan.cluster} --region {plan.region}`"
         )
+    network.check_name(plan, aws.key_pair(plan.key_pair_name))  # `up` takes the name for good (``claim``)
     cidr = plan.ssh_cidr
     if not cidr and caller_address is not None:
         cidr = ssh_cidr_for(caller_address())
+    if cidr:
+        network.check_ssh_family(aws, plan, cidr, vpc_id)
     if cidr and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
         warnings.append(f"--ssh-cidr {cidr} opens SSH on the nodes to the whole internet")
     if choice.source is UBUNTU and not plan.configure:

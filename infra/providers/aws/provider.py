@@ -4,10 +4,13 @@
 instance type, AMI, zones, the vCPU quota, leftovers of a lost cluster of the same name), then
 records the plan and creates resource by resource (``up.py``), each recorded as ``planned`` before
 its AWS call and ``created`` (with its id) after. Every AWS resource is tagged at creation
-(``ddpctl:cluster``, ``ddpctl:cluster-id``, ``ddpctl:created-by``, ``Name``), so ``down`` finds
-what a crash left between an AWS call and the state write, and ``down --name X --region R`` cleans
-up after a lost state file. Only resources that carry ddpctl's tags are ever deleted (a given
-VPC/subnet is not).
+(``ddpctl:cluster``, ``ddpctl:cluster-id``, ``ddpctl:created-by``, ``ddpctl:home``, ``Name``), so
+``down`` finds what a crash left between an AWS call and the state write, and ``down --name X
+--region R`` cleans up after a lost state file. Only resources that carry ddpctl's tags are ever
+deleted (a given VPC/subnet is not), and of those only the state home's own (``ddpctl:home``,
+``Tagged.owned_by``): a cluster of the same name from another state home is named in one line and
+left alone. The key pair, named for the cluster alone, is the first thing made in AWS: it holds
+the name in the region, so of two homes' ``up`` of one name only one gets past it.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from . import configure, instances, keys, network, preflight, pricing
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
-from .ec2 import Aws
+from .ec2 import Aws, foreign_note, tag_of
 from .errors import aws_errors
-from .options import DEFAULT_REGION, OPTIONS
-from .plan import SPOT_NOTE, TAG_CLUSTER, AwsPlan, base_name, plan_from_spec
+from .options import DEFAULT_REGION, OPTIONS, check_ssh_family
+from .plan import SPOT_NOTE, TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME, AwsPlan, base_name, plan_from_spec
 from .steps import only
 from .up import Up
 
@@ -53,10 +56,13 @@ class AwsProvider(Provider):
         spec = with_defaults(spec)
         return pricing.hourly_usd(spec.options["instance_type"], spec.nodes)
 
+    def check_up(self, spec: ClusterSpec) -> None:
+        check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
+
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
         cluster_id = uuid.uuid4().hex[:12]
-        plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)))
+        plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)), store.home_id())
         _ = plan.image  # a type no image fits (p2 without --ami): refused here, before `up` asks or calls AWS
         facts = pricing.TYPES.get(spec.options["instance_type"])
         nodes = [
@@ -76,7 +82,7 @@ class AwsProvider(Provider):
 
     @staticmethod
     def aws_plan(state: ClusterState, store: StateStore) -> AwsPlan:
-        return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)))
+        return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)), store.home_id())
 
     def preflight(self, state: ClusterState) -> None:
         """site.yml verified every node's Python environment at `up`."""
@@ -92,7 +98,8 @@ class AwsProvider(Provider):
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             pre = preflight.check(aws, plan, self.caller_address)  # nothing recorded or created before this passes
-            plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces)  # what EC2 says the type takes
+            # what EC2 says the type takes; the id of this state home, made with its first cluster
+            plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces, home_id=store.make_home_id())
             group = state.resource("security-group", plan.unique_name)
             replace(SecurityGroupDetail.of(group), ssh_cidr=pre.ssh_cidr).put(group)
             inst = only(state, "instances")
@@ -101,6 +108,8 @@ class AwsProvider(Provider):
             ).put(inst)
             state.status = "creating"
             store.save(state)
+            steps = Up(state, store, progress, aws, plan, pre)
+            steps.claim()  # the cluster's name in the region: another home's `up` of it stops here
             for warning in pre.warnings:
                 progress(f"warning: {warning}")
             if plan.spot:
@@ -112,7 +121,7 @@ class AwsProvider(Provider):
             if pre.image is not None and pre.image.source is not None:
                 progress(f"image: {pre.image.reason}; {pre.image.driver}")
             progress(plan.describe_efa().strip())
-            Up(state, store, progress, aws, plan, pre).run()
+            steps.run()
         return state
 
     # ---- down ----------------------------------------------------------------------------------
@@ -127,7 +136,9 @@ class AwsProvider(Provider):
         problems: list[str] = []
         with aws_errors(region):
             aws = Aws(region)
-            found = aws.find_tagged(name)
+            # what this state home made (or an older ddpctl, while no other home has the name): never
+            # another home's cluster of the same name
+            found = aws.find_tagged(name).owned_by(store.home_id())
             recorded = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
             alive = found.instances
             if not set(recorded) <= set(alive):
@@ -145,7 +156,9 @@ class AwsProvider(Provider):
                     res.status = "deleted"
             if persisted:
                 store.save(state)
-            groups = set(found.placement_groups or []) | network.recorded_names(state, "placement-group")
+            groups = (set(found.placement_groups or []) | network.recorded_names(state, "placement-group")) - set(
+                found.foreign
+            )
             steps: list[network.Deletion] = [("placement-group", n, None) for n in sorted(groups)]
             security_groups = set(found.security_groups) | network.recorded_ids(state, "security-group")
             steps += [("security-group", g, None) for g in sorted(security_groups)]
@@ -155,6 +168,7 @@ class AwsProvider(Provider):
             if persisted:
                 store.save(state)
             again = f"ddpctl down --name {name}" + ("" if persisted else f" --region {region}")
+            again += f" --home-id {store.acting_for}" if store.acting_for and not persisted else ""
             raise DdpctlError(
                 f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `{again}` again"
             )
@@ -163,7 +177,11 @@ class AwsProvider(Provider):
         store.remove_tree(name, cluster_dir)
         store.delete(name)
         made = len(alive) + len(steps)
-        progress(f"aws cluster {name!r} is down: {made} resource(s) deleted, nothing of it is left in {region}")
+        others = foreign_note(name, region, found.foreign)
+        progress(
+            f"aws cluster {name!r} is down: {made} resource(s) deleted, nothing of it is left in {region}"
+            + (f"; {others}" if others else "")
+        )
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R`` with no state file: everything found by tag."""
@@ -173,7 +191,9 @@ class AwsProvider(Provider):
         stack_name = base_name(name)  # what a ParallelCluster cluster of that name is called
         with aws_errors(region):
             stack = Aws(region).stack_tags(stack_name)
-        if stack is not None and stack.get(TAG_CLUSTER) == name:  # its network would be in use
+        if (
+            stack is not None and stack.get(TAG_CLUSTER) == name and stack.get(TAG_HOME, "") in ("", store.home_id())
+        ):  # its network would be in use (another home's is left alone below)
             raise UsageError(
                 f"{name!r} in {region} is a ParallelCluster ({stack_name}): run "
                 f"`ddpctl down --name {name} --region {region} --provider pcluster`"
@@ -193,7 +213,11 @@ class AwsProvider(Provider):
         error = ""
         try:
             with aws_errors(state.spec.options["region"]):
-                alive = Aws(state.spec.options["region"]).alive_instances(state.name)
+                alive = [  # this cluster's: not another home's of the same name
+                    i
+                    for i in Aws(state.spec.options["region"]).alive_instances(state.name)
+                    if not state.cluster_id or tag_of(i, TAG_CLUSTER_ID) == state.cluster_id
+                ]
         except DdpctlError as exc:
             error = str(exc)
             billed = len(state.nodes) if state.status == "up" else 0

@@ -65,6 +65,12 @@ class Steps:
         )
         return made.public_key
 
+    def forget(self, plan: AwsPlan) -> None:
+        """Remove what this ``up`` made on this machine and its state file, when it made nothing in AWS."""
+        keys.remove_key(Path(plan.key_path))
+        self.store.remove_tree(self.state.name, plan.cluster_dir)
+        self.store.delete(self.state.name)
+
 
 def only(state: ClusterState, kind: str) -> Resource:
     """The state's first resource of ``kind``."""

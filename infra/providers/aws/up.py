@@ -1,6 +1,8 @@
 """The aws provider's ``up`` once its checks passed: the creation sequence, each step recorded in
 the state before its AWS call and marked after (``steps.Steps``): the cluster's directory and key,
-the network (``network.py``), the security group, the key pair, the placement group, the instances
+the key pair that holds the cluster's name in the region (``claim``, first: where another state
+home holds the name, nothing is left of this ``up``), the network (``network.py``), the security
+group, the placement group, the instances
 (zone after zone while EC2 has no capacity, each new zone with a subnet of its own), then the
 SSH files from their console output and playbooks/site.yml on them (``configure.py``).
 """
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ...configure import record_nodes, run_site, site_command
 from ...errors import DdpctlError
@@ -24,7 +25,7 @@ from .details import (
     SubnetDetail,
     VpcDetail,
 )
-from .ec2 import Aws
+from .ec2 import Aws, tag_of
 from .ec2_requests import client_token, egress_rules, ingress_rules, run_instances_request
 from .errors import CapacityError
 from .plan import TAG_CLUSTER_ID, AwsPlan, subnet_cidr
@@ -41,9 +42,14 @@ class Up(Steps):
         super().__init__(state, store, progress)
         self.aws, self.plan, self.pre = aws, plan, pre
 
+    def claim(self) -> None:
+        """The directory, the key and the key pair that holds the cluster's name in the region
+        (``network.claim_name``: where another cluster holds it, nothing is left of this ``up``)."""
+        network.claim_name(self, self.aws, self.plan)
+
     def run(self) -> None:
+        """Everything after ``claim``."""
         plan, aws, state = self.plan, self.aws, self.state
-        public_key = self.dir_and_key(plan)
         if plan.new_network:
             vpc_id, subnet_id = network.create_network(self, aws, plan, self.pre.zones[0])
         else:
@@ -68,7 +74,6 @@ class Up(Steps):
             f"security group {group_id}: SSH from {self.pre.ssh_cidr} only, all traffic between the nodes"
             + (" (in and out, for EFA)" if plan.efa_attached else "")
         )
-        network.import_key_pair(self, aws, plan, public_key)
         placement = self.placement_group()
         ids = self.launch(subnet_id, group_id, placement)
         self.finish(ids)
@@ -105,7 +110,9 @@ class Up(Steps):
                 vpc = VpcDetail.of(only_created(state, "vpc")).aws_id
                 subnet_id = network.add_subnet(self, aws, plan, res, vpc, zone)
             existing = [
-                i["InstanceId"] for i in aws.alive_instances(plan.cluster) if _tag(i, TAG_CLUSTER_ID) == plan.cluster_id
+                i["InstanceId"]
+                for i in aws.alive_instances(plan.cluster)
+                if tag_of(i, TAG_CLUSTER_ID) == plan.cluster_id
             ]
             count = plan.count - len(existing)  # reconcile: a retried up launches only what is missing
             token = client_token(plan.cluster_id, zone, count)
@@ -121,7 +128,7 @@ class Up(Steps):
                 root_device=self.pre.root_device,
                 subnet_id=subnet_id,
                 group_id=group_id,
-                key_name=plan.unique_name,
+                key_name=plan.key_pair_name,
                 az=zone,
                 count=count,
                 placement_group=placement,
@@ -229,7 +236,3 @@ class Up(Steps):
             f"aws cluster {plan.cluster!r} is up: {len(launched)} x {plan.instance_type} in {where}, "
             f"{pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
         )
-
-
-def _tag(resource: dict[str, Any], key: str) -> str:
-    return next((t["Value"] for t in resource.get("Tags", []) if t["Key"] == key), "")

@@ -48,7 +48,7 @@ def dry_run_report(provider: PclusterProvider, plan: PclusterPlan) -> DryRunRepo
             where = f"the default VPC's subnet {subnet} standing in for the new one" if subnet else ""
     resolved = Resolved(
         subnet_id=subnet or PLACEHOLDER_SUBNET,
-        key_name=plan.aws.unique_name,
+        key_name=plan.aws.key_pair_name,
         ssh_cidr=plan.aws.ssh_cidr or DRY_RUN_CIDR,
     )
     config = plan.config(resolved)

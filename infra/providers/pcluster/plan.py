@@ -12,7 +12,7 @@ from typing import Any
 
 from ...state import Resource
 from ..aws import pricing
-from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, VPC_CIDR, AwsPlan
+from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME, VPC_CIDR, AwsPlan
 from ..aws.plan import plan_from_spec as aws_plan_from_spec
 from .config import (
     DEFAULT_USER,
@@ -119,7 +119,8 @@ class PclusterPlan:
         """Put on the cluster; ParallelCluster copies them to what its stack makes. Not
         ``ddpctl:created-by``: those resources are ParallelCluster's to delete, so no ddpctl sweep by
         tag (the aws provider's ``down --region`` included) ever touches them."""
-        return {**self.aws.user_tags, TAG_CLUSTER: self.aws.cluster, TAG_CLUSTER_ID: self.aws.cluster_id}
+        home = {TAG_HOME: self.aws.home_id} if self.aws.home_id else {}
+        return {**self.aws.user_tags, TAG_CLUSTER: self.aws.cluster, TAG_CLUSTER_ID: self.aws.cluster_id, **home}
 
     @property
     def hourly_usd(self) -> float | None:
@@ -167,7 +168,7 @@ class PclusterPlan:
                 if s.shared_gb
                 else ""
             ),
-            f"  key: an ed25519 key made here ({a.key_path}), imported as {a.unique_name}",
+            f"  key: an ed25519 key made here ({a.key_path}), imported as {a.key_pair_name} (which holds the name)",
             (
                 f"  configure: playbooks/site.yml ({HEAD_TAGS.replace(',', ', ')}) on the head node, into "
                 f"{self.workdir} (NFS-shared with the compute nodes): a venv with torch's CUDA {compute_cuda(a.instance_type)} wheels, "
@@ -195,6 +196,7 @@ class PclusterPlan:
         }
 
 
-def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, settings: Settings) -> PclusterPlan:
-    """``spec`` has the AWS defaults filled in (``aws.defaults.with_defaults``)."""
-    return PclusterPlan(aws=aws_plan_from_spec(spec, cluster_id, cluster_dir), settings=settings)
+def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, settings: Settings, home_id: str = "") -> PclusterPlan:
+    """``spec`` has the AWS defaults filled in (``aws.defaults.with_defaults``); ``home_id``: the
+    state home's (``StateStore.home_id``)."""
+    return PclusterPlan(aws=aws_plan_from_spec(spec, cluster_id, cluster_dir, home_id), settings=settings)

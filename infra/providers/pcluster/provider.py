@@ -44,6 +44,7 @@ from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
 from ..aws.ec2 import Aws
 from ..aws.errors import aws_errors
+from ..aws.options import check_ssh_family
 from ..aws.plan import base_name, ssh_cidr_for
 from ..aws.steps import only
 from ..base import LiveStatus, Progress, Provider
@@ -76,10 +77,15 @@ class PclusterProvider(Waits, Provider):
 
     # ---- plan (pure but for the region list and the environment) ------------------------------
 
+    def check_up(self, spec: ClusterSpec) -> None:
+        check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
+
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
         cluster_id = uuid.uuid4().hex[:12]
-        plan = plan_from_spec(spec, cluster_id, str(store.cluster_dir(spec.name)), settings_from_env(self.env))
+        plan = plan_from_spec(
+            spec, cluster_id, str(store.cluster_dir(spec.name)), settings_from_env(self.env), store.home_id()
+        )
         facts = pricing.TYPES.get(spec.options["instance_type"])
         # The login node as the launcher sees it; jobs run on compute nodes, so cpus/gpus are theirs.
         head = NodeInfo(
@@ -105,7 +111,9 @@ class PclusterProvider(Waits, Provider):
         """The plan as recorded: settings from the state, not from today's environment."""
         recorded = next((r for r in state.resources if r.kind == "config"), None)
         settings = ConfigDetail.of(recorded).plan_settings if recorded else Settings()
-        return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)), settings)
+        return plan_from_spec(
+            state.spec, state.cluster_id, str(store.cluster_dir(state.name)), settings, store.home_id()
+        )
 
     @contextmanager
     def pcluster_cli(self, install: Install, plan: PclusterPlan, log: Path | None = None) -> Iterator[PclusterCli]:
@@ -129,14 +137,16 @@ class PclusterProvider(Waits, Provider):
         _ = self.poll(), self.compute_timeout()  # a bad wait setting is one line, before anything is made
         with aws_errors(plan.region):
             aws = Aws(plan.region)
-            zone = ""
+            zone, vpc_id = "", ""
             if plan.aws.subnet_id:
-                network.check_subnet(aws, plan.aws)
+                vpc_id = network.check_subnet(aws, plan.aws)["VpcId"]
             else:
                 zone = network.pick_zone(aws, plan.aws, plan.settings.head_instance_type)
             cidr = plan.aws.ssh_cidr or ssh_cidr_for(self.caller_address())
+            network.check_ssh_family(aws, plan.aws, cidr, vpc_id)
+            network.check_name(plan.aws, aws.key_pair(plan.aws.key_pair_name))  # up's key pair holds the name
             resolved = Resolved(
-                subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.unique_name, ssh_cidr=cidr
+                subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.key_pair_name, ssh_cidr=cidr
             )
             verdict = schema.validate(to_yaml(plan.config(resolved)), plan.pcluster_name, install)
             with self.pcluster_cli(install, plan) as cli:
@@ -146,7 +156,9 @@ class PclusterProvider(Waits, Provider):
                         f"file records it: delete it with `pcluster delete-cluster -n {plan.pcluster_name} -r "
                         f"{plan.region}`, or pick another --name"
                     )
-            # Nothing recorded or created before this point.
+            # Nothing recorded or created before this point. The id of this state home, made with its
+            # first cluster, tags everything the cluster is made of (the stack too).
+            plan = replace(plan, aws=replace(plan.aws, home_id=store.make_home_id()))
             progress(
                 f"creating pcluster cluster {plan.cluster!r} ({plan.pcluster_name}, aws-parallelcluster {verdict.version}): "
                 f"{plan.aws.count} x {plan.aws.instance_type} + a {plan.settings.head_instance_type} head node in "
@@ -174,7 +186,7 @@ class PclusterProvider(Waits, Provider):
             if persisted:
                 store.save(state)
         with aws_errors(plan.region):
-            made, problems = network.delete_network(Aws(plan.region), state, progress)
+            made, problems, others = network.delete_network(Aws(plan.region), state, progress, store.home_id())
         if problems:
             if persisted:
                 store.save(state)
@@ -188,6 +200,7 @@ class PclusterProvider(Waits, Provider):
         what = f"{plan.pcluster_name} and {made}" if deleted_cluster else f"{made}"
         progress(
             f"pcluster cluster {name!r} is down: {what} resource(s) deleted, nothing of it is left in {plan.region}"
+            + (f"; {others}" if others else "")
         )
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:

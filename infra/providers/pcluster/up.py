@@ -1,6 +1,7 @@
 """The ParallelCluster provider's ``up`` once its checks passed, each step recorded in the state
 before it is made (``aws/steps.py``, as the aws provider's): the cluster's directory and key, the
-network and key pair (``aws/network.py``, with DNS hostnames and public addresses), the
+key pair that holds the cluster's name in the region, the network (``aws/network.py``, with DNS
+hostnames and public addresses), the
 configuration file (checked once more by the schema, as create-cluster gets it), then
 ``pcluster create-cluster`` and the waits (``waits.py``); last, the head node recorded as the
 cluster's login node and configured by playbooks/site.yml (``configure_head``).
@@ -56,13 +57,12 @@ class Up(Steps):
         replace(ConfigDetail.of(config), ssh_cidr=cidr, zone=zone).put(config)
         state.status = "creating"
         self.save()
-        public_key = self.dir_and_key(a)
+        network.claim_name(self, aws, a)  # first: where another state home holds the name, nothing is left
         if a.new_network:
             _, subnet_id = network.create_network(self, aws, a, zone, parallelcluster=True)
         else:
             subnet_id = a.subnet_id
-        network.import_key_pair(self, aws, a, public_key)
-        text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.unique_name, ssh_cidr=cidr)))
+        text = to_yaml(plan.config(Resolved(subnet_id=subnet_id, key_name=a.key_pair_name, ssh_cidr=cidr)))
         schema.validate(text, plan.pcluster_name, self.install)  # the final file, as create-cluster gets it
 
         def write_config() -> ConfigDetail:

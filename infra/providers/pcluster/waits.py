@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ...errors import DdpctlError, UsageError
 from ...progress import Progress
 from ...state import ClusterState
-from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID
+from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME
 from . import compute
 from .cli import ClusterInfo, ClusterInstance, PclusterCli
 from .plan import PclusterPlan
@@ -118,6 +118,12 @@ class Waits:
             progress(
                 f"warning: {plan.pcluster_name} in {plan.region} is not this cluster's (its {tag} tag is "
                 f"{info.tags.get(tag)!r}): left alone"
+            )
+            return False
+        other = info.tags.get(TAG_HOME, "")  # none: made by an older ddpctl
+        if other and other != plan.aws.home_id:  # found by name (down_lost): another state home's
+            progress(
+                f"{plan.pcluster_name} in {plan.region} belongs to another state home (home id {other}): left alone"
             )
             return False
         if info.status != "DELETE_IN_PROGRESS":
