@@ -49,7 +49,7 @@ def status(name, as_json) -> int:
         "up for",
         *(("cost/h", "so far") if billed else ()),
     ):
-        table.add_column(col)
+        table.add_column(col, overflow="fold" if col == "status" else "ellipsis")  # the status words, never cut
     width = 9 if billed else 7
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))

@@ -114,6 +114,9 @@ def down(
     it (``provider``/``region``: what the user says where it cannot be read)."""
     store = DownStore(store.home, progress)  # a full disk does not stop `down`
     with locks.cluster(store, name, "down"):
+        slot = locks.RunSlot(store, name, "down")  # its run slot's files, of runs killed meanwhile, go too
+        if slot.try_take():
+            slot.release()
         try:
             state = store.load(name)
         except DamagedState:

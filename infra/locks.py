@@ -163,6 +163,11 @@ class ClusterLock:
 
     def _busy(self, shared: bool) -> Busy:
         holders = self.lock.holders()
+        for _ in range(10):  # the holder writes who it is just after it locks: a moment to read it
+            if holders:
+                break
+            time.sleep(0.1)
+            holders = self.lock.holders()
         runs = [h for h in holders if h.command.startswith("run ")]
         if runs and not shared:
             return Busy(

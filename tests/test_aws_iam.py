@@ -216,8 +216,9 @@ def test_a_user_with_only_the_policy_brings_a_cluster_up_and_down(iam_moto: Moto
     up = run_as(iam_moto, None, tmp_path, *UP, "--iam-instance-profile", "ddpctl-s3")
     assert up.returncode == 0, up.stderr
     assert "could not be checked" not in up.stderr  # iam:GetInstanceProfile was allowed
-    status = run_as(iam_moto, None, tmp_path, "status")
-    assert status.returncode == 0 and "running" in status.stdout + status.stderr, status.stderr
+    status = run_as(iam_moto, None, tmp_path, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["clusters"][0]["live"]["instances"] == {"running": 2}, status.stdout
     down = run_as(iam_moto, None, tmp_path, "down")
     assert down.returncode == 0, down.stderr
     assert alive(iam_moto) == []
