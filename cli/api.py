@@ -388,24 +388,22 @@ def run(
     nproc_per_node = _convert(NprocList(), nproc_per_node, "--nproc-per-node")
     for flag, value in (("--run-id", run_id), ("--resume-from", resume_from)):
         _convert(RunId(flag, allow_empty=True), value, flag)
-    min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
-    opts = RunOptions(
-        job=job,
-        args=tuple(args),
+    opts = RunOptions.given(
+        job,
+        args,
         nodes=nodes,
         nproc_per_node=nproc_per_node,
         max_restarts=max_restarts,
         name=name,
         port=port,
         run_id=run_id,
-        env=tuple(env),
-        env_files=tuple(str(Path(f).resolve()) for f in env_files),
+        env=env,
+        env_files=env_files,
         python=python,
         launcher=launcher,
-        min_nodes=min_nodes,
         snapshot_dir=snapshot_dir,
-        resume_from=resume_from or "",
-        workdir=str(Path(workdir).resolve()) if workdir else "",
+        resume_from=resume_from,
+        workdir=workdir,
     )
     store = _store(home)
     prep = prepare(opts, store)

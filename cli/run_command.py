@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -194,24 +193,22 @@ def run(
     else:
         if not job:
             raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
-        min_nodes, nodes = nodes if isinstance(nodes, tuple) else (0, nodes)
-        opts = RunOptions(
-            job=job,
-            args=tuple(job_args),
+        opts = RunOptions.given(
+            job,
+            job_args,
             nodes=nodes,
             nproc_per_node=nproc_per_node,
             max_restarts=max_restarts,
             name=name,
             port=port,
             run_id=run_id,
-            env=tuple(env),
-            env_files=tuple(str(Path(f).resolve()) for f in env_files),
+            env=env,
+            env_files=env_files,
             python=python,
             launcher=launcher,
-            min_nodes=min_nodes,
             snapshot_dir=snapshot_dir,
-            resume_from=resume_from or "",
-            workdir=str(Path(workdir).resolve()) if workdir else "",
+            resume_from=resume_from,
+            workdir=workdir,
         )
         prep = prepare(opts, store)
     if dry_run:

@@ -40,6 +40,34 @@ class RunOptions:
     workdir: str = ""  # a user's script: its project's directory ("": the script's), shipped to remote nodes
     resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
 
+    @classmethod
+    def given(
+        cls,
+        job: str,
+        args: tuple[str, ...] | list[str],
+        *,
+        nodes: int | tuple[int, int] | None,
+        env: tuple[str, ...] | list[str] = (),
+        env_files: tuple[str, ...] | list[str] = (),
+        resume_from: str | None = None,
+        workdir: str | None = None,
+        **rest,
+    ) -> RunOptions:
+        """The options as the command line (or the Python API) gives them: ``nodes`` as a count or
+        an elastic (MIN, MAX), files made absolute (a detached or resumed run starts elsewhere)."""
+        min_nodes, count = nodes if isinstance(nodes, tuple) else (0, nodes)
+        return cls(
+            job=job,
+            args=tuple(args),
+            nodes=count,
+            min_nodes=min_nodes,
+            env=tuple(env),
+            env_files=tuple(str(Path(f).resolve()) for f in env_files),
+            resume_from=resume_from or "",
+            workdir=str(Path(workdir).resolve()) if workdir else "",
+            **rest,
+        )
+
     def to_dict(self) -> dict:
         return asdict(self)
 
