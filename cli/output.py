@@ -38,10 +38,13 @@ class ProgressLines:
     def __init__(self, console: Console, quiet: bool, every_s: float = 30.0) -> None:
         self.console, self.quiet, self.every_s = console, quiet, every_s
         self._live: RichProgress | None = None
-        self._task: TaskID | None = None
+        self._tasks: dict[str, TaskID] = {}  # the live line's step, and the enclosing steps' (hidden)
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._step, self._text, self._started = "", "", 0.0  # the step going on: its name, its text, since
+        self._since: dict[str, float] = {}  # when each step began (an enclosing one's clock goes on)
+        #: the enclosing steps' texts (``infra.progress.step``): an activity's end shows them again
+        self.steps: list[str] = []
 
     def __call__(self, message: str) -> None:
         if not self.quiet:
@@ -59,19 +62,26 @@ class ProgressLines:
         if text is None:
             if self._live is not None:
                 self._live.stop()
-                self._live = self._task = None
+                self._live, self._tasks = None, {}
             return
         if self._live is None:
             columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
             self._live = RichProgress(*columns, console=self.console, transient=True)
             self._live.start()
         step = text.split(" (")[0]
-        if self._task is not None and self._step == step:
-            self._live.update(self._task, description=text)  # the same step, further on
-            return
-        if self._task is not None:  # a new step: a clock of its own
-            self._live.remove_task(self._task)
-        self._step, self._task = step, self._live.add_task(text, total=None)
+        enclosing = {s.split(" (")[0] for s in self.steps}
+        for other, task in list(self._tasks.items()):
+            if other == step:
+                continue
+            if other in enclosing:  # its clock goes on, out of sight
+                self._live.update(task, visible=False)
+            else:
+                self._live.remove_task(task)
+                del self._tasks[other]
+        if step in self._tasks:  # the same step further on, or an enclosing one again: its clock goes on
+            self._live.update(self._tasks[step], description=text, visible=True)
+        else:  # a new step: a clock of its own
+            self._tasks[step] = self._live.add_task(text, total=None)
 
     def _plain_line(self, text: str | None) -> None:
         with self._lock:
@@ -84,7 +94,10 @@ class ProgressLines:
                 self._timer = None
             if text is None:
                 return
-            self._step, self._text, self._started = text.split(" (")[0], text, time.monotonic()
+            step, enclosing = text.split(" (")[0], {s.split(" (")[0] for s in self.steps}
+            self._since = {s: t for s, t in self._since.items() if s in enclosing}
+            started = self._since.setdefault(step, time.monotonic())  # an enclosing step's clock goes on
+            self._step, self._text, self._started = step, text, started
             self._arm()
 
     def _arm(self) -> None:

@@ -16,6 +16,7 @@ from .jobs import BUNDLE_DIR
 from .launch.plan import LaunchPlan, plan_torchrun
 from .launch.reach import parse_reach, plan_reach
 from .launch.supervise import OutputLine
+from .progress import step
 from .spec import RunSpec, new_run_id
 from .state import ClusterState
 
@@ -140,7 +141,8 @@ def run_check(
         progress(f"reachability: every pair of {len(nodes)} nodes on port {port}")
         lines: list[OutputLine] = []
         plan = plan_reach(cluster, nodes, port, all_pairs=True)
-        executor_for(lines.append).run(plan)
+        with step(progress, f"reachability test ({len(nodes)} nodes)"):
+            executor_for(lines.append).run(plan)
         report.reach = parse_reach(plan, lines)
     if bandwidth and not report.unreachable and len(nodes) > 1:
         # One launch for every pair (N-1 rounds of disjoint pairs at once, at N nodes); nodes that
@@ -151,7 +153,9 @@ def run_check(
             + ("disjoint pairs at once" if distinct else "one pair at a time (one host)")
         )
         lines: list[OutputLine] = []
-        result = executor_for(lines.append).run(plan_bandwidth(cluster, port, size_mb, one_pair_at_a_time=not distinct))
+        with step(progress, f"all-reduce bandwidth test ({len(nodes)} nodes, {rounds} round(s))"):
+            bench = plan_bandwidth(cluster, port, size_mb, one_pair_at_a_time=not distinct)
+            result = executor_for(lines.append).run(bench)
         report.bandwidth_gbps = parse_bandwidth(cluster, lines)
         report.transport = parse_transport(lines)
         missing = [

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from . import costs, locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
 from .providers import NAMES, get_provider
+from .progress import step
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec
 from .state import ClusterState, DamagedState, DownStore, StateStore
@@ -124,7 +125,8 @@ def down(
             return name
         provider = get_provider(state.spec.provider)
         live = provider.status(state) if provider.billed else None  # what it costs per hour, asked first
-        provider.down(state, store, progress)
+        with step(progress, f"taking {name!r} down"):
+            provider.down(state, store, progress)
     if live is not None and live.cost_per_hour_usd:
         spent = costs.so_far(live.cost_per_hour_usd, state.created_at, time.time())
         progress(
@@ -144,7 +146,8 @@ def _down_damaged(name: str, store: StateStore, progress: Progress, provider: st
         )
     read = ", ".join(f"{k} {v}" for k, v in found.to_dict().items() if k != "reason" and v) or "nothing"
     progress(f"the state file of {name!r} is damaged ({found.reason}); cleaning up from what it still says: {read}")
-    get_provider(found.provider).down_damaged(name, found, store, progress)
+    with step(progress, f"taking {name!r} down"):
+        get_provider(found.provider).down_damaged(name, found, store, progress)
     store.delete(name)
 
 

@@ -537,6 +537,32 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
         assert str(exc.value).startswith(f"DDPCTL_PCLUSTER_POLL_S={bad} is not a number of seconds")
 
 
+def test_the_waits_are_the_activity_going_on() -> None:
+    """Each wait is what a terminal shows live with its time (``infra/progress.py``), its status in
+    brackets (the same step while only that moves), and over when the wait ends."""
+    from ddpctl.infra.state import ClusterState
+    from tests.test_progress import Recorder
+
+    provider, plan, progress = _recorded_provider(), _plan(), Recorder()
+    head = {"instanceId": "i-1", "privateIpAddress": "10.77.0.10", "state": "running"}
+    created = [{"clusterStatus": "CREATE_IN_PROGRESS"}, {"clusterStatus": "CREATE_COMPLETE", "headNode": head}]
+    provider.wait_created(RecordedCli(created), plan, progress)
+    complete = {"clusterStatus": "CREATE_COMPLETE", "computeFleetStatus": "RUNNING"}
+    fleet = [[_instance("10.77.0.11", "pending")], [_instance("10.77.0.11"), _instance("10.77.0.12")]]
+    provider.wait_compute(RecordedCli([complete], fleet), plan, progress)
+    mine = [{"key": "ddpctl:cluster-id", "value": "abc123"}]
+    deleting = RecordedCli([{"clusterStatus": "DELETE_IN_PROGRESS", "tags": mine}] * 2 + [None])
+    provider._delete_cluster(deleting, plan, ClusterState(spec=_spec(), cluster_id="abc123"), progress)
+    assert progress.activities == [
+        "waiting for ParallelCluster to create ddpctl-c1 (CREATE_IN_PROGRESS)",
+        None,
+        "waiting for the compute nodes of ddpctl-c1 (0 of 2 running (1 pending))",
+        None,
+        "waiting for ParallelCluster to delete ddpctl-c1 (DELETE_IN_PROGRESS)",
+        None,
+    ]
+
+
 def _spec():
     from ddpctl.infra.spec import ClusterSpec
 

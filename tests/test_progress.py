@@ -9,6 +9,7 @@ import time
 from rich.console import Console
 
 from ddpctl.infra.ansible import PlayReport, TaskLines
+from ddpctl.infra.progress import activity, step
 from ddpctl.output import ProgressLines
 
 
@@ -101,3 +102,92 @@ def test_quiet_shows_no_progress() -> None:
     time.sleep(0.3)
     progress.activity(None)
     assert out.getvalue() == ""
+
+
+class StepRecorder(Recorder):
+    """A callback that keeps the enclosing steps, as the CLI's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[str] = []
+
+
+def test_a_wait_inside_a_step_shows_then_the_step_again() -> None:
+    progress = StepRecorder()
+    with step(progress, "taking 'c' down"):
+        activity(progress, "terminating (2 instance(s))")
+        activity(progress, "terminating (2 shutting-down)")
+        activity(progress, None)  # the wait is over: the step goes on
+    assert progress.activities == [
+        "taking 'c' down",
+        "terminating (2 instance(s))",
+        "terminating (2 shutting-down)",
+        "taking 'c' down",
+        None,
+    ]
+    assert progress.steps == []
+    plain: list[str] = []
+    with step(plain.append, "a step"):  # a plain callable: nothing shown
+        pass
+    assert plain == []
+
+
+def test_on_a_terminal_an_enclosing_step_keeps_its_clock() -> None:
+    out = io.StringIO()
+    progress = ProgressLines(Console(file=out, force_terminal=True, width=100), quiet=False)
+    with step(progress, "taking 'c' down"):
+        outer = progress._tasks["taking 'c' down"]
+        activity(progress, "terminating (2 instance(s))")
+        assert set(progress._tasks) == {"taking 'c' down", "terminating"}
+        activity(progress, None)
+        assert progress._tasks == {"taking 'c' down": outer}  # the same task: its clock went on
+    assert progress._live is None
+    assert "taking 'c' down" in out.getvalue() and "terminating (2 instance(s))" in out.getvalue()
+
+
+def _cluster(n: int):
+    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.state import ClusterState, NodeInfo
+
+    nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(n)]
+    return ClusterState(spec=ClusterSpec(name="c", provider="onprem", nodes=n), cluster_id="x", nodes=nodes)
+
+
+def test_check_shows_each_test_as_it_runs() -> None:
+    """`check`'s two launches are the activity going on while they run (a stand-in executor)."""
+    from ddpctl.infra.check import run_check
+    from ddpctl.infra.launch.nodes import OutputLine
+
+    progress, running = StepRecorder(), []
+
+    class Executor:
+        def __init__(self, sink) -> None:
+            self.sink = sink
+
+        def run(self, plan):
+            running.append(progress.activities[-1])
+            if plan.job == "check-reach":
+                for a in ("10.0.0.0", "10.0.0.1"):
+                    for b in ("10.0.0.0", "10.0.0.1"):
+                        if a != b:
+                            self.sink(OutputLine("n0", 0, f"REACH {a} {b} ok"))
+            else:
+                self.sink(OutputLine("n0", 0, "pair 0 1 size=8MB busbw_gbps=1.25"))
+                self.sink(OutputLine("n1", 1, "ready"))
+            return type("Result", (), {"ok": True})()
+
+    report = run_check(_cluster(2), Executor, 29500, progress, size_mb=8)
+    assert report.bandwidth_gbps == {("n0", "n1"): 1.25}
+    assert running == ["reachability test (2 nodes)", "all-reduce bandwidth test (2 nodes, 1 round(s))"]
+    assert progress.activities[-1] is None and progress.steps == []
+
+
+def test_down_is_a_step_with_its_time(tmp_path) -> None:
+    """`down` (here of a local cluster, through the API's code path) is the activity while it runs."""
+    import ddpctl
+
+    progress = StepRecorder()
+    ddpctl.up(2, name="c", home=tmp_path, progress=progress)
+    progress.activities.clear()
+    assert ddpctl.down("c", home=tmp_path, progress=progress) == ["c"]
+    assert progress.activities == ["taking 'c' down", None]

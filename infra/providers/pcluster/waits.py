@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from ...errors import DdpctlError, UsageError
-from ...progress import Progress
+from ...progress import Progress, activity
 from ...state import ClusterState
 from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME
 from . import compute
@@ -42,7 +42,14 @@ class Waits:
         return _seconds(self.env, ENV_COMPUTE_TIMEOUT_S, self.compute_timeout_s)
 
     def wait_created(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> ClusterInfo:
-        """describe-cluster until CREATE_COMPLETE; a failed or vanished stack is one line on where to look."""
+        """describe-cluster until CREATE_COMPLETE; a failed or vanished stack is one line on where to look.
+        The wait, with its status, is the activity going on (``infra/progress.py``)."""
+        try:
+            return self._wait_created(cli, plan, progress)
+        finally:
+            activity(progress, None)
+
+    def _wait_created(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> ClusterInfo:
         start = time.monotonic()
         last, last_report = "", start
         while True:
@@ -60,6 +67,7 @@ class Waits:
                     f"`pcluster get-cluster-stack-events -n {plan.pcluster_name} -r {plan.region}` tells more"
                 )
             now = time.monotonic()
+            activity(progress, f"waiting for ParallelCluster to create {plan.pcluster_name} ({info.status})")
             if info.status != last or now - last_report > 300:
                 progress(
                     f"{plan.pcluster_name}: {info.status} ({(now - start) / 60:.0f} min; ParallelCluster takes 10-20)"
@@ -75,7 +83,13 @@ class Waits:
         """Static compute nodes start after CREATE_COMPLETE (clustermgtd launches them); a job
         submitted before would only pend. Polls describe-cluster-instances (and describe-cluster, for
         a fleet ParallelCluster gave up on) until ``--nodes`` of them run, with a progress line
-        whenever the fleet changes and every few minutes while it does not."""
+        whenever the fleet changes and every few minutes while it does not; the wait is the activity going on."""
+        try:
+            return self._wait_compute(cli, plan, progress)
+        finally:
+            activity(progress, None)
+
+    def _wait_compute(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> list[ClusterInstance]:
         want, poll, timeout = plan.aws.count, self.poll(), self.compute_timeout()
         start = time.monotonic()
         last, last_report = "", start
@@ -96,6 +110,7 @@ class Waits:
             if info.fleet_status == "PROTECTED":
                 raise DdpctlError(compute.protected(plan, summary))
             now = time.monotonic()
+            activity(progress, f"waiting for the compute nodes of {plan.pcluster_name} ({summary})")
             if summary != last or now - last_report >= self.report_s:
                 progress(
                     f"{plan.pcluster_name}: compute nodes {summary} ({compute.duration(now - start)}; "
@@ -129,11 +144,18 @@ class Waits:
         if info.status != "DELETE_IN_PROGRESS":
             progress(f"deleting {plan.pcluster_name} ({info.status})")
             cli.delete(plan.pcluster_name)
+        try:
+            return self._wait_deleted(cli, plan, state, progress)
+        finally:
+            activity(progress, None)
+
+    def _wait_deleted(self, cli: PclusterCli, plan: PclusterPlan, state: ClusterState, progress: Progress) -> bool:
         start, last = time.monotonic(), ""
         while True:
             info = cli.describe(plan.pcluster_name)
             if info is None:
                 return True
+            activity(progress, f"waiting for ParallelCluster to delete {plan.pcluster_name} ({info.status})")
             if info.status == "DELETE_FAILED":
                 why = "; ".join(info.failures) or info.stack_status
                 raise DdpctlError(
