@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from . import costs, locks
 from .errors import ClusterExists, ClusterNotFound, UsageError
-from .providers import NAMES, get_provider
 from .progress import step
+from .providers import NAMES, get_provider
 from .providers.base import Progress, Provider
 from .spec import ClusterSpec
 from .state import ClusterState, DamagedState, DownStore, StateStore
