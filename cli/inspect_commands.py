@@ -146,20 +146,29 @@ def _duration(seconds: float) -> str:
     metavar="FILE",
     help="Also draw loss (and accuracy) and throughput against steps into FILE (needs matplotlib).",
 )
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing new lines, one a line, while the run is alive (--png, --json: when it ends).",
+)
 @json_option
-def metrics(run_id, last, png, as_json) -> int:
+def metrics(run_id, last, png, follow, as_json) -> int:
     """Show a run's metric lines (default: the last run started): loss, held-out accuracy, samples/s,
     tokens/s, MFU and GPU memory per log step and epoch, as the bundled jobs write them (a script of
-    your own: training/metrics.py's log_metrics). They are in RUNS_DIR/<run id>/metrics.jsonl once the run ends.
+    your own: training/metrics.py's log_metrics). They come into RUNS_DIR/<run id>/metrics.jsonl as
+    the run goes (every few seconds) and whole when it ends.
 
     \b
     Examples:
       ddpctl metrics                       # the last run's
+      ddpctl metrics --follow              # the last run's, then new lines until it ends
       ddpctl metrics r3f2a9c1d0e --png curves.png
       ddpctl metrics --json | jq '.lines[-1].loss'
     """
     from rich.table import Table
 
+    from ddpctl.infra import locks
     from ddpctl.infra import metrics as run_metrics
     from ddpctl.infra.errors import DdpctlError
     from ddpctl.infra.logs import log_path
@@ -170,6 +179,19 @@ def metrics(run_id, last, png, as_json) -> int:
     store = open_store()
     run_id, _ = log_path(store, run_id)
     path = store.run_dir(run_id) / run_metrics.FILE
+    if follow:
+        batches = run_metrics.follow(store.run_dir(run_id), lambda: locks.run_alive(store, run_id))
+        if not as_json and not png:  # as they come: every epoch line and the last --last step lines first
+            said = 0
+            for i, batch in enumerate(batches):
+                for doc in run_metrics.shown(batch, last) if i == 0 else batch:
+                    out.jobs.print(run_metrics.line_text(doc), highlight=False, markup=False)
+                said += len(batch)
+            if not said:
+                out.progress(f"run {run_id} wrote no metrics ({path})")
+            return 0
+        for _ in batches:  # to the run's end
+            pass
     lines = run_metrics.read(store.run_dir(run_id))
     if png:
         if not lines:

@@ -1,12 +1,16 @@
 """A run's metric lines (metrics.jsonl, one JSON object a line, as training/metrics.py writes them):
-brought from the head node into the run's record when the run ends, read back and summarised for
+brought from the head node into the run's record as the run goes (``Follower``) and whole when it
+ends (``fetch``), read back (``follow`` too, while the run is alive) and summarised for
 ``ddpctl metrics`` and ``ddpctl runs``."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
-import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,11 @@ if TYPE_CHECKING:
     from .state import ClusterState
 
 FILE = "metrics.jsonl"
+#: how often a running run's new metric lines are brought into its record (``Follower``), in seconds
+ENV_EVERY_S = "DDPCTL_METRICS_EVERY_S"
+EVERY_S = 5.0
+#: how often ``follow`` looks at the record for new lines
+POLL_S = 0.5
 #: the columns ``ddpctl metrics`` shows, in order, with their headers (other keys go to --json only)
 COLUMNS = {
     "kind": "line",
@@ -97,7 +106,9 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
     if head.ssh is None:
         if not Path(path).is_file():
             return False
-        shutil.copyfile(path, dest)
+        from .state import atomic_write
+
+        atomic_write(dest, Path(path).read_text(errors="replace"))  # whole: a reader reads on from where it was
         return True
     from .ssh import connect
 
@@ -108,8 +119,137 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
         conn.close()
     if result.exited:
         return False
-    dest.write_text(result.stdout)
+    from .state import atomic_write
+
+    atomic_write(dest, result.stdout)  # whole: one that follows the record reads on from where it was
     return True
+
+
+class Follower:
+    """While a run goes on, its new metric lines brought into its record every ``every_s`` seconds
+    (``DDPCTL_METRICS_EVERY_S``, default 5), for ``ddpctl metrics --follow`` and ``ddpctl.metrics``:
+    the whole lines the head node's file has beyond what was brought (read in place on this machine,
+    ``tail -c +N`` over one SSH connection kept open), appended to the record (the first ones replace
+    it: a resumed run's file on the head node has its earlier lines too). A context manager (a
+    thread of its own); a head node it cannot read is tried again at the next poll, ``fetch`` at the
+    run's end has the last word."""
+
+    def __init__(self, state: ClusterState, run: RunSpec, dest: Path, every_s: float | None = None) -> None:
+        self.state, self.run, self.dest = state, run, dest
+        every = os.environ.get(ENV_EVERY_S, "")
+        self.every_s = every_s if every_s is not None else float(every) if every else EVERY_S
+        self.brought = 0  # bytes of the head node's file already in the record
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+
+    def __enter__(self) -> Follower:
+        if (self.run.snapshot_dir or "").startswith("s3://") or not self.state.nodes:
+            return self  # nothing is fetched from S3
+        self._thread = threading.Thread(target=self._loop, name="ddpctl-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.poll()
+            except Exception:  # an unreachable head node for a moment: the next poll, then fetch, tries again
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+    def poll(self) -> int:
+        """Bring the new whole lines now; how many bytes were brought."""
+        new = self._new_bytes()
+        whole = new[: new.rfind(b"\n") + 1]  # a line being written comes at the next poll
+        if whole and not self.brought:  # the record starts as the head's file (a resumed run's has its lines)
+            from .state import atomic_write
+
+            atomic_write(self.dest, whole.decode(errors="replace"))
+        elif whole:
+            fd = os.open(self.dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with open(fd, "ab") as f:
+                f.write(whole)
+        self.brought += len(whole)
+        return len(whole)
+
+    def _new_bytes(self) -> bytes:
+        path, head = remote_path(self.state, self.run), self.state.nodes[0]
+        if head.ssh is None:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.brought)
+                    return f.read()
+            except FileNotFoundError:
+                return b""
+        if self._conn is None:
+            from .ssh import connect
+
+            self._conn = connect(head.ssh)
+        command = f"tail -c +{self.brought + 1} -- {shlex.quote(path)} 2>/dev/null || true"
+        result = self._conn.run(command, hide=True, warn=True, in_stream=False, timeout=60, encoding="utf-8")
+        return result.stdout.encode()
+
+
+def follow(
+    run_dir: Path,
+    alive: Callable[[], bool],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[list[dict[str, Any]]]:
+    """The record's metric lines now (the first batch), then each poll's new ones while ``alive()``
+    says the run goes on, and the last ones once it has ended. The file is read by its path each
+    time (``fetch`` replaces it whole at the end, with the same lines first)."""
+    offset, first = 0, True
+    while True:
+        running = alive()  # read before the lines: none is missed at the end
+        lines, offset = _read_on(run_dir / FILE, offset)
+        if lines or first:
+            yield lines
+        first = False
+        if not running:
+            return
+        sleep(POLL_S)
+
+
+def _read_on(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The whole lines after ``offset`` bytes, and where they end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    whole = data[: data.rfind(b"\n") + 1]
+    return parse(whole.decode(errors="replace")), offset + len(whole)
+
+
+#: how ``line_text`` says each key: a label before the value, or a unit after it
+SAID = {
+    "step": "step {}",
+    "epoch": "epoch {}",
+    "loss": "loss {}",
+    "accuracy": "accuracy {}%",
+    "samples_per_s": "{} samples/s",
+    "tokens_per_s": "{} tokens/s",
+    "mfu": "MFU {}",
+    "gpu_mem_gb": "GPU {} GiB",
+}
+
+
+def line_text(doc: dict[str, Any]) -> str:
+    """One metric line as ``metrics --follow`` prints it: ``epoch | step 71 | epoch 1 | loss 0.41 | ...``."""
+    parts = [str(doc.get("kind", "line"))]
+    parts += [SAID[k].format(cell(k, doc[k])) for k in SAID if doc.get(k) is not None]
+    return " | ".join(parts)
 
 
 def cell(key: str, value: Any) -> str:

@@ -1,5 +1,6 @@
 """Executing a prepared run: bring up the cluster if the run owns it, record the run, run the
-plan with the cluster's executor (or Slurm's), keep its outputs and metric lines, take the cluster down again.
+plan with the cluster's executor (or Slurm's), keep its outputs and metric lines (brought in as
+the run goes, and whole at its end), take the cluster down again.
 """
 
 from __future__ import annotations
@@ -119,10 +120,11 @@ def _execute(
                 log.write(f"[{line.node}{rank}] {line.text}\n")
                 sink(line)
 
-            if isinstance(prep.plan, SbatchPlan):
-                result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
-            else:
-                result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
+            with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
+                if isinstance(prep.plan, SbatchPlan):
+                    result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
+                else:
+                    result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

@@ -9,10 +9,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from ddpctl.infra import metrics as run_metrics
 from ddpctl.infra.inventory import Host
 from ddpctl.infra.logs import LogFilter, LogLine, parse
 from ddpctl.infra.ssh import ssh_argv
@@ -58,29 +60,50 @@ def test_logs_of_an_unknown_run(finished_run: dict[str, str]) -> None:
     assert "run 'rnothere01' has no output" in result.stderr and "(recent: rlogs00001)" in result.stderr
 
 
-def test_logs_follow_a_live_run(home: Path) -> None:
-    """`logs --follow` started while another ddpctl runs: it prints the run's lines as they come and
-    returns when the run ends."""
+def test_logs_and_metrics_follow_a_live_run(home: Path) -> None:
+    """`logs --follow` and `metrics --follow` started while another ddpctl runs: they print the run's
+    lines as they come and return when the run ends; its metric lines come into the record while it
+    runs (DDPCTL_METRICS_EVERY_S=1 here, 5 by default)."""
     run = subprocess.Popen(
         [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "rfollow001"]
         + ["--", "--epochs", "1", "--log-every", "10"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "DDPCTL_METRICS_EVERY_S": "1"},
     )
+    metrics_follow = None
     try:
         assert run.stdout is not None
         for line in run.stdout:  # started: its record exists
             if "step 10 |" in line:
                 break
+        metrics_follow = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", "metrics", "rfollow001", "--follow", "--last", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        record = home / "runs" / "rfollow001" / "metrics.jsonl"
+        while run.poll() is None and not (record.is_file() and '"kind": "step"' in record.read_text()):
+            time.sleep(0.2)
+        assert run.poll() is None, "the run ended before a metric line came into its record"
         follow = ddpctl("logs", "rfollow001", "--follow", "--rank", "0", timeout=300)
         assert follow.returncode == 0, follow.stderr
         assert "[node0 r0] step 10 |" in follow.stdout
         assert "held-out accuracy" in follow.stdout  # the end of the run, written after `logs` started
         assert run.wait(timeout=60) == 0
+        printed, err = metrics_follow.communicate(timeout=120)
+        assert metrics_follow.returncode == 0, err
+        said = printed.splitlines()
+        assert said[0].startswith("step | step 1 | epoch 1 | loss ") and " samples/s" in said[1]
+        assert said[-1].startswith("epoch | step ") and "| accuracy " in said[-1]  # written after it started
+        lines = json.loads(ddpctl("metrics", "rfollow001", "--json").stdout)["lines"]
+        assert said == [run_metrics.line_text(d) for d in lines]  # each line once, in order
     finally:
-        if run.poll() is None:
-            run.kill()
+        for proc in (run, metrics_follow):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
 
 
 def test_log_lines_parse_back() -> None:

@@ -69,6 +69,62 @@ def test_log_metrics_writes_on_rank_0_only(tmp_path: Path) -> None:
     assert json.loads(line)["step"] == 1 and json.loads(line)["loss"] == 0.5 and "time" in json.loads(line)
 
 
+def _head_here(snapshots: Path):
+    """A cluster whose head node is this machine, and a run that keeps its snapshots in ``snapshots``."""
+    from ddpctl.infra.spec import ClusterSpec, RunSpec
+    from ddpctl.infra.state import ClusterState, NodeInfo
+
+    state = ClusterState(
+        spec=ClusterSpec(name="c", nodes=1), cluster_id="x", nodes=[NodeInfo("node0", "127.0.0.1", "/w")]
+    )
+    return state, RunSpec(job="mnist", run_id="rfol1", snapshot_dir=str(snapshots))
+
+
+def test_the_follower_brings_whole_lines_as_they_come(tmp_path: Path) -> None:
+    """As a run goes: the head's new whole lines appended to the record (a line being written waits
+    for the next poll); the first lines replace what the record had (a resumed run's file has them)."""
+    head, record = tmp_path / "snap", tmp_path / "record.jsonl"
+    head.mkdir()
+    record.write_text(json.dumps(LINES[0]) + "\n")  # an earlier attempt's record
+    state, run = _head_here(head)
+    follower = metrics.Follower(state, run, record, every_s=3600)
+    assert follower.poll() == 0 and record.read_text() == json.dumps(LINES[0]) + "\n"  # nothing there yet
+    text = "".join(json.dumps(d) + "\n" for d in LINES)
+    (head / "metrics.jsonl").write_text(text[:-10])  # the last line half written
+    follower.poll()
+    assert metrics.parse(record.read_text()) == LINES[:3]
+    assert record.stat().st_mode & 0o777 == 0o600
+    (head / "metrics.jsonl").write_text(text)
+    follower.poll()
+    assert record.read_text() == text
+    with metrics.Follower(state, run, tmp_path / "other.jsonl", every_s=3600):  # a thread, stopped at the end
+        pass
+    s3 = metrics.Follower(state, type(run)(job="mnist", snapshot_dir="s3://my-bucket/p"), record)
+    with s3:
+        assert s3._thread is None  # nothing is brought from S3
+
+
+def test_follow_reads_on_while_the_run_is_alive(tmp_path: Path) -> None:
+    record = tmp_path / "metrics.jsonl"
+    record.write_text(json.dumps(LINES[0]) + "\n")
+    alive = iter([True, True, False])
+    more = iter([LINES[1:3], LINES[3:]])
+
+    def sleep(_: float) -> None:  # meanwhile, the run's lines come in (the last one replaced whole at the end)
+        with open(record, "a") as f:
+            f.write("".join(json.dumps(d) + "\n" for d in next(more)))
+
+    batches = list(metrics.follow(tmp_path, lambda: next(alive), sleep=sleep))
+    assert batches == [LINES[:1], LINES[1:3], LINES[3:]]
+    assert list(metrics.follow(tmp_path / "none", lambda: False)) == [[]]  # no file: one empty batch
+
+
+def test_a_line_as_follow_prints_it() -> None:
+    doc = {"kind": "epoch", "step": 71, "epoch": 1, "loss": 0.41, "accuracy": 96.1, "samples_per_s": 2302.7}
+    assert metrics.line_text(doc) == "epoch | step 71 | epoch 1 | loss 0.41 | accuracy 96.10% | 2,303 samples/s"
+    assert metrics.line_text({"step": 3, "mfu": 0.41, "gpu_mem_gb": 3.25}) == "line | step 3 | MFU 41.0% | GPU 3.25 GiB"
+
+
 def _recorded_run(home: Path, run_id: str) -> Path:
     """A run's record with an output log and metric lines (what a finished run leaves)."""
     run_dir = home / "runs" / run_id
