@@ -65,6 +65,22 @@ def test_message_passing():
         assert f"rank {rank}: all_reduce OK (3.0 == 3.0)" in out
 
 
+def test_a_jobs_own_error_is_torchruns_root_cause(tmp_path):
+    """The jobs' main is under torchelastic's ``@record``: an uncaught exception goes to the error
+    file torchrun gives each worker (TORCHELASTIC_ERROR_FILE), so torchrun's root cause shows it
+    (without, only "To enable traceback see ..."). Plain torchrun, as a user without ddpctl runs it."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1"]
+    cmd += [str(TRAINING / "mingpt" / "main.py"), "--data", str(tmp_path / "missing.txt")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("DDPCTL_SHARED_DIR", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    root = proc.stderr[proc.stderr.index("Root Cause (first observed failure):") :]
+    assert "error_file: <N/A>" not in root and "To enable traceback" not in root, root
+    assert re.search(r"traceback : Traceback \(most recent call last\):", root), root
+    assert "FileNotFoundError: [Errno 2] No such file or directory" in root, root
+
+
 def test_snapshot_write_is_atomic(tmp_path, monkeypatch):
     trainer = load_module("trainer", TRAINING / "trainer.py")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def pair_rounds(n):
@@ -76,6 +77,7 @@ def every_pair(x, args, cuda):
             dist.barrier()  # the next pairs start once these are done everywhere
 
 
+@record  # an uncaught exception goes to torchrun's error file: its root cause names it
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mb", type=float, default=32)

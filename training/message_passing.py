@@ -10,9 +10,11 @@ world*(world+1)/2. Exits non-zero if anything is off.
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from trainer import ddp_setup
 
 
+@record  # an uncaught exception goes to torchrun's error file: its root cause names it
 def main():
     device = ddp_setup()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
@@ -154,6 +155,7 @@ def evaluate(model, images, labels, device):
     return 100.0 * stats[0].item() / stats[1].item(), int(stats[1].item())
 
 
+@record  # an uncaught exception goes to torchrun's error file: its root cause names it
 def main():
     cfg, speed = parse_config(Config(), SpeedConfig())
     device = ddp_setup()

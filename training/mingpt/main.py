@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from char_dataset import CharDataset
 from model import GPT, GPTConfig
+from torch.distributed.elastic.multiprocessing.errors import record
 from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
 
 
@@ -81,6 +82,7 @@ def lm_loss(logits, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+@record  # an uncaught exception goes to torchrun's error file: its root cause names it
 def main():
     gpt_cfg, cfg, speed = parse_config(GPTConfig(), TrainerConfig(), SpeedConfig())
     device = ddp_setup()
