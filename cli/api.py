@@ -13,7 +13,6 @@ Light to import: torch, boto3 and ansible load only when a function needs them.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -329,7 +328,10 @@ class RunOutcome:
     hint: str  # a failure's known cause, what it means and what to do ("" where none is known)
     cause: str  # that cause's name, e.g. "rendezvous-timeout"
     log: Path  # the run's output.log (`ddpctl logs RUN_ID`, `ddpctl.logs(run_id)`)
-    metrics: Path | None = None  # the run's metrics.jsonl, where the run wrote one
+    #: the run's metric lines (`ddpctl metrics RUN_ID --json`'s `lines`: step, epoch, loss, accuracy,
+    #: samples_per_s...), [] where it wrote none; `metrics[-1]` is the last
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics_file: Path | None = None  # the run's metrics.jsonl in its record, where it has one
 
     @property
     def ok(self) -> bool:
@@ -343,7 +345,7 @@ class RunOutcome:
     def to_dict(self) -> dict[str, Any]:
         """``run --json``'s ``result`` (and ``run.json``'s)."""
         doc = asdict(self)
-        doc.pop("log"), doc.pop("metrics")
+        doc.pop("log"), doc.pop("metrics"), doc.pop("metrics_file")
         return {**doc, "nodes": list(doc["nodes"])}
 
 
@@ -415,8 +417,10 @@ def run(
             terminal.end()
     if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
         raise KeyboardInterrupt
+    from ddpctl.infra import metrics as run_metrics
+
     run_dir = store.run_dir(result.run_id)
-    metrics = run_dir / "metrics.jsonl"
+    metrics_file = run_dir / run_metrics.FILE
     return RunOutcome(
         run_id=result.run_id,
         exit_code=result.exit_code,
@@ -427,7 +431,8 @@ def run(
         hint=result.hint,
         cause=result.cause,
         log=run_dir / "output.log",
-        metrics=metrics if metrics.is_file() else None,
+        metrics=run_metrics.read(run_dir),
+        metrics_file=metrics_file if metrics_file.is_file() else None,
     )
 
 
@@ -465,9 +470,16 @@ def logs(
     return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))
 
 
-def metrics(run_id: str, *, home: str | Path | None = None) -> list[dict[str, Any]]:
-    """A run's ``metrics.jsonl`` records (one dict a line), [] where the run wrote none."""
-    path = _store(home).run_dir(run_id) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> list[dict[str, Any]]:
+    """``ddpctl metrics --json``'s ``lines``: a run's metric lines (default: the last run started),
+    one dict a line, [] where it wrote none. During a run, the lines brought so far (every few seconds)."""
+    from ddpctl.infra import metrics as run_metrics
+    from ddpctl.infra.logs import log_path
+
+    from .options import RunId
+
+    if run_id is not None:
+        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    store = _store(home)
+    run_id, _ = log_path(store, run_id)  # an unknown run: the CLI's one line
+    return run_metrics.read(store.run_dir(run_id))

@@ -69,7 +69,7 @@ def test_a_run_from_python_read_back_by_the_cli(home: Path, capsys: pytest.Captu
     assert result.ok and result.exit_code == 0 and not result.hint and result.failed_node is None
     assert result.exit_codes == {"node0": 0, "node1": 0}
     assert result.log == home / "runs" / result.run_id / "output.log"
-    assert result.metrics is None  # message-passing writes no metrics.jsonl
+    assert result.metrics == [] and result.metrics_file is None  # message-passing writes no metrics.jsonl
     assert {line.rank for line in lines} >= {0, 1}
     assert capsys.readouterr().out == ""  # on_line took the lines, progress=None: nothing printed
 

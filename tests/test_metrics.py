@@ -201,7 +201,9 @@ def test_mnist_run_writes_metrics_that_metrics_and_runs_read_back(home: Path, tm
 
 
 @pytest.mark.slow
-def test_users_script_writes_metrics_through_the_helper(home: Path, tmp_path: Path) -> None:
+def test_users_script_writes_metrics_through_the_helper_read_from_python_and_the_cli(
+    home: Path, tmp_path: Path
+) -> None:
     script = tmp_path / "own_metrics.py"
     script.write_text(
         f"import sys\nsys.path.insert(0, {str(TRAINING)!r})\n"
@@ -209,9 +211,16 @@ def test_users_script_writes_metrics_through_the_helper(home: Path, tmp_path: Pa
         "for step in (1, 2, 3):\n"
         "    log_metrics(step=step, loss=1.0 / step, accuracy=50.0 + step)\n"
     )
-    result = ddpctl("run", str(script), "--nodes", "2", "--run-id", "own2")
-    assert result.returncode == 0, result.stdout + result.stderr
+    import ddpctl as api
+
+    result = api.run(str(script), nodes=2, run_id="own2", on_line=None, progress=None)  # from Python
+    assert result.ok
     lines = metrics.read(home / "runs" / "own2")
     assert [d["step"] for d in lines] == [1, 2, 3]  # rank 0's lines only
-    doc = json.loads(ddpctl("metrics", "own2", "--json").stdout)
+    assert result.metrics == lines and result.metrics_file == home / "runs" / "own2" / "metrics.jsonl"
+    assert api.metrics("own2") == api.metrics() == lines  # the last run's by default
+    doc = json.loads(ddpctl("metrics", "own2", "--json").stdout)  # the CLI reads the same
+    assert doc["lines"] == lines
     assert doc["summary"] == {"loss": pytest.approx(1 / 3), "accuracy": 53.0, "step": 3}
+    with pytest.raises(api.UsageError, match="run 'rnothere' has no output"):
+        api.metrics("rnothere")

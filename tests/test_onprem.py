@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpctl.infra import metrics as run_metrics
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, tree
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs, worker_pid
 
@@ -104,12 +105,36 @@ def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> No
         assert f"[node{i} r{i}] ENV node{i} ddp0 ddp0 INFO 10.77.0.10" in result.stdout
 
 
-def test_mnist_two_nodes_over_ssh(onprem) -> None:
-    # one epoch reaches about 96 % (the trainer's own tests and the local run take it further)
-    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "1", env=_env(onprem["env"]), timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
-    assert accuracies and accuracies[-1] >= 90.0, result.stdout
+def test_mnist_two_nodes_over_ssh_and_its_metrics(onprem) -> None:
+    """One MNIST epoch over SSH (about 96 %; the trainer's own tests and the local run take it
+    further); its metric lines come from the head node into the run's record over SSH while it runs
+    (DDPCTL_METRICS_EVERY_S=1 here) and whole at its end, where `metrics --follow` and `metrics` read them."""
+    env = {**_env(onprem["env"]), "DDPCTL_METRICS_EVERY_S": "1"}
+    proc = start_ddpctl("run", "mnist", "--nodes", "2", "--run-id", "sshmet", "--", "--epochs", "1", env=env)
+    follow = None
+    try:
+        output = Output(proc)
+        output.until("step 20 |", timeout=300)  # the run's record exists
+        follow = start_ddpctl("metrics", "sshmet", "--follow", "--last", "0", env=env)
+        record = onprem["home"] / "runs" / "sshmet" / "metrics.jsonl"
+        while proc.poll() is None and not (record.is_file() and '"step": 20' in record.read_text()):
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before its metric lines came over SSH into its record"
+        text = output.finish(timeout=600)
+        followed, _ = follow.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if follow is not None:
+            follow.kill()
+    assert proc.returncode == 0, text
+    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", text)]
+    assert accuracies and accuracies[-1] >= 90.0, text
+    doc = json.loads(ddpctl("metrics", "sshmet", "--json", env=env).stdout)
+    assert doc["summary"]["accuracy"] == accuracies[-1] and doc["lines"][-1]["kind"] == "epoch"
+    assert [d["step"] for d in doc["lines"][:2]] == [1, 20] and doc["lines"][1]["samples_per_s"] > 0
+    assert follow.returncode == 0, followed
+    assert followed.splitlines()[-1] == run_metrics.line_text(doc["lines"][-1])  # came after it started
+    assert len([line for line in followed.splitlines() if line.startswith(("step |", "epoch |"))]) == len(doc["lines"])
 
 
 def test_a_snapshot_dir_the_nodes_cannot_write_is_one_line(onprem, testbed: Testbed, tmp_path: Path) -> None:
