@@ -191,3 +191,17 @@ def test_down_is_a_step_with_its_time(tmp_path) -> None:
     progress.activities.clear()
     assert ddpctl.down("c", home=tmp_path, progress=progress) == ["c"]
     assert progress.activities == ["taking 'c' down", None]
+
+
+def test_the_aws_waits_before_configure_are_steps(monkeypatch) -> None:
+    """The wait for the instances' host keys in their console output is the activity going on,
+    with its line at each look that finds some missing."""
+    from ddpctl.infra.providers.aws import configure
+
+    monkeypatch.setattr(configure, "POLL_S", 0)
+    answers = iter(["booting", f"{configure.HOST_KEYS_BEGIN}\nssh-ed25519 AAAAkey root@n\n{configure.HOST_KEYS_END}"])
+    progress = StepRecorder()
+    node = configure.Launched("node0", "i-1", "10.0.0.1", "", "us-east-1a")
+    assert configure.collect_host_keys([node], lambda _: next(answers), progress) == {"node0": ["ssh-ed25519 AAAAkey"]}
+    assert progress.activities == ["waiting for the host keys of 1 node(s) (console output)", None]
+    assert progress.lines == ["waiting for the host keys of node0 (console output)"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ...errors import DdpctlError
 from ...inventory import Host
-from ...progress import Progress
+from ...progress import Progress, step
 from ...state import NodeInfo, atomic_write
 
 HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
@@ -134,6 +134,13 @@ def collect_host_keys(
 ) -> dict[str, list[str]]:
     """Poll each node's console output until cloud-init has printed its host keys (``wait=False``:
     one look, and what the consoles hold now)."""
+    with step(progress, f"waiting for the host keys of {len(nodes)} node(s) (console output)"):
+        return _collect_host_keys(nodes, console, progress, timeout, wait)
+
+
+def _collect_host_keys(
+    nodes: list[Launched], console: Callable[[str], str], progress: Progress, timeout: float, wait: bool
+) -> dict[str, list[str]]:
     keys: dict[str, list[str]] = {}
     deadline = time.monotonic() + timeout
     while True:
@@ -164,6 +171,12 @@ def without_host_keys(known_hosts: Path, nodes: list[Launched], private: bool) -
 
 
 def wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float = SSH_TIMEOUT_S) -> dict[str, int]:
+    """Until every host answers SSH (a line per failed look), the wait the activity going on."""
+    with step(progress, f"waiting for SSH on {len(hosts)} node(s)"):
+        return _wait_for_ssh(hosts, progress, timeout)
+
+
+def _wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float) -> dict[str, int]:
     from ...ssh import check_reachable
 
     deadline = time.monotonic() + timeout
