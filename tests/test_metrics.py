@@ -156,6 +156,19 @@ def test_metrics_of_a_run_without_any(home: Path) -> None:
     assert "has no metrics" in ddpctl("metrics", "none1").stderr
 
 
+def test_follow_of_a_finished_run_prints_its_lines_and_returns(home: Path) -> None:
+    """`metrics --follow` of a run that has ended: its lines one a line (every epoch line, the last
+    --last step lines), then it returns; with --json, the document `metrics --json` gives."""
+    _recorded_run(home, "done1")
+    followed = ddpctl("metrics", "done1", "--follow", "--last", "1")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines() == [metrics.line_text(d) for d in (LINES[2], LINES[3])]
+    as_json = json.loads(ddpctl("metrics", "done1", "--follow", "--json").stdout)
+    assert as_json["lines"] == LINES and as_json["summary"]["step"] == 80
+    (Path(home) / "runs" / "done1" / "metrics.jsonl").unlink()
+    assert "run done1 wrote no metrics" in ddpctl("metrics", "done1", "--follow").stderr
+
+
 # ---- real runs on the local provider -------------------------------------------------------------
 
 
