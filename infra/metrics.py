@@ -10,7 +10,7 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,15 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
     return True
 
 
+def every_from(env: Mapping[str, str]) -> float:
+    """``DDPCTL_METRICS_EVERY_S`` as seconds (at least 0.1); not a number of seconds: the default, 5."""
+    try:
+        value = float(env.get(ENV_EVERY_S, "") or EVERY_S)
+    except ValueError:
+        return EVERY_S
+    return max(0.1, value) if value < float("inf") else EVERY_S
+
+
 class Follower:
     """While a run goes on, its new metric lines brought into its record every ``every_s`` seconds
     (``DDPCTL_METRICS_EVERY_S``, default 5), for ``ddpctl metrics --follow`` and ``ddpctl.metrics``:
@@ -136,8 +145,7 @@ class Follower:
 
     def __init__(self, state: ClusterState, run: RunSpec, dest: Path, every_s: float | None = None) -> None:
         self.state, self.run, self.dest = state, run, dest
-        every = os.environ.get(ENV_EVERY_S, "")
-        self.every_s = every_s if every_s is not None else float(every) if every else EVERY_S
+        self.every_s = every_s if every_s is not None else every_from(os.environ)
         self.brought = 0  # bytes of the head node's file already in the record
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

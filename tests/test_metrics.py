@@ -119,6 +119,11 @@ def test_follow_reads_on_while_the_run_is_alive(tmp_path: Path) -> None:
     assert list(metrics.follow(tmp_path / "none", lambda: False)) == [[]]  # no file: one empty batch
 
 
+def test_how_often_the_follower_looks() -> None:
+    said = [metrics.every_from({metrics.ENV_EVERY_S: v}) for v in ("", "1", "0", "soon", "inf", "nan")]
+    assert said == [5.0, 1.0, 0.1, 5.0, 5.0, 5.0]  # never a busy loop, never a failed run
+
+
 def test_a_line_as_follow_prints_it() -> None:
     doc = {"kind": "epoch", "step": 71, "epoch": 1, "loss": 0.41, "accuracy": 96.1, "samples_per_s": 2302.7}
     assert metrics.line_text(doc) == "epoch | step 71 | epoch 1 | loss 0.41 | accuracy 96.10% | 2,303 samples/s"
