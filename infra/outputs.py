@@ -125,7 +125,7 @@ def listed(folders: list[RunFolder]) -> str:
 
 def question(state: ClusterState, folders: list[RunFolder], *, keep: bool, runs_dir: Path) -> str:
     """What ``down`` asks before it takes a billed cluster down (pure)."""
-    what = f"take down {state.spec.provider} cluster {state.name!r} ({len(state.nodes)} node(s)) and delete all it made"
+    what = f"take down {state.spec.provider} cluster {state.name!r} ({state.spec.nodes} node(s)) and delete all it made"
     if not folders:
         return what
     where = f"copied first into {runs_dir}/<run id>/{OUTPUTS} (--no-keep-outputs skips that)"
@@ -210,15 +210,31 @@ def _remote_tar(state: ClusterState, path: str, into: Path) -> None:
         stream = channel.makefile("rb")
         try:
             with tarfile.open(fileobj=stream, mode="r|") as archive:
-                archive.extractall(into, filter="data")
+                _extract(archive, into)
         except tarfile.ReadError:
             pass  # nothing came: the exit status says why
+        except tarfile.TarError as exc:  # a name outside the folder, a link out of it: not ours
+            raise DdpctlError(f"refused what {head.name} sent for {path}: {exc}") from exc
         code = channel.recv_exit_status()
         if code:
             why = channel.makefile_stderr("rb").read().decode(errors="replace").strip().splitlines()[-1:]
             raise DdpctlError(f"could not copy {path} from {head.name}: {why[0] if why else f'exit {code}'}")
     finally:
         conn.close()
+
+
+def _extract(archive: tarfile.TarFile, into: Path) -> None:
+    """Unpack with tarfile's ``data`` filter; on a Python without it (3.10 before 3.10.12), its main
+    rules by hand: regular files and folders only, no absolute names, nothing above ``into``."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(into, filter="data")
+        return
+    for member in archive:
+        name = Path(member.name)
+        if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
+            continue
+        member.mode = (member.mode & 0o755) | (0o700 if member.isdir() else 0o600)
+        archive.extract(member, into)
 
 
 def keep(store: StateStore, state: ClusterState, folders: list[RunFolder], progress: Progress) -> None:

@@ -150,7 +150,7 @@ def test_the_python_api_needs_yes_for_a_billed_cluster(home: Path) -> None:
     state = aws_state(nodes=1)
     state.nodes = []
     StateStore(home).save(state)
-    with pytest.raises(api.UsageError, match=r"take down aws cluster 'c1' \(0 node\(s\)\) .*: pass yes=True"):
+    with pytest.raises(api.UsageError, match=r"take down aws cluster 'c1' \(1 node\(s\)\) .*: pass yes=True"):
         api.down(progress=None)
 
 
@@ -246,3 +246,32 @@ def test_download_refusals(home: Path) -> None:
     assert s3.returncode == 2 and "`aws s3 cp --recursive s3://b/p DIR` fetches them" in s3.stderr
     gone = ddpctl("download", "r1")
     assert gone.returncode == 1 and "cluster 'c1' is down and kept none of its outputs" in gone.stderr
+
+
+@pytest.mark.parametrize("has_data_filter", [True, False])
+def test_a_tar_stream_cannot_write_outside_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_data_filter: bool
+) -> None:
+    """What comes off a node is unpacked with tarfile's data filter, or its rules by hand where the
+    Python (3.10 before 3.10.12) has none: no name above the folder, no link out of it."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as archive:
+        for name, data in (("snapshot.pt", b"ok"), ("../evil.txt", b"no")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("escape")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+    if not has_data_filter:
+        monkeypatch.delattr(tarfile, "data_filter")
+    into = tmp_path / "into"
+    into.mkdir()
+    buf.seek(0)
+    with tarfile.open(fileobj=buf, mode="r|") as archive:
+        try:
+            outputs._extract(archive, into)
+        except tarfile.FilterError:
+            assert has_data_filter  # the filter refuses the stream at its first bad member
+    assert not (tmp_path / "evil.txt").exists() and not (into / "escape").is_symlink()
+    assert (into / "snapshot.pt").read_bytes() == b"ok"
