@@ -164,11 +164,13 @@ def _keep_outputs(
         try:
             found = outputs.measure(state, wanted)
         except DdpctlError as exc:
-            if keep:
+            if keep and provider.disks_go_with_down:  # the nodes go: what is on them would be lost
                 raise DdpctlError(
                     f"{exc}: its runs' outputs cannot be kept; `ddpctl down --name {state.name} --no-keep-outputs` "
                     "takes it down without them"
                 ) from exc
+            # nodes that stay: a node `down` cannot reach keeps what is on it
+            progress(f"warning: {exc}: the runs' outputs there are not copied back")
     if ask is not None and provider.billed:
         ask(outputs.question(state, found, keep=keep, runs_dir=store.home / "runs"))
     if keep:

@@ -275,3 +275,34 @@ def test_a_tar_stream_cannot_write_outside_the_folder(
             assert has_data_filter  # the filter refuses the stream at its first bad member
     assert not (tmp_path / "evil.txt").exists() and not (into / "escape").is_symlink()
     assert (into / "snapshot.pt").read_bytes() == b"ok"
+
+
+def unreachable_state(provider: str) -> ClusterState:
+    """A cluster whose head node refuses connections (port 1 of this machine), one run recorded on it."""
+    options = get_provider(provider).take_options({})
+    inventory = "/nowhere/hosts.ini" if get_provider(provider).takes_inventory else ""
+    spec = ClusterSpec(name="c1", provider=provider, nodes=1, options=options, inventory=inventory)
+    head = NodeInfo(name="node0", host="127.0.0.1", workdir="/tmp/w", ssh=Host("node0", "127.0.0.1", port=1))
+    return ClusterState(spec=spec, cluster_id="cid1", status="up", nodes=[head], created_at=0.0)
+
+
+def test_a_head_node_that_cannot_be_reached(home: Path) -> None:
+    """Where the nodes go with the cluster (aws), `down` stops rather than lose what is on them, and
+    says how to go on without; where they stay (onprem), it warns and goes on."""
+    store = StateStore(home)
+    write_run(home, "r1")
+    store.save(unreachable_state("aws"))
+    stopped = ddpctl("down", "--yes", stdin=subprocess.DEVNULL)
+    assert stopped.returncode == 1 and store.exists("c1"), stopped.stderr
+    assert (
+        stopped.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            ": its runs' outputs cannot be kept; `ddpctl down --name c1 --no-keep-outputs` takes it down without them"
+        )
+    )
+    store.delete("c1")
+    store.save(unreachable_state("onprem"))
+    went = ddpctl("down", stdin=subprocess.DEVNULL)
+    assert went.returncode == 0, went.stderr
+    assert "the runs' outputs there are not copied back" in went.stderr and not store.exists("c1")
