@@ -1,4 +1,5 @@
-"""Getting onto nodes, into runs' output, and stopping a run from anywhere: ``ssh``, ``logs``, ``stop``."""
+"""Getting onto nodes, into runs' output, and stopping a run from anywhere: ``ssh``, ``logs``, ``stop``,
+``download``."""
 
 from __future__ import annotations
 
@@ -150,6 +151,44 @@ def stop(run_id, as_json) -> int:
     out.progress(f"run {run_id} stopped" if stopped else f"run {run_id} had already ended by itself: {ended}")
     if as_json:
         out.document({"ok": True, "run_id": run_id, "stopped": stopped, "result": ended})
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("run_id", type=RunId("RUN_ID"))
+@click.option(
+    "--to",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Copy them into DIR/RUN_ID. [default: the run's record, RUNS_DIR/RUN_ID/outputs]",
+)
+@json_option
+def download(run_id, to, as_json) -> int:
+    """Copy run RUN_ID's outputs (its snapshot folder: snapshots, metrics.jsonl) from its cluster,
+    while that is up, over the same SSH connections as everything else.
+
+    Without --to they go into the run's record, where `ddpctl down` would keep them and where
+    `run --resume-from RUN_ID` finds them. Once the cluster is down, the outputs it kept are
+    copied instead. Runs with an s3:// --snapshot-dir have nothing on the cluster.
+
+    
+    Examples:
+      ddpctl download r3f2a9c1d0e                 # into the run's record
+      ddpctl download r3f2a9c1d0e --to ./results  # into ./results/r3f2a9c1d0e
+    """
+    from pathlib import Path
+
+    from ddpctl.infra.outputs import download as fetch_outputs
+    from ddpctl.infra.outputs import size_text
+
+    from .output import Output
+
+    out = Output(as_json)
+    got = fetch_outputs(open_store(), run_id, Path(to) if to else None, out.progress)
+    out.progress(f"run {run_id}'s outputs ({size_text(got.size_bytes)}, {got.files} file(s)) are in {got.dest}")
+    if as_json:
+        out.document({"ok": True, **got.to_dict()})
     return 0
 
 

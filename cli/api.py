@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.check import CheckReport
     from ddpctl.infra.launch.nodes import OutputLine
     from ddpctl.infra.logs import LogLine
+    from ddpctl.infra.outputs import Downloaded
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.run_records import RunRecord
     from ddpctl.infra.state import ClusterState, StateStore
@@ -34,6 +35,7 @@ __all__ = [
     "RunOutcome",
     "check",
     "down",
+    "download",
     "logs",
     "metrics",
     "print_line",
@@ -179,11 +181,15 @@ def down(
     name: str | None = None,
     *,
     all: bool = False,  # the CLI's --all
+    keep_outputs: bool = True,
+    yes: bool = False,
     progress: Callable[[str], None] | None = print_progress,
     home: str | Path | None = None,
 ) -> list[str]:
-    """``ddpctl down``: take a cluster down (``name``, else the only one; ``all=True``: every one).
-    Returns the names taken down (``down --json``'s ``down``)."""
+    """``ddpctl down``: take a cluster down (``name``, else the only one; ``all=True``: every one),
+    first copying its runs' outputs into their records unless ``keep_outputs=False``. One billed
+    cluster (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. Returns the names taken
+    down (``down --json``'s ``down``)."""
     from ddpctl.infra import clusters
     from ddpctl.infra.errors import UsageError
 
@@ -198,7 +204,12 @@ def down(
         names = [resolved] if resolved else []
     if not names:
         progress(f"no cluster is up under {store.home}: nothing to take down")
-    return [clusters.down(n, store, progress) for n in names]
+
+    def ask(question: str) -> None:
+        if not yes:
+            raise UsageError(f"{question}: pass yes=True to confirm")
+
+    return [clusters.down(n, store, progress, ask=None if all else ask, keep_outputs=keep_outputs) for n in names]
 
 
 @dataclass
@@ -468,6 +479,23 @@ def logs(
     keep = run_logs.LogFilter(node, rank)
     run_logs.check_filter(store, run_id, keep)
     return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))
+
+
+def download(
+    run_id: str,
+    *,
+    to: str | Path | None = None,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> Downloaded:
+    """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster (while that is up) into
+    ``DIR/RUN_ID``, default its record's ``outputs``; ``to_dict()`` is ``download --json``'s."""
+    from ddpctl.infra.outputs import download as fetch_outputs
+
+    from .options import RunId
+
+    _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    return fetch_outputs(_store(home), run_id, Path(to) if to else None, progress or _quiet)
 
 
 def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> list[dict[str, Any]]:

@@ -173,9 +173,16 @@ def up(
     help="With --name and --region: the resources of the state home with this id (as a refusal names it), "
     "where that home itself is lost. [default: this home's own]",
 )
+@click.option(
+    "--keep-outputs/--no-keep-outputs",
+    default=True,
+    show_default=True,
+    help="First copy the runs' outputs that exist only on the cluster (snapshots, metrics) into their "
+    "records under the state home (runs/<id>/outputs); their size is shown first.",
+)
 @yes_option
 @json_option
-def down(name, all_, region, lost_provider, home_id, yes, as_json) -> int:
+def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json) -> int:
     """Take a cluster down: stop its processes and delete everything it created.
 
     Safe after a crash or Ctrl-C at any point of `up` or `run`: whatever the state records is
@@ -184,6 +191,10 @@ def down(name, all_, region, lost_provider, home_id, yes, as_json) -> int:
     aws cluster whose state file is lost (add `--provider pcluster` for a ParallelCluster one).
     A damaged state file is cleaned up from what can still be read of it (processes by their
     marker, cloud resources by tag). Running `down` twice is fine.
+
+    Runs' outputs (their snapshot folders) that exist only on the cluster are copied into their
+    records first (`ddpctl runs` shows them as kept); outputs in s3:// stay where they are. On aws
+    and pcluster, `down` asks first, naming those outputs and their size (--yes answers).
     """
     from ddpctl.infra import clusters, locks
     from ddpctl.infra.errors import UsageError
@@ -220,7 +231,11 @@ def down(name, all_, region, lost_provider, home_id, yes, as_json) -> int:
         names = [resolved] if resolved else []
     if not names:
         out.progress(f"no cluster is up under {store.home}: nothing to take down")
-    downed = [clusters.down(n, store, out.progress, provider=lost_provider, region=region) for n in names]
+    ask = None if all_ else (lambda question: confirm(question, yes))  # --all asked once, above
+    downed = [
+        clusters.down(n, store, out.progress, provider=lost_provider, region=region, ask=ask, keep_outputs=keep_outputs)
+        for n in names
+    ]
     if as_json:
         out.document({"ok": True, "down": downed})
     return 0

@@ -82,7 +82,10 @@ def runs(as_json) -> int:
     unfinished: `ddpctl run --resume RUN_ID` continues it from its snapshot. Each run's output is
     in RUNS_DIR/<run id>/output.log; a run on a cluster brought up for it keeps its snapshot folder
     in RUNS_DIR/<run id>/outputs ("kept"), which `ddpctl run JOB --resume-from RUN_ID` starts from.
-    Duration is how long the job ran; loss and accuracy are the last in its metrics (`ddpctl metrics`).
+    Duration is how long the job ran; cost, on a billed cluster, is its nodes' list price for that
+    long (the nodes it used x one node's $/h x duration); loss and accuracy are the last in its
+    metrics (`ddpctl metrics`). `ddpctl down` keeps the outputs of a cluster's runs the same way, and
+    `ddpctl download RUN_ID` copies them at any time.
     """
     import time
 
@@ -105,15 +108,17 @@ def runs(as_json) -> int:
         out.progress(f"no runs under {store.home / 'runs'}; start one with `ddpctl run`")
         return 0
     table = Table(title=f"runs under {store.home / 'runs'}", title_justify="left")
-    # duration, loss and accuracy only where a run has one: the table stays narrow without them
-    extra = [c for c in ("duration_s", "loss", "accuracy") if any(getattr(r, c) is not None for r in records)]
+    # duration, cost, loss and accuracy only where a run has one: the table stays narrow without them
+    shown_if = ("duration_s", "cost_usd", "loss", "accuracy")
+    extra = [c for c in shown_if if any(getattr(r, c) is not None for r in records)]
     for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
-        table.add_column(col.removesuffix("_s"), min_width=10 if col == "result" else None)
+        table.add_column(col.removesuffix("_s").removesuffix("_usd"), min_width=10 if col == "result" else None)
     for r in records:
         result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
         shown = {
             "duration_s": "" if r.duration_s is None else _duration(r.duration_s),
+            "cost_usd": "" if r.cost_usd is None else f"${r.cost_usd:,.2f}",
             "loss": "" if r.loss is None else f"{r.loss:.4g}",
             "accuracy": "" if r.accuracy is None else f"{r.accuracy:.2f}%",
         }

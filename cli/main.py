@@ -135,6 +135,7 @@ for command in (
     access_commands.ssh,
     access_commands.logs,
     access_commands.stop,
+    access_commands.download,
     access_commands.playbooks,
 ):
     cli.add_command(command)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import costs, locks
-from .errors import ClusterExists, ClusterNotFound, UsageError
+from .errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
 from .progress import step
 from .providers import NAMES, get_provider
 from .providers.base import Progress, Provider
@@ -109,10 +110,19 @@ def _configure(
 
 
 def down(
-    name: str, store: StateStore, progress: Progress, *, provider: str | None = None, region: str | None = None
+    name: str,
+    store: StateStore,
+    progress: Progress,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    ask: Callable[[str], None] | None = None,
+    keep_outputs: bool = True,
 ) -> str:
     """Take cluster ``name`` down. A damaged state file is cleaned up from what can still be read of
-    it (``provider``/``region``: what the user says where it cannot be read)."""
+    it (``provider``/``region``: what the user says where it cannot be read). First, the runs'
+    outputs that exist only on the cluster are copied into their records (unless not
+    ``keep_outputs``); a billed provider's ``down`` is put to ``ask`` (which raises to stop), naming them."""
     store = DownStore(store.home, progress)  # a full disk does not stop `down`
     with locks.cluster(store, name, "down"):
         slot = locks.RunSlot(store, name, "down")  # its run slot's files, of runs killed meanwhile, go too
@@ -124,6 +134,7 @@ def down(
             _down_damaged(name, store, progress, provider, region)
             return name
         provider = get_provider(state.spec.provider)
+        _keep_outputs(provider, state, store, progress, ask=ask, keep=keep_outputs)
         live = provider.status(state) if provider.billed else None  # what it costs per hour, asked first
         with step(progress, f"taking {name!r} down"):
             provider.down(state, store, progress)
@@ -134,6 +145,38 @@ def down(
             f"at ${live.cost_per_hour_usd:,.2f}/h list price"
         )
     return name
+
+
+def _keep_outputs(
+    provider: Provider,
+    state: ClusterState,
+    store: StateStore,
+    progress: Progress,
+    *,
+    ask: Callable[[str], None] | None,
+    keep: bool,
+) -> None:
+    """Before ``down``: the runs' outputs that exist only on the cluster (``infra/outputs.py``), named
+    in the question a billed provider's ``down`` asks, then copied into their run records."""
+    from . import outputs
+
+    found = []
+    if state.status == "up" and state.nodes:  # runs only ever ran on a cluster that was up
+        wanted = outputs.to_keep(outputs.recorded(store), state, disks_go=provider.disks_go_with_down)
+        try:
+            found = outputs.measure(state, wanted)
+        except DdpctlError as exc:
+            if keep and provider.disks_go_with_down:  # the nodes go: what is on them would be lost
+                raise DdpctlError(
+                    f"{exc}: its runs' outputs cannot be kept; `ddpctl down --name {state.name} --no-keep-outputs` "
+                    "takes it down without them"
+                ) from exc
+            # nodes that stay: a node `down` cannot reach keeps what is on it
+            progress(f"warning: {exc}: the runs' outputs there are not copied back")
+    if ask is not None and provider.billed:
+        ask(outputs.question(state, found, keep=keep, runs_dir=store.home / "runs"))
+    if keep:
+        outputs.keep(store, state, found, progress)
 
 
 def _down_damaged(name: str, store: StateStore, progress: Progress, provider: str | None, region: str | None) -> None:

@@ -82,6 +82,16 @@ def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progre
     progress(f"run {run_id}: its turn on {name!r}")
 
 
+def run_cost_basis(prep: PreparedRun) -> dict:
+    """What a run's record keeps of its cluster: its id (``down`` tells its runs from an earlier
+    cluster's of the same name), the nodes the run uses and one node's price per hour (None: not
+    known), for the run's cost in ``ddpctl runs``."""
+    spec = prep.cluster.spec
+    total = prep.provider.hourly_cost(spec) if prep.provider.billed else None
+    per_node = round(total / spec.nodes, 6) if total is not None and spec.nodes else None
+    return {"cluster_id": prep.cluster.cluster_id, "nodes_used": prep.run.nodes, "node_usd_per_hour": per_node}
+
+
 def _remove_if_empty(run_dir: Path) -> None:
     """A queued run's folder, unless it holds something (a detached run's controller.log)."""
     try:
@@ -104,6 +114,7 @@ def _execute(
         job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
         recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
         options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
+        options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
         atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         project = getattr(prep.plan, "project", None)

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import locks, metrics
+from . import costs, locks, metrics
 from .errors import UsageError
 from .state import StateStore
 
@@ -93,6 +93,7 @@ class RunRecord:
     duration_s: float | None = None  # how long the job ran (None: no end recorded)
     loss: float | None = None  # the last loss and held-out accuracy of its metrics.jsonl (None: none given)
     accuracy: float | None = None
+    cost_usd: float | None = None  # nodes used x a node's $/h x duration, list price (None: not billed, not known)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -156,9 +157,20 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 round(duration, 1) if isinstance(duration, (int, float)) else None,
                 last["loss"],
                 last["accuracy"],
+                run_cost(doc, duration),
             )
         )
     return sorted(records, key=lambda r: r.started)
+
+
+def run_cost(doc: dict, duration: object) -> float | None:
+    """What a run cost (pure): the nodes it used at one node's price per hour as its record keeps them
+    (``run_execute.run_cost_basis``), for as long as it ran; None where either is not known."""
+    price, nodes = doc.get("node_usd_per_hour"), doc.get("nodes_used")
+    numbers = (price, nodes, duration)
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+        return None
+    return costs.so_far(price * nodes, 0.0, duration)
 
 
 def read_options(path: Path) -> tuple[dict, RunOptions]:

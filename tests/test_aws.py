@@ -400,7 +400,7 @@ def test_the_users_ami_wins(aws: Env) -> None:
     assert "warning: --no-configure" not in out and "Volta)" not in line_with(out, "  AMI: ")
     aws.ok(*UP, "--ami", mine)
     assert {i["ImageId"] for i in aws.moto.alive_instances()} == {mine}
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
 
 
@@ -478,11 +478,11 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     assert status["age_s"] >= 0 and status["cost_so_far_usd"] == pytest.approx(6.12 * status["age_s"] / 3600, abs=0.02)
     assert "so far" in aws.ok("status").stdout
 
-    down = aws.ok("down")
+    down = aws.ok("down", "--yes")
     assert re.search(r"cluster 'c1' was up \d+ (s|min): about \$\d+\.\d\d at \$6\.12/h list price", down.stderr)
     aws.assert_clean()
     assert tree(aws.home / "clusters") == []
-    aws.ok("down")  # twice is fine
+    aws.ok("down", "--yes")  # twice is fine
     aws.ok("down", "--name", "c1", "--region", REGION)
 
 
@@ -506,7 +506,7 @@ def test_a_version_2_state_file_is_taken_down_by_what_it_records(aws: Env) -> No
     tagged += added["security_groups"]
     aws.moto.ec2.delete_tags(Resources=sorted(tagged), Tags=[{"Key": "ddpctl:cluster"}])
     assert "c1" in aws.ok("status").stdout
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
 
 
@@ -531,7 +531,7 @@ def test_crash_after_each_step_then_down_leaves_nothing(aws: Env, step: str) -> 
     state = json.loads((aws.home / "clusters" / "c1.json").read_text())
     res = next(r for r in state["resources"] if r["kind"] == step)
     assert res["status"] == "planned"  # made (or attempted) in AWS, never recorded as created
-    down = aws.ok("down")
+    down = aws.ok("down", "--yes")
     assert "is down" in down.stderr
     aws.assert_clean()
 
@@ -578,7 +578,7 @@ def test_interrupt_stops_creating_and_says_how_to_clean(aws: Env) -> None:
     assert "ddpctl down --name c1" in result.stderr and error_line(result) == "Error: interrupted"
     added = aws.added()
     assert added["security_groups"] and added["key_pairs"] and "instances" not in added
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
 
 
@@ -590,7 +590,7 @@ def test_failure_takes_down_what_up_made_unless_told_not_to(aws: Env) -> None:
     kept = aws.run(*UP, "--nodes", "2", "--no-down-on-failure", fault="fail-after:security-group")
     assert kept.returncode == 1 and "kept what was made" in kept.stderr
     assert aws.added()["security_groups"] and (aws.home / "clusters" / "c1.json").exists()
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
 
 
@@ -601,7 +601,7 @@ def test_no_capacity_in_one_zone_tries_the_next(aws: Env) -> None:
     subnets = [r for r in cluster["resources"] if r["kind"] == "subnet"]
     assert [s["detail"]["az"] for s in subnets] == ["us-east-1a", "us-east-1b"]
     assert {i["Placement"]["AvailabilityZone"] for i in aws.moto.alive_instances()} == {"us-east-1b"}
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
 
 
@@ -691,7 +691,7 @@ def test_instance_profile_reaches_the_nodes(aws: Env) -> None:
     assert instances[0]["IamInstanceProfile"]["Arn"] == arn
     state = json.loads((aws.home / "clusters" / "c1.json").read_text())
     assert state["spec"]["options"]["iam_instance_profile"] == "ddpctl-s3"
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()
     assert iam.get_instance_profile(InstanceProfileName="ddpctl-s3")  # the user's: never deleted
 
@@ -705,7 +705,7 @@ def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:
     added = aws.added()
     assert "vpcs" not in added and "subnets" not in added and "internet_gateways" not in added
     assert {i["SubnetId"] for i in aws.moto.alive_instances()} == {subnet}
-    aws.ok("down")
+    aws.ok("down", "--yes")
     aws.assert_clean()  # the user's VPC and subnet are still there
 
 
@@ -835,7 +835,7 @@ def test_user_tags_go_on_everything_ddpctl_creates(aws: Env) -> None:
         for rid in ours:
             assert tags[rid].get("team") == "ml" and tags[rid].get("cost-center") == "42", (rid, tags[rid])
     finally:
-        aws.ok("down", "--name", "c1")
+        aws.ok("down", "--name", "c1", "--yes")
     aws.assert_clean()
 
 
@@ -884,7 +884,7 @@ def test_up_asks_before_creating_what_is_billed(aws: Env) -> None:
     yes = answer_on_a_terminal(aws, "y\n", *ASKING_UP, "--nodes", "2")
     assert yes.returncode == 0, yes.stderr
     assert len(aws.moto.alive_instances()) == len(aws.baseline["instances"]) + 2
-    aws.ok("down", "--name", "c1")
+    aws.ok("down", "--name", "c1", "--yes")
     aws.assert_clean()
 
 

@@ -219,7 +219,7 @@ def test_a_user_with_only_the_policy_brings_a_cluster_up_and_down(iam_moto: Moto
     status = run_as(iam_moto, None, tmp_path, "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["clusters"][0]["live"]["instances"] == {"running": 2}, status.stdout
-    down = run_as(iam_moto, None, tmp_path, "down")
+    down = run_as(iam_moto, None, tmp_path, "down", "--yes")
     assert down.returncode == 0, down.stderr
     assert alive(iam_moto) == []
 
@@ -227,7 +227,7 @@ def test_a_user_with_only_the_policy_brings_a_cluster_up_and_down(iam_moto: Moto
 @pytest.mark.parametrize("left_out", MISSING)
 def test_a_missing_action_is_one_line_naming_it(iam_moto: Moto, tmp_path: Path, left_out: str):
     up = run_as(iam_moto, left_out, tmp_path, *UP)
-    result = up if up.returncode != 0 else run_as(iam_moto, left_out, tmp_path, "down")
+    result = up if up.returncode != 0 else run_as(iam_moto, left_out, tmp_path, "down", "--yes")
     assert result.returncode == 1, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr

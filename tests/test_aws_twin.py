@@ -240,15 +240,50 @@ def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
     assert list((head / "opt" / "ddpctl" / "work").rglob("*mnist*.pt")), "no snapshot on the head node"
 
 
+def mnist_run(twin: TwinEnv) -> dict:
+    return next(r for r in json.loads(twin.ok("runs", "--json").stdout)["runs"] if r["job"] == "mnist")
+
+
+def test_runs_shows_what_a_run_cost(twin: TwinEnv) -> None:
+    run = mnist_run(twin)
+    price = json.loads((twin.home / "runs" / run["run_id"] / "options.json").read_text())["node_usd_per_hour"]
+    assert price > 0 and run["duration_s"] > 0  # a p3.2xlarge's list price; 2 nodes for the run's duration
+    assert abs(run["cost_usd"] - price * 2 * run["duration_s"] / 3600) <= 0.01
+
+
+def test_download_fetches_a_runs_snapshot_from_the_head_node(twin: TwinEnv, tmp_path: Path) -> None:
+    run_id = mnist_run(twin)["run_id"]
+    doc = json.loads(twin.ok("download", run_id, "--to", str(tmp_path), "--json").stdout)
+    assert doc["source"] == f"default:/opt/ddpctl/work/runs/{run_id}" and doc["dest"] == str(tmp_path / run_id)
+    on_head = node_dirs()[0] / "opt" / "ddpctl" / "work" / "runs" / run_id
+    assert sorted(p.name for p in (tmp_path / run_id).iterdir()) == sorted(p.name for p in on_head.iterdir())
+    snapshot = next(on_head.glob("*mnist*.pt"))
+    assert (tmp_path / run_id / snapshot.name).read_bytes() == snapshot.read_bytes()
+
+
 def test_configure_again_changes_nothing(twin: TwinEnv) -> None:
     doc = json.loads(twin.ok("configure", "--json").stdout)
     assert doc["changed"] == {"node0": 0, "node1": 0, "node2": 0}
 
 
-def test_down_leaves_nothing(twin: TwinEnv) -> None:
-    result = twin.ok("down")
+def test_down_asks_then_keeps_the_runs_snapshot_and_leaves_nothing(twin: TwinEnv) -> None:
+    run_id = mnist_run(twin)["run_id"]
+    snapshot = next((node_dirs()[0] / "opt" / "ddpctl" / "work" / "runs" / run_id).glob("*mnist*.pt"))
+    on_head = snapshot.read_bytes()  # the node goes with `down`
+    refused = twin.ddpctl("down")  # no terminal to ask on
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert (
+        "take down aws cluster 'default' (3 node(s)) and delete all it made; run outputs only on the " in refused.stderr
+    )
+    assert f"run {run_id} (" in refused.stderr and "add --yes to go ahead" in refused.stderr
+    assert twin.state()["status"] == "up"
+    result = twin.ok("down", "--yes")
+    kept = twin.home / "runs" / run_id / "outputs"
+    assert f"keeping run {run_id}'s outputs (" in result.stderr and f" in {kept}" in result.stderr
+    assert (kept / snapshot.name).read_bytes() == on_head
     assert "nothing of it is left" in result.stderr
     twin.assert_nothing_left("default")
+    assert mnist_run(twin)["outputs"] == str(kept)
 
 
 # ---- --no-configure, then the printed ansible-playbook command, then ddpctl configure -----------
@@ -275,7 +310,7 @@ def test_no_configure_then_by_hand_then_configure(twin: TwinEnv, tmp_path: Path)
     assert doc["changed"] == {"node0": 0, "node1": 0}  # what ddpctl would have done, exactly
     result = twin.ok("run", "message-passing", "--name", "c2", "--nodes", "2")
     assert "rank 1 received 42.0 from rank 0" in result.stdout
-    twin.ok("down", "--name", "c2")
+    twin.ok("down", "--name", "c2", "--yes")
     twin.assert_nothing_left("c2")
 
 
@@ -289,7 +324,7 @@ def test_crash_during_configure_then_down_leaves_nothing(twin: TwinEnv) -> None:
     proc.kill()
     proc.wait()
     assert twin.state("crash")["status"] == "configuring"
-    result = twin.ok("down", "--name", "crash")
+    result = twin.ok("down", "--name", "crash", "--yes")
     assert "terminating 2 instance(s)" in result.stderr
     deadline = time.monotonic() + 30  # the orphaned play notices its nodes are gone
     while leftover_ansible(twin.home / "clusters" / "crash") and time.monotonic() < deadline:
@@ -308,5 +343,5 @@ def test_ctrl_c_during_configure_says_how_to_go_on(twin: TwinEnv) -> None:
     assert leftover_ansible(twin.home / "clusters" / "intr") == []  # the play stopped with ddpctl
     doc = json.loads(twin.ok("configure", "--name", "intr", "--json").stdout)  # going on, as the message says
     assert doc["cluster"]["status"] == "up" and doc["cluster"]["nodes"][1]["python"] == "/opt/ddpctl/venv/bin/python"
-    twin.ok("down", "--name", "intr")
+    twin.ok("down", "--name", "intr", "--yes")
     twin.assert_nothing_left("intr")

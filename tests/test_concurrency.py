@@ -109,6 +109,6 @@ def test_two_ups_of_one_name_make_one_cluster(moto: Moto, home: Path, tmp_path: 
     assert "cluster 'twice' is busy: `ddpctl up` (pid" in loser or "cluster 'twice' already exists" in loser, loser
     made = moto.inventory()
     assert len(made["instances"]) == 1 and len(made["vpcs"] - baseline["vpcs"]) == 1, made
-    down = ddpctl("down", "--name", "twice", env=env, timeout=300)
+    down = ddpctl("down", "--name", "twice", "--yes", env=env, timeout=300)
     assert down.returncode == 0, down.stderr
     assert moto.inventory() == baseline

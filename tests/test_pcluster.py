@@ -875,13 +875,13 @@ def test_real_create_reaches_cloudformation_then_down_leaves_nothing(pc: PcEnv, 
     assert status["cluster_status"] == "CREATE_IN_PROGRESS" and status["pcluster_name"] == "ddpctl-c1"
     assert "creating (ParallelCluster: CREATE_IN_PROGRESS" in pc.ok("status", COLUMNS="200").stdout
 
-    down = pc.ok("down")
+    down = pc.ok("down", "--yes")
     assert "deleting ddpctl-c1 (CREATE_IN_PROGRESS)" in down.stderr and "is down" in down.stderr
     assert pc.stacks()["ddpctl-c1"] == "DELETE_COMPLETE"
     for result in (up, down):
         assert SECRET not in result.stdout + result.stderr
     pc.assert_clean()
-    assert pc.ok("down").returncode == 0  # twice is fine
+    assert pc.ok("down", "--yes").returncode == 0  # twice is fine
 
 
 def test_lost_state_file_down_by_name_and_region(pc: PcEnv, cdk: None) -> None:
@@ -947,7 +947,7 @@ def test_crash_after_each_step_then_down_leaves_nothing(pc: PcEnv, step: str) ->
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     state = json.loads((pc.home / "clusters" / "c1.json").read_text())
     assert next(r for r in state["resources"] if r["kind"] == step)["status"] == "planned"
-    assert "is down" in pc.ok("down").stderr
+    assert "is down" in pc.ok("down", "--yes").stderr
     pc.assert_clean()
 
 
@@ -1138,7 +1138,7 @@ def test_compute_fleet_that_never_starts(pc: PcEnv, install, keep: bool) -> None
         state = json.loads((pc.home / "clusters" / "c1.json").read_text())
         assert {r["kind"]: r["status"] for r in state["resources"]}["cluster"] == "created"
         assert pc.added()["vpcs"]
-        down = pc.ok("down", **extra)
+        down = pc.ok("down", "--yes", **extra)
     else:
         down = up
     assert "deleting ddpctl-c1 (CREATE_COMPLETE)" in down.stderr and "is down" in down.stderr, down.stderr

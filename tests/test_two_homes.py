@@ -94,7 +94,7 @@ def test_two_homes_up_one_name_at_once_exactly_one_wins(moto: Moto, homes: tuple
         assert list(tagged_homes(moto)) == [winner.id]  # nothing of the loser's in AWS
         added = {k: v - baseline[k] for k, v in moto.inventory().items() if v - baseline[k]}
         assert len(added["instances"]) == 1 and len(added["vpcs"]) == 1 and added["key_pairs"] == {"ddpctl-t"}
-        winner.ok("down", "--name", "t")
+        winner.ok("down", "--name", "t", "--yes")
         assert moto.inventory() == baseline
 
 
@@ -110,7 +110,7 @@ def test_another_homes_down_touches_nothing_of_it(moto: Moto, homes: tuple[Home,
     made = moto.inventory()
     assert made != baseline
 
-    down = b.ok("down", "--name", "t")
+    down = b.ok("down", "--name", "t", "--yes")
     assert moto.inventory() == made
     assert list(tagged_homes(moto)) == [a.id]
     line = only_line_with(down.stderr, "left alone")
@@ -130,7 +130,7 @@ def test_another_homes_down_touches_nothing_of_it(moto: Moto, homes: tuple[Home,
     assert tree(b.path / "clusters") == []
     assert moto.inventory() == made
 
-    owner = a.ok("down", "--name", "t")
+    owner = a.ok("down", "--name", "t", "--yes")
     assert "left alone" not in owner.stderr
     assert moto.inventory() == baseline
 

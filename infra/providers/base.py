@@ -2,8 +2,8 @@
 
 Every verb that any caller uses is declared here once, with a default that either works or raises
 one clear error; a provider overrides what it does differently. What a provider can do is said by
-its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``takes_inventory``,
-``options``), never by comparing its name: nothing outside ``infra/providers/`` looks at a
+its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``disks_go_with_down``,
+``takes_inventory``, ``options``), never by comparing its name: nothing outside ``infra/providers/`` looks at a
 provider's name.
 
 ``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up``
@@ -78,6 +78,9 @@ class Provider:
     #: ``--no-down-on-failure``); an interrupted one keeps it and says how to finish or delete it.
     #: Not billed: any failure or Ctrl-C of ``up`` takes down what was made at once.
     billed: ClassVar[bool] = False
+    #: ``down`` deletes its nodes and their disks, not only ddpctl's folders on them: a run's
+    #: ``--snapshot-dir`` there goes too, so ``down`` copies it back first (``infra/outputs.py``).
+    disks_go_with_down: ClassVar[bool] = False
     #: It takes ``--inventory`` (the hosts of an Ansible inventory).
     takes_inventory: ClassVar[bool] = False
     #: The options it takes beyond the common ones, as its ``options`` module declares them (the

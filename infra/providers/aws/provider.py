@@ -45,6 +45,7 @@ class AwsProvider(Provider):
     name = "aws"
     runs_playbooks = True
     billed = True
+    disks_go_with_down = True
     options = OPTIONS
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:

@@ -63,6 +63,7 @@ class PclusterProvider(Waits, Provider):
     name = "pcluster"
     runs_playbooks = True
     billed = True
+    disks_go_with_down = True
     options = OPTIONS
 
     def __init__(
