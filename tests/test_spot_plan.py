@@ -15,6 +15,7 @@ from ddpctl.infra.providers.aws.details import InstancesDetail, SubnetDetail
 from ddpctl.infra.providers.aws.plan import plan_from_spec
 from ddpctl.infra.providers.aws.spot_plan import (
     Lost,
+    configured,
     known_host_keys,
     launched_nodes,
     replaced,
@@ -22,6 +23,7 @@ from ddpctl.infra.providers.aws.spot_plan import (
     replacement_token,
     subnet_of,
     taken_back,
+    unfinished,
     with_nodes,
 )
 from ddpctl.infra.providers.base import Provider
@@ -135,8 +137,17 @@ def test_the_record_names_the_new_instance() -> None:
     detail = InstancesDetail(ids=("i-0", "i-1", "i-2"), nodes=NODES, replacing={"node2": "tok"})
     after = replaced(detail, Lost("node2", "i-2", "terminated"), "i-9")
     assert after.ids == ("i-0", "i-1", "i-9") and after.nodes == {**NODES, "node2": "i-9"}
-    assert after.replacing == {}
+    assert after.replacing == {"node2": "tok"}  # until it is configured
     assert replaced(after, Lost("node2", "i-2", "terminated"), "i-9").ids == after.ids  # a retry: once
+    assert configured(after, ["node2"]).replacing == {}
+
+
+def test_a_replacement_launched_but_not_configured_is_finished() -> None:
+    detail = InstancesDetail(nodes={**NODES, "node2": "i-9"}, replacing={"node2": "tok"})
+    assert unfinished(detail, ["node2"], []) == ["node2"]  # its instance runs: configured again
+    assert unfinished(detail, ["node1"], []) == []
+    lost_again = [Lost("node2", "i-9", "terminated")]  # the replacement taken back in its turn: a new launch
+    assert unfinished(detail, ["node2"], lost_again) == []
 
 
 def _created(res: Resource) -> Resource:

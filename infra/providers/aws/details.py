@@ -88,7 +88,7 @@ class InstancesDetail(Detail):
     client_token: str = ""
     nodes: dict[str, str] = field(default_factory=dict)  # node name -> instance id
     #: spot: node name -> the client token of its replacement's launch, recorded before the launch
-    #: (``spot.py``) and dropped once the new instance is the node's
+    #: (``spot.py``) and dropped once the new instance is configured
     replacing: dict[str, str] = field(default_factory=dict)
 
 

@@ -4,9 +4,10 @@ the same subnet, zone and placement group, recorded as the node's, configured by
 to it (then the ``ssh_mesh`` role on every node, so that they all trust its new host key), and the
 run starts the node's agent there.
 
-Crash-safe as ``up`` is: the launch's client token is recorded before RunInstances, the new
-instance carries the cluster's tags (``down`` finds it by them whatever the state says), and a
-retried replacement of the same loss gets the same instance.
+Crash-safe as ``up`` is: the launch's client token is recorded before RunInstances (the node stays
+``replacing`` until it is configured), the new instance carries the cluster's tags (``down`` finds
+it by them whatever the state says), a retried replacement of the same loss gets the same instance,
+and one that failed after the launch was recorded configures the recorded instance.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from .ec2 import Aws
 from .plan import AwsPlan
 from .spot_plan import (
     Lost,
+    configured,
     known_host_keys,
     launched_nodes,
     replaced,
     replacement_request,
     subnet_of,
     taken_back,
+    unfinished,
     with_nodes,
 )
 from .steps import only, only_created
@@ -45,16 +48,23 @@ def replace_lost(
     ids = [detail.nodes[n] for n in asked if n in detail.nodes]
     states = {i["InstanceId"]: i["State"]["Name"] for i in aws.instances_by_id(ids)}
     lost = taken_back(detail.nodes, asked, states, state.nodes[0].name)
-    if not lost:
+    pending = unfinished(detail, asked, lost)
+    if not lost and not pending:
         return None
     for each in lost:
         progress(f"{each.node}: EC2 took its spot instance back ({each.why}): launching a new one in its place")
+    for node in pending:
+        progress(f"{node}: its replacement {detail.nodes[node]} was launched but not configured: configuring it")
     stopped = [each.instance_id for each in lost if each.terminate]
     if stopped:
         instances.terminate(aws, stopped, progress)
-    new = {each.node: _launch(aws, state, store, plan, each) for each in lost}
+    new = {node: detail.nodes[node] for node in pending}
+    new |= {each.node: _launch(aws, state, store, plan, each) for each in lost}
     instances.wait(aws, "instance_running", list(new.values()), progress, "starting", instances.RUNNING_TIMEOUT_S)
     _configure(aws, state, store, plan, new, progress)
+    configured(InstancesDetail.of(inst), new).put(inst)
+    store.save(state)
+    progress(f"{', '.join(new)} replaced: {', '.join(f'{n} is {i}' for n, i in new.items())}")
     return state
 
 
@@ -80,7 +90,7 @@ def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, los
         aws, request, detail.az, lambda: "no room for the node's replacement in the region's spot quota"
     )
     faults.point("after", "replacement")  # made in EC2, not yet in the state: down finds it by tag
-    replaced(detail, lost, made["InstanceId"]).put(inst)
+    replaced(InstancesDetail.of(inst), lost, made["InstanceId"]).put(inst)
     store.save(state)
     return str(made["InstanceId"])
 
@@ -127,4 +137,3 @@ def _configure(
     state.nodes = with_nodes(state.nodes, record_nodes(infos, report, cpus))
     store.save(state)
     run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=Play(tags="ssh_mesh"))
-    progress(f"{', '.join(new)} replaced: {', '.join(f'{n} is {i}' for n, i in new.items())}")

@@ -109,14 +109,25 @@ def replacement_request(
     )
 
 
+def unfinished(detail: InstancesDetail, asked: Iterable[str], lost: Iterable[Lost]) -> list[str]:
+    """Of the ``asked`` nodes, those whose replacement was launched and recorded but not configured
+    (a replacement that failed on the way): configured now, on the instance recorded as theirs."""
+    launching = {each.node for each in lost}
+    return [node for node in asked if node in detail.replacing and node not in launching]
+
+
 def replaced(detail: InstancesDetail, lost: Lost, new_instance: str) -> InstancesDetail:
     """The record once ``new_instance`` is the node's: the old id dropped (EC2 took it back, or it is
-    being terminated; ``down`` finds anything left by tag), the launch no longer under way."""
+    being terminated; ``down`` finds anything left by tag); still ``replacing`` until configured."""
     ids = tuple(i for i in detail.ids if i != lost.instance_id)
     ids += () if new_instance in ids else (new_instance,)
-    nodes = {**detail.nodes, lost.node: new_instance}
-    replacing = {k: v for k, v in detail.replacing.items() if k != lost.node}
-    return replace(detail, ids=ids, nodes=nodes, replacing=replacing)
+    return replace(detail, ids=ids, nodes={**detail.nodes, lost.node: new_instance})
+
+
+def configured(detail: InstancesDetail, nodes: Iterable[str]) -> InstancesDetail:
+    """The record once the replaced ``nodes`` are configured: their replacement done."""
+    done = set(nodes)
+    return replace(detail, replacing={k: v for k, v in detail.replacing.items() if k not in done})
 
 
 def launched_nodes(state: ClusterState, private: bool, new: Mapping[str, Launched]) -> list[Launched]:
