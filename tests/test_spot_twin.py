@@ -18,7 +18,8 @@ from tests.support.cli import Output
 from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
 
 #: rounds of all-reduce, one every half second, until the nodes change; it ends in the first round
-#: after a restart in which all three nodes are back (so it cannot end before the replacement joins)
+#: after a failure's restart (TORCHELASTIC_RESTART_COUNT counts those, not a node joining) in which
+#: all three nodes are back, so it cannot end before the replacement joins
 JOB = """
 import datetime, os, time
 import torch
@@ -31,8 +32,11 @@ restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if rank == 0:
     print(f"round {restart}: {world} ranks", flush=True)
 step = 0
-while not (restart > 0 and world == 3 and step >= 3):
-    dist.all_reduce(torch.ones(1))
+while True:  # every rank stops at the same step (a new node's agent counts its restarts from 0)
+    done = torch.tensor([float(restart > 0 and world == 3 and step >= 3)])
+    dist.all_reduce(done, op=dist.ReduceOp.MAX)
+    if done.item():
+        break
     step += 1
     time.sleep(0.5)
 if rank == 0:
