@@ -144,7 +144,7 @@ def _execute(
             if isinstance(prep.plan, SbatchPlan):
                 result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
             else:
-                result = prep.provider.executor(prep.cluster, tee).run(prep.plan, _renew(prep, store, progress))
+                result = prep.provider.executor(prep.cluster, tee).run(prep.plan, renew=_renew(prep, store, progress))
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)
