@@ -59,20 +59,23 @@ def run_site(
     progress: Progress,
     playbook_vars: dict[str, str] | None = None,
     play: Play = WHOLE_PLAY,
+    limit: list[str] | None = None,
 ) -> PlayReport:
     """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``.
 
     ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
     ``play``: only some roles (``--tags``), check mode, diffs, as ``ansible-playbook`` takes them.
+    ``limit``: only these of ``nodes`` (a replaced node), the others still the cluster's (its head).
     """
-    progress(f"{'checking (changing nothing)' if play.check else 'configuring'} {len(nodes)} node(s) with {SITE}")
+    limit = limit or [n.name for n in nodes]
+    progress(f"{'checking (changing nothing)' if play.check else 'configuring'} {len(limit)} node(s) with {SITE}")
     key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return run_playbook(
         "site.yml",
         inventory,
         progress,
         extravars=site_extravars(nodes, key_dir, playbook_vars),
-        limit=",".join(n.name for n in nodes),
+        limit=",".join(limit),
         play=play,
     )
 

@@ -12,12 +12,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import clusters, locks, metrics
+from .inventory import Host
 from .jobs import resolve_job
+from .launch.plan import NodeLaunch
 from .launch.sbatch import SbatchPlan
 from .launch.slurm import SlurmExecutor
 from .launch.supervise import OutputLine, RunResult
 from .project import LARGE_BYTES
-from .providers.base import Progress
+from .providers.base import Progress, Renew
 from .run_prepare import PreparedRun
 from .run_records import OUTPUTS, QUEUED
 from .state import DownStore, StateStore, atomic_write
@@ -100,6 +102,26 @@ def _remove_if_empty(run_dir: Path) -> None:
         pass
 
 
+def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | None:
+    """An elastic run's lost node, before it is started again: replaced on a new machine where the
+    provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance), its new
+    host and its launch there; None: not replaced (started again where it was)."""
+    replan = prep.replan
+    if replan is None or not prep.run.elastic:
+        return None
+
+    def renew(node: str) -> tuple[Host, NodeLaunch] | None:
+        state = prep.provider.replace_lost_nodes(store.load(prep.cluster.name), store, [node], progress)
+        if state is None:
+            return None
+        new = next(n for n in state.nodes if n.name == node)
+        launch = next(launch for launch in replan(state).nodes if launch.node == node)
+        assert new.ssh is not None  # a remote provider's node
+        return new.ssh, launch
+
+    return renew
+
+
 def _execute(
     prep: PreparedRun,
     store: StateStore,
@@ -135,7 +157,8 @@ def _execute(
                 if isinstance(prep.plan, SbatchPlan):
                     result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
                 else:
-                    result = prep.provider.executor(prep.cluster, tee).run(prep.plan)
+                    renew = _renew(prep, store, progress)
+                    result = prep.provider.executor(prep.cluster, tee).run(prep.plan, renew=renew)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

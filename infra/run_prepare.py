@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class PreparedRun:
     options: RunOptions  # as given, recorded for `run --resume`
     #: which nodes and how many processes, for the run's header and --dry-run ("all 2 node(s) of cluster 'c', 4+4 ...")
     summary: str = ""
+    #: the same launch on the cluster as it is now (a node replaced on a new machine); None: sbatch
+    replan: Callable[[ClusterState], LaunchPlan] | None = None
 
 
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
@@ -139,12 +142,16 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
         workdir = Path(opts.workdir) if opts.workdir else None
         project = (scan if provider.remote_nodes else locate)(job.script, workdir)
-    plan = plan_torchrun(cluster, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
+
+    def replan(now: ClusterState) -> LaunchPlan:
+        return plan_torchrun(now, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
+
+    plan = replan(cluster)
     if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
         plan = replace(plan, precheck=head_reach_plan(cluster, cluster.nodes[: run.nodes], port))
     if resume:
         plan = replace(plan, stop_first=True)
-    return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary)
+    return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary, replan)
 
 
 def finished_ok(store: StateStore, run_id: str) -> bool:

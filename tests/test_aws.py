@@ -342,7 +342,7 @@ def test_dry_run_creates_nothing_and_prices_the_cluster(aws: Env) -> None:
     assert "2 x p3.2xlarge" in out and "$6.12/h" in out
     assert NEWEST_UBUNTU in out  # p3: SSM has no Ubuntu parameter in moto: found by owner and name, newest first
     assert "DryRun RunInstances: ok" in out and "DryRun CreateSecurityGroup: ok" in out
-    assert "reclaims" in out  # what happens to a spot instance on interruption
+    assert "takes one back" in out  # what happens to a spot instance on interruption
     assert "Nothing was created." in out
     doc = json.loads(aws.ok(*UP, "--nodes", "2", "--dry-run", "--json").stdout)
     assert doc["dry_run"] and doc["aws"]["plan"]["hourly_usd"] == pytest.approx(6.12)
@@ -742,7 +742,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     state = provider.plan(spec, store)
     messages: list[str] = []
     clusters.up(provider, state, store, messages.append)
-    assert any("reclaims" in m for m in messages)
+    assert any("takes one back" in m for m in messages)
     instances = moto.alive_instances()
     assert [i.get("InstanceLifecycle") for i in instances] == ["spot", "spot"]
     groups = moto.ec2.describe_security_groups(Filters=[{"Name": "tag:ddpctl:cluster", "Values": ["c2"]}])

@@ -8,12 +8,16 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..procs import RUN_KEY, stop_tagged
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .rdzv_store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..providers.base import Renew
 
 _PR_SET_PDEATHSIG = 1
 
@@ -80,7 +84,8 @@ class LocalExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
-    def run(self, plan: LaunchPlan) -> RunResult:
+    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
+        """``renew`` is left unused: this machine's nodes are never taken back."""
         procs = []
         if plan.stop_first:
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)

@@ -32,6 +32,8 @@ from .supervise import Elastic, OutputLine, RunResult, supervise
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
+    from ..providers.base import Renew
+
 
 class SshNodeProcess:
     def __init__(self, conn: fabric.Connection, launch: NodeLaunch, run_id: str, command: str | None = None) -> None:
@@ -93,7 +95,10 @@ class SshExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
-    def run(self, plan: LaunchPlan) -> RunResult:
+    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
+        """``renew``: asked, before a lost node (not the head) is started again, whether its machine
+        was replaced (a spot instance taken back), and then for its new host and launch."""
+        launches = list(plan.nodes)  # a replaced node's launch is its new machine's
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
@@ -102,6 +107,7 @@ class SshExecutor:
                     list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
             if plan.writable:  # --snapshot-dir: found now, not when the first snapshot fails
                 check_writable(plan.writable, {n.node: c for n, c in zip(plan.nodes, conns)})
+            archive = b""
             if plan.project is not None:  # the user's project, once per content, on every node at once
                 archive = pack(plan.project)
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
@@ -148,14 +154,21 @@ class SshExecutor:
 
             def relaunch(i: int) -> SshNodeProcess:
                 """A lost node back: a fresh connection (the head's is kept while the store it carries
-                runs), what is left of its agent stopped, a new agent."""
+                runs), what is left of its agent stopped, a new agent; on a new machine where the
+                provider replaced it (``renew``)."""
+                node = launches[i].node
+                renewed = renew(node) if renew is not None and i > 0 else None
+                if renewed is not None:
+                    self.hosts[node], launches[i] = renewed
                 if not (i == 0 and store is not None and store.alive()):
-                    conn = connect(self.hosts[plan.nodes[i].node])
+                    conn = connect(self.hosts[node])
                     conns[i].close()
                     conns[i] = conn
                 conn = conns[i]
-                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: plan.nodes[i].node})
-                return SshNodeProcess(conn, plan.nodes[i], plan.run_id)
+                if renewed is not None and plan.project is not None:  # a new machine has no copy yet
+                    ship_project(conn, launches[i], archive)
+                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: node})
+                return SshNodeProcess(conn, launches[i], plan.run_id)
 
             elastic = None
             if plan.min_nodes:
@@ -166,7 +179,7 @@ class SshExecutor:
                 raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
             if store is None:
                 return result
-            return store.explain(result, [Agent(launch.node, launch.host) for launch in plan.nodes])
+            return store.explain(result, [Agent(launch.node, launch.host) for launch in launches])
         finally:
             for conn in conns:
                 conn.close()

@@ -23,7 +23,8 @@ from ..progress import Progress
 
 if TYPE_CHECKING:
     from ..ansible import Play, PlayReport
-    from ..launch.plan import LaunchPlan
+    from ..inventory import Host
+    from ..launch.plan import LaunchPlan, NodeLaunch
     from ..launch.supervise import OutputLine, RunResult
     from ..spec import ClusterSpec, RunSpec
     from ..state import ClusterState, Salvage, StateStore
@@ -32,8 +33,13 @@ if TYPE_CHECKING:
 Sink = Callable[["OutputLine"], None]
 
 
+#: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
+#: and its launch there; None: the node was not replaced (its host is tried again as it is).
+Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]
+
+
 class Executor(Protocol):
-    def run(self, plan: LaunchPlan) -> RunResult: ...
+    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult: ...
 
 
 ExecutorFor = Callable[[Sink], Executor]
@@ -219,6 +225,15 @@ class Provider:
     def executor(self, state: ClusterState, sink: Sink) -> Executor:
         """What runs a launch plan on the nodes, streaming their lines to ``sink``."""
         raise NotImplementedError
+
+    def replace_lost_nodes(
+        self, state: ClusterState, store: StateStore, nodes: list[str], progress: Progress
+    ) -> ClusterState | None:
+        """Of ``nodes``, which an elastic run lost, those whose machines the provider took back (aws:
+        a spot instance interrupted or gone), each replaced by a new machine configured as they were;
+        the cluster's state with them, recorded; None: none was replaced (the run tries their hosts
+        again as they are). Default: None."""
+        return None
 
     def check_targets(self, state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
         """The nodes jobs run on and the executor that reaches them: what ``ddpctl check`` tests, and

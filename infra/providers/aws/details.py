@@ -87,6 +87,9 @@ class InstancesDetail(Detail):
     az: str = ""  # the zone of the last launch
     client_token: str = ""
     nodes: dict[str, str] = field(default_factory=dict)  # node name -> instance id
+    #: spot: node name -> the client token of its replacement's launch, recorded before the launch
+    #: (``spot.py``) and dropped once the new instance is configured
+    replacing: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,10 @@ STEPS = (
 )
 
 SPOT_NOTE = (
-    "spot: instances are one-time spot requests; if AWS reclaims one (2 minutes' notice), it is "
-    "terminated, the run fails on that node, and `ddpctl down` then `ddpctl up` starts over "
-    "(jobs resume from their last snapshot)"
+    "spot: instances are one-time spot requests; if AWS takes one back (2 minutes' notice), it is "
+    "terminated: an elastic run (`--nodes MIN:MAX`) goes on without it, launches a new instance in "
+    "its place and takes it back from the snapshot (not the head node: the run fails there); other "
+    "runs fail on that node, and `ddpctl down` then `ddpctl up` starts over (jobs resume from their last snapshot)"
 )
 
 

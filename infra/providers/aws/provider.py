@@ -29,7 +29,7 @@ from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, StateStore
 from ..base import LiveStatus, Progress, Provider
-from . import configure, instances, keys, network, preflight, pricing
+from . import configure, instances, keys, network, preflight, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -282,6 +282,16 @@ class AwsProvider(Provider):
         )
 
     # ---- running jobs --------------------------------------------------------------------------
+
+    def replace_lost_nodes(
+        self, state: ClusterState, store: StateStore, nodes: list[str], progress: Progress
+    ) -> ClusterState | None:
+        """--spot: the nodes whose instances EC2 took back, each on a new instance (``spot.py``)."""
+        plan = self.aws_plan(state, store)
+        if not plan.spot:
+            return None
+        with aws_errors(plan.region):
+            return spot.replace_lost(state, store, plan, nodes, progress)
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: n.ssh for n in state.nodes}, sink)

@@ -18,7 +18,10 @@ patched (ddpctl only gets AWS_ENDPOINT_URL). The twin watches what passes:
   an address that is not a namespace node or loopback.
 - ``GetConsoleOutput``: the node's boot console, with cloud-init's host-key block as Ubuntu prints it.
 - ``TerminateInstances`` / ``StopInstances``: the node goes down (terminate also deletes its disk);
-  ``StartInstances``: it comes up again. ``POST /moto-api/reset``: every node goes down.
+  ``StartInstances``: it comes up again. A TerminateInstances that ddpctl did not send stands for
+  EC2 taking a spot instance back (tests/test_spot_twin.py): its processes are killed, its
+  connections close, the instance is terminated; the next instance gets another address, as on
+  EC2. ``POST /moto-api/reset``: every node goes down.
 
 Not faithful (say so where it matters): security groups are recorded by moto but not enforced on
 the bridge; placement groups and capacity are whatever moto does; instances are "running" at once
@@ -316,6 +319,9 @@ class Twin:
         self.hosts = hosts
         self.nodes: dict[str, Node] = {}
         self.public_keys: dict[str, str] = {}  # key pair name -> public key (ImportKeyPair)
+        #: slots of terminated instances: taken again only when no other is free, so that a new
+        #: instance gets a new address, as on EC2 (a replaced node's address differs from the old one's)
+        self.freed: set[int] = set()
         self.lock = threading.Lock()
 
     # ---- forwarding ----------------------------------------------------------------------------
@@ -365,11 +371,12 @@ class Twin:
         new = []
         with self.lock:
             used = {n.slot for n in self.nodes.values()}
+            order = [s for s in range(MAX_NODES) if s not in self.freed] + sorted(self.freed)
             for item in root.iter():
                 iid = _text(item, "instanceId")
                 if _local(item.tag) != "item" or not iid or iid in self.nodes or _child(item, "instanceState") is None:
                     continue
-                slot = next(s for s in range(MAX_NODES) if s not in used)
+                slot = next(s for s in order if s not in used)
                 used.add(slot)
                 public_ip = _text(item, "ipAddress")
                 node = Node(slot=slot, instance_id=iid, public=bool(public_ip), public_key=public_key)
@@ -404,6 +411,7 @@ class Twin:
             if delete:
                 with self.lock:
                     self.nodes.pop(iid, None)
+                    self.freed.add(node.slot)
 
     def start(self, ids: list[str]) -> None:
         for iid in ids:
@@ -414,6 +422,7 @@ class Twin:
     def reset(self) -> None:
         self.halt(list(self.nodes), delete=True)
         self.public_keys.clear()
+        self.freed.clear()
 
     def rewrite(self, action: str, body: bytes) -> bytes:
         """Each instance's addresses as the twin's, in every element that belongs to one instance."""

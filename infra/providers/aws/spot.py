@@ -1,0 +1,139 @@
+"""Spot instances taken back, replaced (``AwsProvider.replace_lost_nodes``; the plan is
+``spot_plan.py``): an elastic run's lost node whose instance EC2 took back gets a new instance in
+the same subnet, zone and placement group, recorded as the node's, configured by site.yml limited
+to it (then the ``ssh_mesh`` role on every node, so that they all trust its new host key), and the
+run starts the node's agent there.
+
+Crash-safe as ``up`` is: the launch's client token is recorded before RunInstances (the node stays
+``replacing`` until it is configured), the new instance carries the cluster's tags (``down`` finds
+it by them whatever the state says), a retried replacement of the same loss gets the same instance,
+and one that failed after the launch was recorded configures the recorded instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ...ansible import Play
+from ...configure import record_nodes, run_site
+from ...progress import Progress
+from ...state import ClusterState, StateStore
+from . import configure, faults, instances
+from .details import InstancesDetail, SecurityGroupDetail
+from .ec2 import Aws
+from .plan import AwsPlan
+from .spot_plan import (
+    Lost,
+    configured,
+    known_host_keys,
+    launched_nodes,
+    replaced,
+    replacement_request,
+    subnet_of,
+    taken_back,
+    unfinished,
+    with_nodes,
+)
+from .steps import only, only_created
+
+
+def replace_lost(
+    state: ClusterState, store: StateStore, plan: AwsPlan, asked: list[str], progress: Progress
+) -> ClusterState | None:
+    """Replace those of the ``asked`` nodes whose instances EC2 took back; None: none was."""
+    aws = Aws(plan.region)
+    inst = only(state, "instances")
+    detail = InstancesDetail.of(inst)
+    ids = [detail.nodes[n] for n in asked if n in detail.nodes]
+    states = {i["InstanceId"]: i["State"]["Name"] for i in aws.instances_by_id(ids)}
+    lost = taken_back(detail.nodes, asked, states, state.nodes[0].name)
+    pending = unfinished(detail, asked, lost)
+    if not lost and not pending:
+        return None
+    for each in lost:
+        progress(f"{each.node}: EC2 took its spot instance back ({each.why}): launching a new one in its place")
+    for node in pending:
+        progress(f"{node}: its replacement {detail.nodes[node]} was launched but not configured: configuring it")
+    stopped = [each.instance_id for each in lost if each.terminate]
+    if stopped:
+        instances.terminate(aws, stopped, progress)
+    new = {node: detail.nodes[node] for node in pending}
+    new |= {each.node: _launch(aws, state, store, plan, each) for each in lost}
+    instances.wait(aws, "instance_running", list(new.values()), progress, "starting", instances.RUNNING_TIMEOUT_S)
+    _configure(aws, state, store, plan, new, progress)
+    configured(InstancesDetail.of(inst), new).put(inst)
+    store.save(state)
+    progress(f"{', '.join(new)} replaced: {', '.join(f'{n} is {i}' for n, i in new.items())}")
+    return state
+
+
+def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, lost: Lost) -> str:
+    """One replacement instance, its launch recorded before it is made; its id, recorded as the node's."""
+    inst = only(state, "instances")
+    detail = InstancesDetail.of(inst)
+    image = aws.image(detail.ami) or {}
+    placement = any(r.kind == "placement-group" and r.status == "created" for r in state.resources)
+    request = replacement_request(
+        plan,
+        detail,
+        root_device=image.get("RootDeviceName") or "/dev/sda1",
+        subnet_id=subnet_of(state.resources, detail, plan.subnet_id),
+        group_id=SecurityGroupDetail.of(only_created(state, "security-group")).aws_id,
+        placement_group=plan.unique_name if placement else None,
+        lost=lost,
+    )
+    replace(detail, replacing={**detail.replacing, lost.node: request["ClientToken"]}).put(inst)
+    store.save(state)
+    faults.point("before", "replacement")
+    [made] = instances.run_instances(
+        aws, request, detail.az, lambda: "no room for the node's replacement in the region's spot quota"
+    )
+    faults.point("after", "replacement")  # made in EC2, not yet in the state: down finds it by tag
+    replaced(InstancesDetail.of(inst), lost, made["InstanceId"]).put(inst)
+    store.save(state)
+    return str(made["InstanceId"])
+
+
+def _configure(
+    aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, new: dict[str, str], progress: Progress
+) -> None:
+    """The SSH files with the new instances (host keys from their consoles), site.yml limited to them,
+    then ``ssh_mesh`` on every node; the nodes recorded as the play reported them."""
+    fresh = {
+        i["InstanceId"]: configure.Launched(
+            name=next(node for node, iid in new.items() if iid == i["InstanceId"]),
+            instance_id=i["InstanceId"],
+            private_ip=i.get("PrivateIpAddress", ""),
+            public_ip=i.get("PublicIpAddress", ""),
+            zone=i.get("Placement", {}).get("AvailabilityZone", ""),
+        )
+        for i in aws.instances_by_id(list(new.values()))
+    }
+    launched = launched_nodes(state, plan.private_ip, {n.name: n for n in fresh.values()})
+    cluster_dir = Path(plan.cluster_dir)
+    known = cluster_dir / "known_hosts"
+    old_keys = known_host_keys(known.read_text() if known.is_file() else "", launched, plan.private_ip)
+    host_keys = {k: v for k, v in old_keys.items() if k not in new}
+    host_keys |= configure.collect_host_keys(list(fresh.values()), aws.console_output, progress)
+    files = configure.write_files(
+        cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=host_keys
+    )
+    hosts = {
+        n.name: configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
+        for n in fresh.values()
+    }
+    old = {n.name: n for n in state.nodes}
+    infos = [
+        replace(old[n.name], host=n.private_ip, ssh=hosts[n.name])
+        for n in launched
+        if n.name in new  # the new machine, as the old one was until site.yml reports it
+    ]
+    state.nodes = with_nodes(state.nodes, infos)
+    store.save(state)
+    cpus = configure.wait_for_ssh(list(hosts.values()), progress)
+    key_dir = cluster_dir / "keys"
+    report = run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, limit=list(new))
+    state.nodes = with_nodes(state.nodes, record_nodes(infos, report, cpus))
+    store.save(state)
+    run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=Play(tags="ssh_mesh"))
