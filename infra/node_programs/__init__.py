@@ -10,6 +10,8 @@ travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter th
   them (``infra/launch/plan.py``, ``sbatch.py``; it imports torch, so it runs with the node's Python).
 - ``writable``: can this user write (or create) a directory: ``--snapshot-dir`` on every node before a
   run (``infra/launch/ssh.py``; ``infra/providers/local.py`` imports it for this machine's nodes).
+- ``autodown``: on the head node, take the cluster down once no run has been active for a while
+  (``infra/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
@@ -20,7 +22,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable")
+NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "autodown")
 
 
 @cache

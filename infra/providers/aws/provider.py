@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ... import autodown
 from ...ansible import Play, PlayReport
 from ...configure import reconfigure
 from ...errors import DdpctlError, UsageError
@@ -46,6 +47,7 @@ class AwsProvider(Provider):
     runs_playbooks = True
     billed = True
     options = OPTIONS
+    autodown = True  # instances launched with InstanceInitiatedShutdownBehavior=terminate
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:
         self.caller_address = caller_address
@@ -58,6 +60,11 @@ class AwsProvider(Provider):
 
     def check_up(self, spec: ClusterSpec) -> None:
         check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
+        if spec.autodown_s and not with_defaults(spec).options["configure"]:
+            raise UsageError(
+                "--autodown needs configured nodes (the head node shuts the others down over the cluster's SSH "
+                "mesh): drop --no-configure, or set it later with `ddpctl autodown` after `ddpctl configure`"
+            )
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
@@ -230,6 +237,35 @@ class AwsProvider(Provider):
         return LiveStatus(
             summary=summary, billed_instances=billed, cost_per_hour_usd=cost, error=error, details=details
         )
+
+    # ---- autodown ------------------------------------------------------------------------------
+
+    def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
+        """The program on the head node (``infra/autodown.py``): the nodes shut themselves down, and
+        EC2 terminates them (``InstanceInitiatedShutdownBehavior``); no AWS credentials go to them."""
+        if not idle_s:
+            autodown.remove(state)
+            progress(f"autodown of {state.name!r} is off")
+            return
+        how = autodown.install(state, idle_s)
+        progress(
+            f"autodown of {state.name!r}: after {autodown.text(idle_s)} without a run its nodes shut down and EC2 "
+            f"terminates them ({'a systemd service' if how == 'systemd' else 'a process'} on {state.nodes[0].name}); "
+            f"the next `ddpctl status`, `down` or `up` of {state.name!r} deletes its network and key pair"
+        )
+
+    def took_itself_down(self, state: ClusterState) -> bool:
+        """Autodown was on, and EC2 says every recorded instance is terminated (or gone)."""
+        ids = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
+        if not state.spec.autodown_s or state.status != "up" or not ids:
+            return False
+        region = state.spec.options["region"] or DEFAULT_REGION
+        try:
+            with aws_errors(region):
+                found = Aws(region).instances_by_id(ids)
+        except DdpctlError:
+            return False  # not known now: the next command asks again
+        return all(i["State"]["Name"] in ("shutting-down", "terminated") for i in found)
 
     # ---- configure -----------------------------------------------------------------------------
 
