@@ -53,7 +53,7 @@ def status(name, as_json) -> int:
         *(("cost/h", "so far") if billed else ()),
         *(("autodown",) if autodowns else ()),
     ):
-        table.add_column(col, overflow="fold" if col == "status" else "ellipsis")  # the status words, never cut
+        table.add_column(col, overflow="fold" if col in ("status", "autodown") else "ellipsis")  # never cut
     width = 9 if billed else 7
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))
@@ -72,6 +72,9 @@ def status(name, as_json) -> int:
     for d in damaged:
         table.add_row(*(d.name, d.provider, "damaged", "?", "?", "", "", "", "", "")[: width + bool(autodowns)])
     out.table(table)
+    for name_, info in live.items():
+        if info is not None and info.price_note:
+            out.progress(f"{name_}: cost/h from {info.price_note}")
     for d in damaged:
         out.progress(f"{d.name}: {d.message}")
     return 0

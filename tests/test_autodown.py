@@ -260,6 +260,7 @@ def _instance_states(env: TwinEnv) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def autodown_env(twin: TwinEnv) -> TwinEnv:  # noqa: F811 - the fixture imported above
     twin.env["DDPCTL_AUTODOWN_CHECK_S"] = "1"
+    twin.env["COLUMNS"] = "250"  # the status table's cells uncut
     return twin
 
 

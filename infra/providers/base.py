@@ -48,10 +48,15 @@ class LiveStatus:
     cost_per_hour_usd: float | None  # None: the price is not known
     error: str = ""  # the API could not be asked: why
     details: dict[str, Any] = field(default_factory=dict)  # the provider's own words, for --json
+    #: where the price came from when it is not the cloud's own answer of today (a dated table): said under
+    #: the status table
+    price_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         doc = {**self.details, "summary": self.summary, "billed_instances": self.billed_instances}
         doc["cost_per_hour_usd"] = self.cost_per_hour_usd
+        if self.price_note:
+            doc["price_note"] = self.price_note
         if self.error:
             doc["error"] = self.error
         return doc

@@ -30,7 +30,7 @@ from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, StateStore
 from ..base import LiveStatus, Progress, Provider
-from . import configure, instances, keys, network, preflight, pricing
+from . import configure, instances, keys, network, preflight, prices, pricing
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -55,8 +55,11 @@ class AwsProvider(Provider):
     # ---- plan (pure) ---------------------------------------------------------------------
 
     def hourly_cost(self, spec: ClusterSpec) -> float | None:
+        """AWS's price (the Price List API, spot history for --spot), else ddpctl's dated table."""
         spec = with_defaults(spec)
-        return pricing.hourly_usd(spec.options["instance_type"], spec.nodes)
+        o = spec.options
+        price = prices.hourly(o["instance_type"], o["region"], spot_market=o["spot"]).usd_per_hour
+        return None if price is None else round(price * spec.nodes, 4)
 
     def check_up(self, spec: ClusterSpec) -> None:
         check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
@@ -212,7 +215,12 @@ class AwsProvider(Provider):
 
     def status(self, state: ClusterState) -> LiveStatus:
         """What EC2 says runs for the cluster now, and what that costs per hour."""
-        price = pricing.ON_DEMAND_USD_PER_HOUR.get(state.spec.options["instance_type"])
+        o = state.spec.options
+        zones = {z for r in state.resources if r.kind == "instances" for z in InstancesDetail.of(r).zones}
+        found = prices.hourly(
+            o["instance_type"], o["region"], spot_market=o["spot"], zone=next(iter(zones)) if len(zones) == 1 else ""
+        )
+        price = found.usd_per_hour
         details: dict[str, Any] = {
             "instance_type": state.spec.options["instance_type"],
             "region": state.spec.options["region"],
@@ -234,8 +242,14 @@ class AwsProvider(Provider):
             billed = sum(1 for i in alive if i["State"]["Name"] in ("pending", "running"))
             summary = "EC2: " + (", ".join(f"{n} {st}" for st, n in sorted(details["instances"].items())) or "none")
         cost = None if price is None else round(price * billed, 4)
+        details["price_source"] = found.source
         return LiveStatus(
-            summary=summary, billed_instances=billed, cost_per_hour_usd=cost, error=error, details=details
+            summary=summary,
+            billed_instances=billed,
+            cost_per_hour_usd=cost,
+            error=error,
+            details=details,
+            price_note=found.note,
         )
 
     # ---- autodown ------------------------------------------------------------------------------
