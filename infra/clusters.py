@@ -172,7 +172,9 @@ def set_autodown(store: StateStore, name: str | None, idle_s: int, progress: Pro
     resolved = resolve_name(store, name)
     if resolved is None:
         raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up --autodown 30m`")
-    with locks.cluster(store, resolved, "autodown"):
+    # shared, as a run's: a run going does not stop it (the program on the head node waits for it),
+    # while `down` or `configure`, which hold it alone, do
+    with locks.cluster(store, resolved, "autodown", shared=True):
         state = store.load(resolved)
         provider = get_provider(state.spec.provider)
         if not provider.autodown:
