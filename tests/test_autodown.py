@@ -31,6 +31,7 @@ from ddpctl.infra.run_records import RunRecord
 from ddpctl.infra.spec import ClusterSpec
 from ddpctl.infra.state import ClusterState, NodeInfo
 from tests.support.testbed import cluster as test_cluster
+from tests.test_aws import UP, Env, aws  # noqa: F401 - moto, one test's state home
 from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
 
 # ---- the idle time's text ----------------------------------------------------------------------
@@ -149,6 +150,32 @@ def test_the_toml_key(tmp_path: Path) -> None:
     path.write_text("[cluster]\nautodown = 30\n")
     with pytest.raises(UsageError, match="autodown"):
         load_default_map(path).get("up")
+
+
+# ---- what the nodes leave, against moto: `down` and `up` of the name delete it and say so ----------
+
+
+def _taken_down(env: Env) -> None:
+    """As if the nodes had taken c1 down: autodown on in its state, its instances terminated."""
+    path = env.home / "clusters" / "c1.json"
+    state = json.loads(path.read_text())
+    state["spec"]["autodown_s"] = 60
+    path.write_text(json.dumps(state))
+    ids = [i for r in state["resources"] if r["kind"] == "instances" for i in r["detail"]["ids"]]
+    env.moto.ec2.terminate_instances(InstanceIds=ids)
+
+
+def test_down_and_up_of_the_name_delete_what_the_nodes_left(aws: Env) -> None:  # noqa: F811
+    aws.ok(*UP, "--nodes", "2")
+    _taken_down(aws)
+    again = aws.ok(*UP, "--nodes", "1")  # the same name: the leftovers go first, said so
+    assert "cluster 'c1' took itself down (autodown after 1 min idle)" in again.stderr
+    assert json.loads((aws.home / "clusters" / "c1.json").read_text())["spec"]["nodes"] == 1
+    _taken_down(aws)
+    down = aws.ok("down", "--name", "c1")
+    assert "cluster 'c1' took itself down (autodown after 1 min idle)" in down.stderr
+    assert "aws cluster 'c1' is down" in down.stderr
+    aws.assert_clean()
 
 
 # ---- the node program, on this machine with stand-ins for sudo, ssh and squeue -------------------
