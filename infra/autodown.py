@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import DdpctlError, UsageError
 
 if TYPE_CHECKING:
     from .run_records import RunRecord
@@ -173,21 +173,16 @@ def install(state: ClusterState, idle_s: int) -> str:
     import io
 
     from .node_programs import source
-    from .ssh import connect
 
-    head = state.nodes[0].ssh
-    if head is None:
-        raise UsageError(f"cluster {state.name!r} has no node reached over SSH: autodown runs on its head node")
-    conn = connect(head)
-    try:
+    def put(conn: Any) -> Any:
         conn.run(f"mkdir -p -m 700 ~/{NODE_DIR}", hide=True, in_stream=False, timeout=60)
         conn.put(io.StringIO(source("autodown")), PROGRAM)
         conn.put(io.StringIO(json.dumps(settings(state, idle_s), indent=1) + "\n"), SETTINGS)
-        result = conn.run(start_line(), hide=True, warn=True, in_stream=False, timeout=120)
-    finally:
-        conn.close()
+        return conn.run(start_line(), hide=True, warn=True, in_stream=False, timeout=120)
+
+    result = _on_head(state, put)
     if result.exited:
-        raise UsageError(
+        raise DdpctlError(
             f"could not start autodown on {state.nodes[0].name}: {(result.stderr or result.stdout).strip()[-300:]}"
         )
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "process"
@@ -195,13 +190,25 @@ def install(state: ClusterState, idle_s: int) -> str:
 
 def remove(state: ClusterState) -> None:
     """Autodown off on the head node."""
-    from .ssh import connect
+    _on_head(state, lambda conn: conn.run(stop_line(), hide=True, warn=True, in_stream=False, timeout=60))
 
-    head = state.nodes[0].ssh
+
+def _on_head(state: ClusterState, do: Any) -> Any:
+    """``do(connection)`` on the head node; an SSH failure as one line."""
+    from .ssh import connect, explain
+
+    head = state.nodes[0].ssh if state.nodes else None
     if head is None:
-        return
-    conn = connect(head)
+        raise UsageError(f"cluster {state.name!r} has no node reached over SSH: autodown runs on its head node")
     try:
-        conn.run(stop_line(), hide=True, warn=True, in_stream=False, timeout=60)
+        conn = connect(head)
+    except Exception as exc:
+        raise DdpctlError(f"could not reach {state.nodes[0].name} over SSH for autodown: {explain(exc)}") from None
+    try:
+        return do(conn)
+    except DdpctlError:
+        raise
+    except Exception as exc:
+        raise DdpctlError(f"autodown on {state.nodes[0].name}: {explain(exc)}") from None
     finally:
         conn.close()

@@ -53,6 +53,8 @@ def up(
         try:
             _set_autodown(provider, state, store, state.spec.autodown_s, progress)
         except DdpctlError as exc:
+            state.spec = replace(state.spec, autodown_s=0)  # recorded as it is: off
+            store.save(state)
             raise DdpctlError(
                 f"cluster {state.name!r} is up, but its autodown could not be started ({exc}): "
                 f"`ddpctl autodown {state.name} {autodown.flag_text(state.spec.autodown_s)}` "

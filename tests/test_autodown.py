@@ -93,6 +93,18 @@ def test_settings_name_the_marker_and_the_other_nodes(monkeypatch: pytest.Monkey
     assert doc == {"cluster": "c", "cluster_id": "abc", "idle_s": 60, "check_s": 2, "peers": ["10.0.0.2"]}
 
 
+def test_a_head_node_that_cannot_be_reached_is_one_line() -> None:
+    from dataclasses import replace
+
+    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.inventory import Host
+
+    state = _state(60, 1.0)
+    state.nodes[0] = replace(state.nodes[0], ssh=Host("node0", "127.0.0.1", user="nobody", port=9))
+    with pytest.raises(DdpctlError, match=r"^could not reach node0 over SSH for autodown: .*sshd runs there$"):
+        autodown.install(state, 60)
+
+
 # ---- who takes it -------------------------------------------------------------------------------
 
 
