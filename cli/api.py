@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ddpctl.infra.autodown import Estimate
     from ddpctl.infra.check import CheckReport
     from ddpctl.infra.launch.nodes import OutputLine
     from ddpctl.infra.logs import LogLine
@@ -133,6 +134,7 @@ def up(
     python: str | None = None,
     options: dict[str, Any] | None = None,
     down_on_failure: bool = True,
+    autodown: str | None = None,
     yes: bool = False,
     progress: Callable[[str], None] | None = print_progress,
     home: str | Path | None = None,
@@ -141,9 +143,11 @@ def up(
 
     ``options`` are the provider's own (``region``, ``instance_type``, ``tags``...: the keys of
     ``ddpctl.toml``'s ``[cluster]``); ``env``/``playbook_vars`` are ``KEY=VALUE`` strings. A billed
-    provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``progress=None``: quiet.
+    provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
+    ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
     from ddpctl.infra import clusters, locks
+    from ddpctl.infra.autodown import parse
     from ddpctl.infra.errors import UsageError
     from ddpctl.infra.providers import get_provider
     from ddpctl.infra.spec import ClusterSpec, parse_env
@@ -162,11 +166,12 @@ def up(
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(tuple(playbook_vars), flag="--playbook-var"),
         options=dict(options or {}),
+        autodown_s=parse(autodown or "off"),
         **kwargs,
     )
     store = _store(home)
     with locks.cluster(store, spec.name, "up"):
-        provider_impl, state = clusters.plan_up(spec, store)
+        provider_impl, state = clusters.plan_up(spec, store, clean=True, progress=progress)
         if impl.billed and not yes:
             cost = impl.hourly_cost(spec)
             price = f", about ${cost:.2f}/h" if cost is not None else ""
@@ -225,6 +230,10 @@ class ClusterStatus:
     damaged: str = ""  # why the state file cannot be read
     message: str = ""  # a damaged one: the line that says what to do (`down`'s command)
     readable: dict[str, Any] = field(default_factory=dict)  # what `down` can still read of a damaged one
+    #: its autodown and when it would fire (None: off); ``infra/autodown.py``
+    autodown: Estimate | None = None
+    #: it took itself down (autodown), and this status deleted what was left of it
+    took_itself_down: bool = False
 
     @property
     def nodes(self) -> list:
@@ -246,24 +255,33 @@ class ClusterStatus:
 
     def to_dict(self) -> dict[str, Any]:
         """``status --json``'s entry for this cluster."""
+        if self.took_itself_down:
+            return {"name": self.name, "provider": self.provider, "status": "down", "took_itself_down": True}
         if self.state is None:
             return {"name": self.name, "status": "damaged", "damaged": self.damaged, "readable": self.readable}
         from .output_json import iso
 
         doc = {**self.state.to_dict(), "created_at": iso(self.state.created_at), "age_s": round(self.age_s)}
+        doc["autodown"] = self.autodown.to_dict() if self.autodown else None
         if self.live:
             doc["live"] = self.live.to_dict()
             doc["cost_so_far_usd"] = self.cost_so_far_usd
         return doc
 
 
-def cluster_statuses(store: StateStore, name: str | None = None) -> list[ClusterStatus]:
+def cluster_statuses(
+    store: StateStore, name: str | None = None, progress: Callable[[str], None] = _quiet
+) -> list[ClusterStatus]:
     """The clusters under the state home (or just ``name``), each with what its provider says runs
-    now; damaged state files last (what ``ddpctl status`` lists)."""
+    now and its autodown; damaged state files last (what ``ddpctl status`` lists). A cluster that
+    took itself down (autodown) has what its nodes could not delete deleted now, said to ``progress``."""
+    from ddpctl.infra import autodown, clusters, locks
     from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.run_records import list_runs
     from ddpctl.infra.state import DamagedState
 
     found, damaged = [], []
+    runs = None
     for each in [name] if name else store.names():
         try:
             state = store.load(each)
@@ -280,14 +298,28 @@ def cluster_statuses(store: StateStore, name: str | None = None) -> list[Cluster
                 )
             )
             continue
+        estimate = None
+        if state.spec.autodown_s:
+            try:
+                with locks.cluster(store, state.name, "status"):  # as `down`: one command changes it
+                    if clusters.clean_taken_down(store, store.load(state.name), progress):
+                        found.append(ClusterStatus(state.name, state.spec.provider, "down", took_itself_down=True))
+                        continue
+            except locks.Busy:
+                pass  # another command has it now: shown as it is
+            runs = list_runs(store) if runs is None else runs
+            estimate = autodown.fires_at(state, runs)
         live = get_provider(state.spec.provider).status(state)
-        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live))
+        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live, autodown=estimate))
     return found + damaged
 
 
-def status(name: str | None = None, *, home: str | Path | None = None) -> list[ClusterStatus]:
-    """``ddpctl status``: the clusters under the state home (or just ``name``)."""
-    return cluster_statuses(_store(home), name)
+def status(
+    name: str | None = None, *, home: str | Path | None = None, progress: Callable[[str], None] | None = print_progress
+) -> list[ClusterStatus]:
+    """``ddpctl status``: the clusters under the state home (or just ``name``), each with its autodown
+    (``ClusterStatus.autodown``); one that took itself down is cleaned up (``took_itself_down``)."""
+    return cluster_statuses(_store(home), name, progress or _quiet)
 
 
 def check(

@@ -11,6 +11,7 @@ from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
 
 from .options import (
     EXIT_CODES,
+    autodown_option,
     confirm,
     down_on_failure_option,
     dry_run_option,
@@ -66,11 +67,25 @@ from .plans import print_cluster_plan
 @python_option
 @provider_options
 @down_on_failure_option
+@autodown_option
 @dry_run_option
 @yes_option
 @json_option
 def up(
-    name, provider, nodes, inventory, nproc_per_node, port, env, playbook_vars, python, dry_run, yes, as_json, **opts
+    name,
+    provider,
+    nodes,
+    inventory,
+    nproc_per_node,
+    port,
+    env,
+    playbook_vars,
+    python,
+    autodown,
+    dry_run,
+    yes,
+    as_json,
+    **opts,
 ) -> int:
     """Provision a cluster of NODES nodes and record it under the state home.
 
@@ -96,6 +111,7 @@ def up(
       ddpctl up --nodes 2 --dry-run --json         # the plan, as JSON; nothing is created
       ddpctl up --provider aws --nodes 2 --dry-run # plan, checks and cost per hour
       ddpctl up --provider aws --nodes 2 --region us-west-2 --spot
+      ddpctl up --provider aws --nodes 2 --autodown 30m   # down by itself after 30 min idle
       ddpctl up --provider pcluster --nodes 2 --dry-run   # config, schema, create-cluster --dryrun
     """
     from ddpctl.infra import clusters, locks
@@ -120,12 +136,14 @@ def up(
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
         options=given,
+        autodown_s=autodown,
         **kwargs,
     )
     store = open_store()
     if not dry_run:  # one command at a time changes a cluster
         click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
-    provider_impl, state = clusters.plan_up(spec, store)  # the checks that cost nothing, before asking
+    # the checks that cost nothing, before asking (and a cluster of the name that took itself down cleaned up)
+    provider_impl, state = clusters.plan_up(spec, store, clean=not dry_run, progress=out.progress)
     if not dry_run and impl.billed:  # what costs money is asked for, not assumed
         cost = impl.hourly_cost(spec)
         price = f", about ${cost:.2f}/h" if cost is not None else ""
@@ -315,4 +333,44 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
     elif diff:
         for d in report.diffs:
             click.echo(f"--- {d.host}: {d.task}\n{d.text}")
+    return 0
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("args", nargs=-1, metavar="[NAME] DURATION|off")
+@json_option
+def autodown(args, as_json) -> int:
+    """Take a cluster down by itself once no run has been active on it for DURATION (30m, 2h, 90s), or off.
+
+    \b
+    A program on the head node watches for runs (ddpctl's, any torchrun agent, Slurm jobs); after
+    DURATION idle it shuts every node down over the cluster's SSH mesh, then its own, and EC2
+    terminates them: nothing needs to run on this machine meanwhile. The network, security group and
+    key pair, which the nodes cannot delete, go with the next `ddpctl status`, `down` or `up` of NAME.
+    Setting it again starts the idle time anew. `ddpctl status` shows it and when it would fire.
+
+    \b
+    Examples:
+      ddpctl autodown 30m              # the only cluster
+      ddpctl autodown big 2h
+      ddpctl autodown big off
+    """
+    from ddpctl.infra import clusters
+    from ddpctl.infra.autodown import parse
+    from ddpctl.infra.errors import UsageError
+
+    from .output import Output
+
+    if len(args) not in (1, 2):
+        raise UsageError("give [NAME] DURATION: e.g. `ddpctl autodown 30m` or `ddpctl autodown NAME off`")
+    name = args[0] if len(args) == 2 else None
+    if name is not None:
+        from ddpctl.infra.spec import check_cluster_name
+
+        check_cluster_name(name)
+    idle_s = parse(args[-1], "DURATION")
+    out = Output(as_json)
+    state = clusters.set_autodown(open_store(), name, idle_s, out.progress)
+    if as_json:
+        out.document({"ok": True, "name": state.name, "autodown_s": idle_s})
     return 0

@@ -11,6 +11,7 @@
     region = "us-west-2"      # a provider's options, as its flags of `up` without the dashes
     instance_type = "g5.xlarge"   # (the providers declare them: infra/providers/<name>/options.py)
     spot = true
+    autodown = "30m"          # aws: the cluster takes itself down after 30 min without a run
 
     [cluster.env]        # extra environment for every rank
     NCCL_DEBUG = "INFO"
@@ -57,6 +58,7 @@ CLUSTER_TYPES: dict[str, tuple[type, ...]] = {
     "env": TABLE,
     "inventory": STR,
     "down_on_failure": BOOL,
+    "autodown": STR,
     "playbook_vars": TABLE,
     # the providers' own options: region, instance_type, spot, tags...
     **{option.name: (option.kind,) for option in all_options()},

@@ -17,7 +17,7 @@ def status(name, as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra import costs
+    from ddpctl.infra import autodown, costs
     from ddpctl.infra.run_prepare import node_nprocs
 
     from .api import cluster_statuses
@@ -25,17 +25,20 @@ def status(name, as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
-    found = cluster_statuses(store, name)  # the API's `ddpctl.status()`: the same values
+    found = cluster_statuses(store, name, out.progress)  # the API's `ddpctl.status()`: the same values
     if as_json:
         out.document({"ok": True, "home": str(store.home), "clusters": [c.to_dict() for c in found]})
         return 0
     states = [c.state for c in found if c.state is not None]
-    damaged = [c for c in found if c.state is None]
+    damaged = [c for c in found if c.state is None and not c.took_itself_down]
+    gone = [c for c in found if c.took_itself_down]
     live = {c.name: c.live for c in found}
+    autodowns = {c.name: autodown.status_text(c.autodown, time.time()) for c in found if c.autodown is not None}
     spent_by = {c.name: c.cost_so_far_usd for c in found}
     now = time.time()
     if not states and not damaged:
-        out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
+        if not gone:
+            out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
     billed = any(info is not None for info in live.values())  # the cost columns only where something is billed
     table = Table(title=f"clusters under {store.home}", title_justify="left")
@@ -48,8 +51,9 @@ def status(name, as_json) -> int:
         "hosts",
         "up for",
         *(("cost/h", "so far") if billed else ()),
+        *(("autodown",) if autodowns else ()),
     ):
-        table.add_column(col, overflow="fold" if col == "status" else "ellipsis")  # the status words, never cut
+        table.add_column(col, overflow="fold" if col in ("status", "autodown") else "ellipsis")  # never cut
     width = 9 if billed else 7
     for s in states:
         hosts = ", ".join(sorted({n.host for n in s.nodes}))
@@ -63,11 +67,14 @@ def status(name, as_json) -> int:
         procs = node_nprocs(s, s.spec.nodes, None)  # what a run with no --nproc-per-node gets
         procs_text = str(procs[0]) if len(set(procs)) == 1 else "+".join(map(str, procs))
         age = costs.age_text(now - s.created_at)
-        row = (s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, age, cost, spent)
-        table.add_row(*row[:width])
+        row = (s.name, s.spec.provider, label, str(len(s.nodes)), procs_text, hosts, age, cost, spent)[:width]
+        table.add_row(*row, *((autodowns.get(s.name, "off"),) if autodowns else ()))
     for d in damaged:
-        table.add_row(*(d.name, d.provider, "damaged", "?", "?", "", "", "", "")[:width])
+        table.add_row(*(d.name, d.provider, "damaged", "?", "?", "", "", "", "", "")[: width + bool(autodowns)])
     out.table(table)
+    for name_, info in live.items():
+        if info is not None and info.price_note:
+            out.progress(f"{name_}: cost/h from {info.price_note}")
     for d in damaged:
         out.progress(f"{d.name}: {d.message}")
     return 0

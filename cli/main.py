@@ -128,6 +128,7 @@ for command in (
     inspect_commands.status,
     cluster_commands.configure,
     cluster_commands.down,
+    cluster_commands.autodown,
     run_command.run,
     inspect_commands.runs,
     inspect_commands.metrics,

@@ -137,6 +137,38 @@ def confirm(action: str, yes: bool) -> None:
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be created and run, and create nothing."
 )
+
+
+class Duration(click.ParamType):
+    """An idle time for autodown (``infra.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
+    (0 seconds); a TOML integer is refused for its missing unit."""
+
+    name = "DURATION"
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def convert(self, value, param, ctx):
+        from ddpctl.infra.autodown import parse
+        from ddpctl.infra.errors import UsageError
+
+        try:
+            return parse(value, self.flag)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+autodown_option = click.option(
+    "--autodown",
+    type=Duration("--autodown"),
+    default="off",
+    metavar="DURATION",
+    help="aws: once no run has been active this long (30m, 2h, 90s), the nodes shut themselves down and EC2 "
+    "terminates them, with no ddpctl running anywhere; the next `status`, `down` or `up` of the name deletes "
+    "the rest (network, key pair). [default: off]",
+)
+
+
 name_option = click.option(
     "--name",
     type=ClusterName(),

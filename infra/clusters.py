@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from . import costs, locks
+from . import autodown, costs, locks
 from .errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
 from .progress import step
 from .providers import NAMES, get_provider
@@ -19,10 +19,23 @@ if TYPE_CHECKING:
     from .ansible import Play, PlayReport
 
 
-def plan_up(spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> tuple[Provider, ClusterState]:
-    """Check ``spec`` can be brought up and return the plan, creating nothing."""
+def plan_up(
+    spec: ClusterSpec,
+    store: StateStore,
+    *,
+    ephemeral: bool = False,
+    clean: bool = False,
+    progress: Progress = lambda _: None,
+) -> tuple[Provider, ClusterState]:
+    """Check ``spec`` can be brought up and return the plan, creating nothing but (``clean``, with
+    the cluster's lock held) the leftovers of a cluster of that name that took itself down."""
     provider = get_provider(spec.provider)
     store.check_writable()
+    if clean and store.exists(spec.name):
+        try:
+            clean_taken_down(store, store.load(spec.name), progress)
+        except DamagedState:
+            pass  # refused below, with `down`'s command
     if store.exists(spec.name):
         raise ClusterExists(
             f"cluster {spec.name!r} already exists: use it, take it down with `ddpctl down --name {spec.name}`, "
@@ -37,6 +50,24 @@ def up(
 ) -> ClusterState:
     """Create a planned cluster, with the provider's policy for failures (``Provider.billed``)."""
     provider.check_up_flags(down_on_failure=down_on_failure)
+    state = _up(provider, state, store, progress, down_on_failure=down_on_failure)
+    if state.spec.autodown_s:  # the cluster is up and recorded: a failure here leaves it so, and says how
+        try:
+            _set_autodown(provider, state, store, state.spec.autodown_s, progress)
+        except DdpctlError as exc:
+            state.spec = replace(state.spec, autodown_s=0)  # recorded as it is: off
+            store.save(state)
+            raise DdpctlError(
+                f"cluster {state.name!r} is up, but its autodown could not be started ({exc}): "
+                f"`ddpctl autodown {state.name} {autodown.flag_text(state.spec.autodown_s)}` "
+                f"tries again, `ddpctl down --name {state.name}` deletes it"
+            ) from None
+    return state
+
+
+def _up(
+    provider: Provider, state: ClusterState, store: StateStore, progress: Progress, *, down_on_failure: bool
+) -> ClusterState:
     if not provider.billed:
         try:
             return provider.up(state, store, progress)
@@ -134,6 +165,10 @@ def down(
             _down_damaged(name, store, progress, provider, region)
             return name
         provider = get_provider(state.spec.provider)
+        if provider.took_itself_down(state):
+            progress(_taken_down_note(state))
+            provider.down(state, store, progress)
+            return name
         _keep_outputs(provider, state, store, progress, ask=ask, keep=keep_outputs)
         live = provider.status(state) if provider.billed else None  # what it costs per hour, asked first
         with step(progress, f"taking {name!r} down"):
@@ -177,6 +212,52 @@ def _keep_outputs(
         ask(outputs.question(state, found, keep=keep, runs_dir=store.home / "runs"))
     if keep:
         outputs.keep(store, state, found, progress)
+
+
+def set_autodown(store: StateStore, name: str | None, idle_s: int, progress: Progress) -> ClusterState:
+    """``ddpctl autodown [NAME] 30m|off``: on a cluster that is up, recorded in its state."""
+    resolved = resolve_name(store, name)
+    if resolved is None:
+        raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up --autodown 30m`")
+    # shared, as a run's: a run going does not stop it (the program on the head node waits for it),
+    # while `down` or `configure`, which hold it alone, do
+    with locks.cluster(store, resolved, "autodown", shared=True):
+        state = store.load(resolved)
+        provider = get_provider(state.spec.provider)
+        if not provider.autodown:
+            raise UsageError(provider._no_autodown())
+        if state.status != "up":
+            raise UsageError(
+                f"cluster {resolved!r} is {state.status}, not up: finish it (`ddpctl configure --name {resolved}`) "
+                "or take it down first"
+            )
+        _set_autodown(provider, state, store, idle_s, progress)
+    return state
+
+
+def _set_autodown(provider: Provider, state: ClusterState, store: StateStore, idle_s: int, progress: Progress) -> None:
+    provider.set_autodown(state, idle_s, progress)
+    state.spec = replace(state.spec, autodown_s=idle_s)
+    state.autodown_at = time.time() if idle_s else 0.0
+    store.save(state)
+
+
+def clean_taken_down(store: StateStore, state: ClusterState, progress: Progress) -> bool:
+    """A cluster whose nodes took it down (autodown): what they could not delete (network, security
+    group, key pair...) deleted now and said so; True if it was one. The caller holds its lock."""
+    provider = get_provider(state.spec.provider)
+    if not provider.took_itself_down(state):
+        return False
+    progress(_taken_down_note(state))
+    provider.down(state, DownStore(store.home, progress), progress)
+    return True
+
+
+def _taken_down_note(state: ClusterState) -> str:
+    return (
+        f"cluster {state.name!r} took itself down (autodown after {autodown.text(state.spec.autodown_s)} idle): "
+        "deleting what its nodes could not (network, security group, key pair)"
+    )
 
 
 def _down_damaged(name: str, store: StateStore, progress: Progress, provider: str | None, region: str | None) -> None:

@@ -56,6 +56,9 @@ class ClusterSpec:
     #: ("", 0, False: the provider's default, which its plan fills in). Given another provider's
     #: option, construction refuses it by its flag.
     options: dict[str, Any] = field(default_factory=dict)
+    #: seconds without an active run after which the cluster takes itself down (``--autodown``,
+    #: ``ddpctl autodown``; infra/autodown.py); 0: off. Only providers with ``Provider.autodown``.
+    autodown_s: int = 0
 
     def __post_init__(self) -> None:
         check_cluster_name(self.name)
@@ -69,6 +72,8 @@ class ClusterSpec:
         if self.port is not None and (isinstance(self.port, bool) or not 1024 <= self.port <= 65535):
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
         check_env_names(self.env)
+        if isinstance(self.autodown_s, bool) or not isinstance(self.autodown_s, int) or self.autodown_s < 0:
+            raise UsageError(f"--autodown {self.autodown_s!r} is not a duration: give e.g. 30m, 2h or 90s (or off)")
         impl = get_provider(self.provider)
         impl.check_spec(self)  # what this provider takes
         object.__setattr__(self, "options", impl.take_options(self.options))

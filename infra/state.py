@@ -122,6 +122,8 @@ class ClusterState:
     created_at: float = field(default_factory=time.time)
     ephemeral: bool = False  # brought up by `run` for one run, taken down after it
     launcher: str = "torchrun"  # how `run` launches here by default: torchrun (over SSH) or sbatch
+    #: when autodown (``spec.autodown_s``) was last set on the nodes (epoch seconds; 0: never)
+    autodown_at: float = 0.0
 
     @property
     def name(self) -> str:

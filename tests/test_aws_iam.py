@@ -47,6 +47,7 @@ PREFIX = {
     "ssm": "ssm",
     "service-quotas": "servicequotas",
     "cloudformation": "cloudformation",
+    "pricing": "pricing",
 }
 
 

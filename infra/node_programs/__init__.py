@@ -12,6 +12,8 @@ travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter th
   run (``infra/launch/ssh.py``; ``infra/providers/local.py`` imports it for this machine's nodes).
 - ``outputs``: a run's output folders on the head node: their sizes, and their contents as a tar stream
   (``infra/outputs.py``: ``down`` keeping them, ``ddpctl download``).
+- ``autodown``: on the head node, take the cluster down once no run has been active for a while
+  (``infra/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
@@ -22,7 +24,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "outputs")
+NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "outputs", "autodown")
 
 
 @cache

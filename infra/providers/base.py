@@ -54,10 +54,15 @@ class LiveStatus:
     cost_per_hour_usd: float | None  # None: the price is not known
     error: str = ""  # the API could not be asked: why
     details: dict[str, Any] = field(default_factory=dict)  # the provider's own words, for --json
+    #: where the price came from when it is not the cloud's own answer of today (a dated table): said under
+    #: the status table
+    price_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         doc = {**self.details, "summary": self.summary, "billed_instances": self.billed_instances}
         doc["cost_per_hour_usd"] = self.cost_per_hour_usd
+        if self.price_note:
+            doc["price_note"] = self.price_note
         if self.error:
             doc["error"] = self.error
         return doc
@@ -92,6 +97,11 @@ class Provider:
     #: The options it takes beyond the common ones, as its ``options`` module declares them (the
     #: registry's ``_OPTIONS`` names that module, so ``--help`` reads it without the provider).
     options: ClassVar[tuple[Option, ...]] = ()
+    #: Its nodes can take the cluster down themselves once idle (``--autodown``: a program on the head
+    #: node shuts every node down, and that ends what is billed); ``set_autodown`` installs it.
+    autodown: ClassVar[bool] = False
+    #: Why not, where it cannot: the end of ``--autodown``'s refusal.
+    no_autodown_why: ClassVar[str] = "nothing of it is billed by the hour"
 
     @classmethod
     def option_names(cls) -> set[str]:
@@ -140,6 +150,19 @@ class Provider:
         this machine; a run that must keep its results there gives ``--snapshot-dir``)."""
         return False
 
+    def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
+        """Autodown after ``idle_s`` seconds without a run (0: off) on the nodes of a cluster that is
+        up (``autodown`` providers only; ``check_spec`` refuses ``--autodown`` for the others)."""
+        raise UsageError(self._no_autodown())
+
+    def took_itself_down(self, state: ClusterState) -> bool:
+        """The cluster's nodes took it down (autodown): what is left (network, key pair...) is for
+        ``down`` to delete. Default: never."""
+        return False
+
+    def _no_autodown(self) -> str:
+        return f"autodown is for --provider {_who(lambda p: p.autodown)}, not {self.name}: {self.no_autodown_why}"
+
     def configure(self, state: ClusterState, store: StateStore, progress: Progress, play: Play) -> PlayReport:
         """site.yml again on a cluster that is up (``ddpctl configure``): the roles, check mode and
         diffs ``play`` asks for."""
@@ -158,6 +181,8 @@ class Provider:
                 f"--playbook-var is for --provider {_who(lambda p: p.runs_playbooks)} (they run "
                 f"playbooks/site.yml), not {self.name}"
             )
+        if spec.autodown_s and not self.autodown:
+            raise UsageError(self._no_autodown())
         from . import all_options
 
         given = {"inventory": "--inventory"} if spec.inventory and not self.takes_inventory else {}

@@ -37,6 +37,7 @@ LOCAL_RANKS_PER_CPU = 4
 
 class LocalProvider(Provider):
     name = "local"
+    no_autodown_why = "its nodes are processes on this machine, which bill nothing"
     remote_nodes = False  # every rank on this machine: its CPUs, its Python, its files
 
     def check_up(self, spec: ClusterSpec) -> None:

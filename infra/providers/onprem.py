@@ -40,6 +40,7 @@ class HostConfigDetail(Detail):
 
 class OnpremProvider(Provider):
     name = "onprem"
+    no_autodown_why = "its hosts are your own machines, which ddpctl never shuts down"
     runs_playbooks = True
     takes_inventory = True
 

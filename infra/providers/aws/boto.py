@@ -52,6 +52,16 @@ def client_config() -> Any:
     )
 
 
+def price_config() -> Any:
+    """A price look-up's settings: as ``client_config``, but one retry and a short connect timeout
+    where the user set none: a price that does not come at once comes from ddpctl's table."""
+    from botocore.config import Config
+
+    retries = {"mode": "standard", "max_attempts": 2}
+    retries = {key: value for key, value in retries.items() if not _user_set(*_RETRY_SETTINGS[key])}
+    return client_config().merge(Config(retries=retries or None, connect_timeout=5, read_timeout=20))
+
+
 def _user_set(env: str, profile_key: str) -> bool:
     """Whether the user set a setting, in the environment or in the profile's section of ~/.aws/config."""
     if os.environ.get(env):

@@ -107,10 +107,10 @@ def home_of(resource: dict[str, Any]) -> str:
 class Aws:
     """One region's EC2 (plus SSM, Service Quotas, IAM and CloudFormation for look-ups)."""
 
-    def __init__(self, region: str) -> None:
+    def __init__(self, region: str, config: Any = None) -> None:
         self.region = region
         self._session = boto.session(region)
-        self._config = boto.client_config()
+        self._config = config or boto.client_config()  # a price look-up's: boto.price_config()
         self._clients: dict[str, Any] = {}
 
     def client(self, service: str) -> Any:

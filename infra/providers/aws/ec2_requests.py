@@ -111,6 +111,9 @@ def run_instances_request(
             }
         ],
         "TagSpecifications": plan.tag_specs("node", "instance", "volume", "network-interface"),
+        # a node that shuts itself down (autodown, infra/node_programs/autodown.py) is terminated: it
+        # bills nothing more, and no AWS credentials need to be on the nodes for it
+        "InstanceInitiatedShutdownBehavior": "terminate",
     }
     if plan.spot:
         request["InstanceMarketOptions"] = {

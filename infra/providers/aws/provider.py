@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ... import autodown
 from ...ansible import Play, PlayReport
 from ...configure import reconfigure
 from ...errors import DdpctlError, UsageError
@@ -29,7 +30,7 @@ from ...launch.supervise import OutputLine
 from ...spec import ClusterSpec
 from ...state import ClusterState, NodeInfo, StateStore
 from ..base import LiveStatus, Progress, Provider
-from . import configure, instances, keys, network, preflight, pricing, spot
+from . import configure, instances, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -47,6 +48,7 @@ class AwsProvider(Provider):
     billed = True
     disks_go_with_down = True
     options = OPTIONS
+    autodown = True  # instances launched with InstanceInitiatedShutdownBehavior=terminate
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:
         self.caller_address = caller_address
@@ -54,11 +56,19 @@ class AwsProvider(Provider):
     # ---- plan (pure) ---------------------------------------------------------------------
 
     def hourly_cost(self, spec: ClusterSpec) -> float | None:
+        """AWS's price (the Price List API, spot history for --spot), else ddpctl's dated table."""
         spec = with_defaults(spec)
-        return pricing.hourly_usd(spec.options["instance_type"], spec.nodes)
+        o = spec.options
+        price = prices.hourly(o["instance_type"], o["region"], spot_market=o["spot"]).usd_per_hour
+        return None if price is None else round(price * spec.nodes, 4)
 
     def check_up(self, spec: ClusterSpec) -> None:
         check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
+        if spec.autodown_s and not with_defaults(spec).options["configure"]:
+            raise UsageError(
+                "--autodown needs configured nodes (the head node shuts the others down over the cluster's SSH "
+                "mesh): drop --no-configure, or set it later with `ddpctl autodown` after `ddpctl configure`"
+            )
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
@@ -206,7 +216,12 @@ class AwsProvider(Provider):
 
     def status(self, state: ClusterState) -> LiveStatus:
         """What EC2 says runs for the cluster now, and what that costs per hour."""
-        price = pricing.ON_DEMAND_USD_PER_HOUR.get(state.spec.options["instance_type"])
+        o = state.spec.options
+        zones = {z for r in state.resources if r.kind == "instances" for z in InstancesDetail.of(r).zones}
+        found = prices.hourly(
+            o["instance_type"], o["region"], spot_market=o["spot"], zone=next(iter(zones)) if len(zones) == 1 else ""
+        )
+        price = found.usd_per_hour
         details: dict[str, Any] = {
             "instance_type": state.spec.options["instance_type"],
             "region": state.spec.options["region"],
@@ -228,9 +243,44 @@ class AwsProvider(Provider):
             billed = sum(1 for i in alive if i["State"]["Name"] in ("pending", "running"))
             summary = "EC2: " + (", ".join(f"{n} {st}" for st, n in sorted(details["instances"].items())) or "none")
         cost = None if price is None else round(price * billed, 4)
+        details["price_source"] = found.source
         return LiveStatus(
-            summary=summary, billed_instances=billed, cost_per_hour_usd=cost, error=error, details=details
+            summary=summary,
+            billed_instances=billed,
+            cost_per_hour_usd=cost,
+            error=error,
+            details=details,
+            price_note=found.note,
         )
+
+    # ---- autodown ------------------------------------------------------------------------------
+
+    def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
+        """The program on the head node (``infra/autodown.py``): the nodes shut themselves down, and
+        EC2 terminates them (``InstanceInitiatedShutdownBehavior``); no AWS credentials go to them."""
+        if not idle_s:
+            autodown.remove(state)
+            progress(f"autodown of {state.name!r} is off")
+            return
+        how = autodown.install(state, idle_s)
+        progress(
+            f"autodown of {state.name!r}: after {autodown.text(idle_s)} without a run its nodes shut down and EC2 "
+            f"terminates them ({'a systemd service' if how == 'systemd' else 'a process'} on {state.nodes[0].name}); "
+            f"the next `ddpctl status`, `down` or `up` of {state.name!r} deletes its network and key pair"
+        )
+
+    def took_itself_down(self, state: ClusterState) -> bool:
+        """Autodown was on, and EC2 says every recorded instance is terminated (or gone)."""
+        ids = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
+        if not state.spec.autodown_s or state.status != "up" or not ids:
+            return False
+        region = state.spec.options["region"] or DEFAULT_REGION
+        try:
+            with aws_errors(region):
+                found = Aws(region).instances_by_id(ids)
+        except DdpctlError:
+            return False  # not known now: the next command asks again
+        return all(i["State"]["Name"] in ("shutting-down", "terminated") for i in found)
 
     # ---- configure -----------------------------------------------------------------------------
 

@@ -64,6 +64,10 @@ class PclusterProvider(Waits, Provider):
     runs_playbooks = True
     billed = True
     disks_go_with_down = True
+    #: its head node cannot delete its CloudFormation stack; ParallelCluster stops idle compute nodes itself
+    no_autodown_why = (
+        "ParallelCluster stops idle compute nodes itself (ScaledownIdletime), and its head node cannot delete its stack"
+    )
     options = OPTIONS
 
     def __init__(

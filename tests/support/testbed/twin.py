@@ -22,6 +22,11 @@ patched (ddpctl only gets AWS_ENDPOINT_URL). The twin watches what passes:
   EC2 taking a spot instance back (tests/test_spot_twin.py): its processes are killed, its
   connections close, the instance is terminated; the next instance gets another address, as on
   EC2. ``POST /moto-api/reset``: every node goes down.
+- a node that shuts itself down (``shutdown``, ``poweroff``, ``halt``: stand-ins in the node's own
+  /usr/local/sbin, first on sudo's path, that leave a ``powered-off`` file in the node's dir): the
+  twin asks moto to do what EC2 does with the instance's ``InstanceInitiatedShutdownBehavior``
+  (``terminate``: TerminateInstances; else, EC2's default, StopInstances), with the credentials of
+  the RunInstances call that made it, and the node goes down.
 
 Not faithful (say so where it matters): security groups are recorded by moto but not enforced on
 the bridge; placement groups and capacity are whatever moto does; instances are "running" at once
@@ -77,6 +82,8 @@ class Node:
     moto_addresses: dict[str, str] = field(default_factory=dict)  # moto's address -> the twin's
     up: bool = False
     console: str = ""
+    shutdown_behavior: str = "stop"  # RunInstances' InstanceInitiatedShutdownBehavior (EC2's default: stop)
+    authorization: str = ""  # the RunInstances call's, to make the node's own stop or terminate call with
 
     @property
     def name(self) -> str:
@@ -141,8 +148,24 @@ class Hosts:
     def _disk(self, node: Node) -> None:
         d = node.dir
         shutil.rmtree(d, ignore_errors=True)
-        for sub in ("upper/etc/ssh", "upper/etc/sudoers.d", "upper/root", "work/etc", "work/root", "home", "opt"):
+        for sub in (
+            "upper/etc/ssh",
+            "upper/etc/sudoers.d",
+            "upper/root",
+            "work/etc",
+            "work/root",
+            "home",
+            "opt",
+            "sbin",
+        ):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        for name in ("shutdown", "poweroff", "halt"):  # the node's own: the twin stops or terminates it
+            stand_in = d / "sbin" / name
+            stand_in.write_text(
+                "#!/bin/sh\n# the EC2 twin's stand-in: the instance shuts itself down (twin.py)\n"
+                f'echo "$(basename "$0") $*" > {d}/powered-off\n'
+            )
+            os.chmod(stand_in, 0o755)
         etc = d / "upper" / "etc"
         (etc / "hostname").write_text(node.hostname + "\n")
         (etc / "hosts").write_text(
@@ -211,6 +234,7 @@ class Hosts:
             f"mount -t overlay overlay -o lowerdir=/root,upperdir={d}/upper/root,workdir={d}/work/root /root\n"
             f"mount --bind {d}/home /home\n"
             f"mount --bind {d}/opt /opt\n"
+            f"mount --bind {d}/sbin /usr/local/sbin\n"
             'hostname "$(cat /etc/hostname)"\n'
         )
 
@@ -356,7 +380,7 @@ class Twin:
         status, out_headers, out = self.forward(method, path, headers, body)
         if status == 200:
             if action == "RunInstances":
-                self.launched(params, out)
+                self.launched(params, out, headers.get("Authorization", headers.get("authorization", "")))
             elif action == "StartInstances":
                 self.start(ids)
             out = self.rewrite(action, out)
@@ -364,8 +388,9 @@ class Twin:
 
     # ---- what the calls do to nodes ------------------------------------------------------------
 
-    def launched(self, params: dict[str, list[str]], body: bytes) -> None:
+    def launched(self, params: dict[str, list[str]], body: bytes, authorization: str) -> None:
         key_name = params.get("KeyName", [""])[0]
+        behavior = params.get("InstanceInitiatedShutdownBehavior", ["stop"])[0]
         public_key = self.public_keys.get(key_name, "")
         root = ET.fromstring(body)
         new = []
@@ -379,7 +404,14 @@ class Twin:
                 slot = next(s for s in order if s not in used)
                 used.add(slot)
                 public_ip = _text(item, "ipAddress")
-                node = Node(slot=slot, instance_id=iid, public=bool(public_ip), public_key=public_key)
+                node = Node(
+                    slot=slot,
+                    instance_id=iid,
+                    public=bool(public_ip),
+                    public_key=public_key,
+                    shutdown_behavior=behavior,
+                    authorization=authorization,
+                )
                 node.moto_addresses[_text(item, "privateIpAddress")] = node.private_ip
                 if public_ip:
                     node.moto_addresses[public_ip] = node.public_ip
@@ -418,6 +450,28 @@ class Twin:
             node = self.nodes.get(iid)
             if node is not None and not node.up:
                 self.hosts.boot(node, fresh=False)
+
+    def watch_shutdowns(self, stop: threading.Event) -> None:
+        """Nodes that shut themselves down: what EC2 does with their instance, asked of moto."""
+        while not stop.wait(0.2):
+            with self.lock:
+                gone = [n for n in self.nodes.values() if n.up and (n.dir / "powered-off").exists()]
+            for node in gone:
+                terminate = node.shutdown_behavior == "terminate"
+                action = "TerminateInstances" if terminate else "StopInstances"
+                self.halt([node.instance_id], delete=terminate)
+                (node.dir / "powered-off").unlink(missing_ok=True)
+                form = urllib.parse.urlencode(
+                    {"Action": action, "Version": "2016-11-15", "InstanceId.1": node.instance_id}
+                )
+                headers = {
+                    "Authorization": node.authorization,
+                    "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+                    "X-Amz-Date": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+                }
+                status, _, out = self.forward("POST", "/", headers, form.encode())
+                if status != 200:
+                    sys.stderr.write(f"twin: {action} of {node.instance_id} (it shut down): {status} {out[:300]!r}\n")
 
     def reset(self) -> None:
         self.halt(list(self.nodes), delete=True)
@@ -509,11 +563,14 @@ def serve(moto_url: str, port: int, site_packages: str, ready: Path | None = Non
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    done = threading.Event()
+    threading.Thread(target=twin.watch_shutdowns, args=(done,), daemon=True).start()
     if ready is not None:
         ready.write_text(f"http://127.0.0.1:{server.server_address[1]}\n")
     try:
         server.serve_forever()
     finally:
+        done.set()
         twin.reset()  # every node down with the twin
 
 
