@@ -42,10 +42,10 @@ class Measurement:
 
 def measure(nodes: int, home: Path) -> Measurement:
     """One `up` (no configure) and one `down` through ddpctl's library, in this process."""
-    from ddpctl.infra import clusters
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import ec2
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import StateStore
 
     counts: dict[str, Counter] = {"up": Counter(), "down": Counter()}
     phase = ["up"]

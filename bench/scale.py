@@ -13,7 +13,7 @@ For each size, on bare nodes: `up --provider onprem` (the configure step include
 - the nodes' CPU: everything else this machine's cores did meanwhile (the nodes' sshd, Python,
   torchrun and ranks share these cores), which is what wall time grows with on 2 cores;
 - sequential round trips: of ddpctl's own SSH connections (``DDPCTL_TRACE``), how many came one
-  after the other (``infra.trace.sequential_steps``): 1 per wave, whatever the number of nodes;
+  after the other (``infra.tools.trace.sequential_steps``): 1 per wave, whatever the number of nodes;
   and the playbook's tasks, each run on every host at once (forks 16).
 
 Goals, 16 nodes against 2 in the same run: launch <= 1.5x, no-op configure <= 2x, check <= 4x,
@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddpctl.infra.trace import sequential_steps
+from ddpctl.infra.tools.trace import sequential_steps
 from tests.support.testbed.cluster import GROUP_VARS, exclusive, testbed_down, testbed_up
 
 PHASES = ("up", "configure", "launch", "run", "check", "down")

@@ -23,7 +23,7 @@ from .api import (  # after __version__, which the CLI's modules import
     status,
     up,
 )
-from .infra.errors import DdpctlError, UsageError  # what the functions raise, as the CLI's `Error:` lines
+from .infra.model.errors import DdpctlError, UsageError  # what the functions raise, as the CLI's `Error:` lines
 
 __all__ = [
     "ClusterStatus",

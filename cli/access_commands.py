@@ -41,9 +41,9 @@ def ssh(name, print_only, node, command) -> int:
     """
     import shlex
 
-    from ddpctl.infra import clusters
-    from ddpctl.infra.errors import DdpctlError, UsageError
-    from ddpctl.infra.ssh import ssh_argv
+    from ddpctl.infra.hosts.connections import ssh_argv
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.errors import DdpctlError, UsageError
 
     command = tuple(click.get_current_context().meta.get("ssh_command", command))
     state = clusters.load(open_store(), name)
@@ -82,7 +82,7 @@ def ssh(name, print_only, node, command) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     if code == 255:
-        from ddpctl.infra.ssh import SSH_CONNECT_TIMEOUT_S
+        from ddpctl.infra.hosts.connections import SSH_CONNECT_TIMEOUT_S
 
         where = f"{target.ssh.user + '@' if target.ssh.user else ''}{target.ssh.address}:{target.ssh.port}"
         raise DdpctlError(
@@ -113,7 +113,7 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
       ddpctl logs r3f2a9c1d0e --rank 0    # one rank of one run
       ddpctl logs --follow --tail 20      # the last 20 lines, then new ones as they come
     """
-    from ddpctl.infra import logs as run_logs
+    from ddpctl.infra.runs import logs as run_logs
 
     from .output import Output
 
@@ -141,7 +141,7 @@ def stop(run_id, as_json) -> int:
     Examples:
       ddpctl stop r3f2a9c1d0e
     """
-    from ddpctl.infra.detach import stop_run
+    from ddpctl.infra.runs.detach import stop_run
 
     from .output import Output
 
@@ -179,8 +179,8 @@ def download(run_id, to, as_json) -> int:
     """
     from pathlib import Path
 
-    from ddpctl.infra.outputs import download as fetch_outputs
-    from ddpctl.infra.outputs import size_text
+    from ddpctl.infra.runs.outputs import download as fetch_outputs
+    from ddpctl.infra.runs.outputs import size_text
 
     from .output import Output
 
@@ -203,7 +203,7 @@ def playbooks(as_json) -> int:
       ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml"
       ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml" --tags nccl_env -e nccl_env_debug=INFO
     """
-    from ddpctl.infra.ansible import ANSIBLE_CFG, PLAYBOOKS
+    from ddpctl.infra.hosts.ansible import ANSIBLE_CFG, PLAYBOOKS
 
     from .output import Output
 

@@ -1,7 +1,7 @@
 """ddpctl from Python (a script, a notebook): ``ddpctl.up``, ``run``, ``status``, ``runs``, ``logs``,
 ``check``, ``down``.
 
-Each function is its command's code path (``infra/clusters.py``, ``run_prepare.py``,
+Each function is its command's code path (``infra/lifecycle/clusters.py``, ``run_prepare.py``,
 ``run_execute.py``, ``logs.py``, ``run_records.py``, ``check.py``) and returns the typed values
 behind its ``--json`` document (``to_dict()`` gives that document's part). Errors are the CLI's:
 ``UsageError`` (bad input, nothing created) and ``DdpctlError`` with the same one line. Ctrl-C (a
@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddpctl.infra.autodown import Estimate
-    from ddpctl.infra.check import CheckReport
     from ddpctl.infra.launch.nodes import OutputLine
-    from ddpctl.infra.logs import LogLine
-    from ddpctl.infra.outputs import Downloaded
+    from ddpctl.infra.lifecycle.autodown import Estimate
+    from ddpctl.infra.model.state import ClusterState, StateStore
     from ddpctl.infra.providers.base import LiveStatus
-    from ddpctl.infra.run_records import RunRecord
-    from ddpctl.infra.state import ClusterState, StateStore
+    from ddpctl.infra.runs.check import CheckReport
+    from ddpctl.infra.runs.logs import LogLine
+    from ddpctl.infra.runs.outputs import Downloaded
+    from ddpctl.infra.runs.records import RunRecord
 
 __all__ = [
     "ClusterStatus",
@@ -92,7 +92,7 @@ class _Terminal:
 
 
 def _store(home: str | Path | None) -> StateStore:
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.state import StateStore
 
     store = StateStore(Path(home)) if home is not None else StateStore()
     store.check_home()
@@ -104,7 +104,7 @@ def _convert(kind: Any, value: Any, flag: str, sep: str = ",") -> Any:
     its text and refused with the CLI's words."""
     import click
 
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
 
     if value is None:
         return None
@@ -146,11 +146,12 @@ def up(
     provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
-    from ddpctl.infra import clusters, locks
-    from ddpctl.infra.autodown import parse
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.lifecycle.autodown import parse
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.model.spec import ClusterSpec, parse_env
     from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.spec import ClusterSpec, parse_env
 
     progress = progress or _quiet
     impl = get_provider(provider)
@@ -195,8 +196,8 @@ def down(
     first copying its runs' outputs into their records unless ``keep_outputs=False``. One billed
     cluster (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. Returns the names taken
     down (``down --json``'s ``down``)."""
-    from ddpctl.infra import clusters
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.errors import UsageError
 
     progress = progress or _quiet
     store = _store(home)
@@ -230,7 +231,7 @@ class ClusterStatus:
     damaged: str = ""  # why the state file cannot be read
     message: str = ""  # a damaged one: the line that says what to do (`down`'s command)
     readable: dict[str, Any] = field(default_factory=dict)  # what `down` can still read of a damaged one
-    #: its autodown and when it would fire (None: off); ``infra/autodown.py``
+    #: its autodown and when it would fire (None: off); ``infra/lifecycle/autodown.py``
     autodown: Estimate | None = None
     #: it took itself down (autodown), and this status deleted what was left of it
     took_itself_down: bool = False
@@ -249,7 +250,7 @@ class ClusterStatus:
         """What it has cost so far at list price (None: not billed, or the price is not known)."""
         if self.state is None or self.live is None:
             return None
-        from ddpctl.infra import costs
+        from ddpctl.infra.model import costs
 
         return costs.so_far(self.live.cost_per_hour_usd, self.state.created_at, time.time())
 
@@ -275,10 +276,11 @@ def cluster_statuses(
     """The clusters under the state home (or just ``name``), each with what its provider says runs
     now and its autodown; damaged state files last (what ``ddpctl status`` lists). A cluster that
     took itself down (autodown) has what its nodes could not delete deleted now, said to ``progress``."""
-    from ddpctl.infra import autodown, clusters, locks
+    from ddpctl.infra.lifecycle import autodown, clusters
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.state import DamagedState
     from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.run_records import list_runs
-    from ddpctl.infra.state import DamagedState
+    from ddpctl.infra.runs.records import list_runs
 
     found, damaged = [], []
     runs = None
@@ -333,10 +335,10 @@ def check(
 ) -> CheckReport:
     """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
     (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
-    from ddpctl.infra import clusters
-    from ddpctl.infra.check import run_check
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.runs.check import run_check
 
     if not 0.001 <= size_mb <= 8192:
         raise UsageError(f"Invalid value for '--size-mb': {size_mb} is not in the range 0.001<=x<=8192.")
@@ -423,9 +425,9 @@ def run(
     every line). ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
-    from ddpctl.infra.run_execute import execute
-    from ddpctl.infra.run_prepare import prepare
-    from ddpctl.infra.run_records import RunOptions
+    from ddpctl.infra.runs.execute import execute
+    from ddpctl.infra.runs.prepare import prepare
+    from ddpctl.infra.runs.records import RunOptions
 
     from .options import NodeCount, NprocList, RunId
 
@@ -460,7 +462,7 @@ def run(
             terminal.end()
     if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
         raise KeyboardInterrupt
-    from ddpctl.infra import metrics as run_metrics
+    from ddpctl.infra.runs import metrics as run_metrics
 
     run_dir = store.run_dir(result.run_id)
     metrics_file = run_dir / run_metrics.FILE
@@ -482,7 +484,7 @@ def run(
 def runs(*, home: str | Path | None = None) -> list[RunRecord]:
     """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
     ``started`` in epoch seconds)."""
-    from ddpctl.infra.run_records import list_runs
+    from ddpctl.infra.runs.records import list_runs
 
     return list_runs(_store(home))
 
@@ -497,8 +499,8 @@ def logs(
 ) -> list[LogLine]:
     """``ddpctl logs``: a run's lines from its ``output.log`` (default: the last run started),
     filtered by node and rank, the last ``tail`` of them."""
-    from ddpctl.infra import logs as run_logs
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import logs as run_logs
 
     from .options import RunId
 
@@ -522,7 +524,7 @@ def download(
 ) -> Downloaded:
     """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster (while that is up) into
     ``DIR/RUN_ID``, default its record's ``outputs``; ``to_dict()`` is ``download --json``'s."""
-    from ddpctl.infra.outputs import download as fetch_outputs
+    from ddpctl.infra.runs.outputs import download as fetch_outputs
 
     from .options import RunId
 
@@ -533,8 +535,8 @@ def download(
 def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> list[dict[str, Any]]:
     """``ddpctl metrics --json``'s ``lines``: a run's metric lines (default: the last run started),
     one dict a line, [] where it wrote none. During a run, the lines brought so far (every few seconds)."""
-    from ddpctl.infra import metrics as run_metrics
-    from ddpctl.infra.logs import log_path
+    from ddpctl.infra.runs import metrics as run_metrics
+    from ddpctl.infra.runs.logs import log_path
 
     from .options import RunId
 

@@ -114,9 +114,10 @@ def up(
       ddpctl up --provider aws --nodes 2 --autodown 30m   # down by itself after 30 min idle
       ddpctl up --provider pcluster --nodes 2 --dry-run   # config, schema, create-cluster --dryrun
     """
-    from ddpctl.infra import clusters, locks
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.spec import ClusterSpec, parse_env
     from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.spec import ClusterSpec, parse_env
 
     from .output import Output
 
@@ -214,9 +215,10 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
     records first (`ddpctl runs` shows them as kept); outputs in s3:// stay where they are. On aws
     and pcluster, `down` asks first, naming those outputs and their size (--yes answers).
     """
-    from ddpctl.infra import clusters, locks
-    from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.model.state import StateStore
 
     from .output import Output
 
@@ -263,8 +265,8 @@ def check_home_id(home_id: str, store, *, lost: bool) -> None:
     """``down --home-id``: a state home's id, for a cluster no state file here records."""
     import re
 
-    from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.state import HOME_ID_PATTERN
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.model.state import HOME_ID_PATTERN
 
     if not lost:
         raise UsageError(
@@ -307,10 +309,10 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
       ddpctl configure --tags bundle                    # the training code only
       ddpctl configure --check --diff                   # what would change, as diffs; nothing changed
     """
-    from ddpctl.infra import clusters
-    from ddpctl.infra.ansible import Play
-    from ddpctl.infra.configure import changed_summary
-    from ddpctl.infra.spec import parse_env
+    from ddpctl.infra.hosts.ansible import Play
+    from ddpctl.infra.hosts.site_play import changed_summary
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.spec import parse_env
 
     from .output import Output
 
@@ -355,9 +357,9 @@ def autodown(args, as_json) -> int:
       ddpctl autodown big 2h
       ddpctl autodown big off
     """
-    from ddpctl.infra import clusters
-    from ddpctl.infra.autodown import parse
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.lifecycle.autodown import parse
+    from ddpctl.infra.model.errors import UsageError
 
     from .output import Output
 
@@ -365,7 +367,7 @@ def autodown(args, as_json) -> int:
         raise UsageError("give [NAME] DURATION: e.g. `ddpctl autodown 30m` or `ddpctl autodown NAME off`")
     name = args[0] if len(args) == 2 else None
     if name is not None:
-        from ddpctl.infra.spec import check_cluster_name
+        from ddpctl.infra.model.spec import check_cluster_name
 
         check_cluster_name(name)
     idle_s = parse(args[-1], "DURATION")

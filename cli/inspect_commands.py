@@ -17,8 +17,9 @@ def status(name, as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra import autodown, costs
-    from ddpctl.infra.run_prepare import node_nprocs
+    from ddpctl.infra.lifecycle import autodown
+    from ddpctl.infra.model import costs
+    from ddpctl.infra.runs.prepare import node_nprocs
 
     from .api import cluster_statuses
     from .output import Output
@@ -98,7 +99,7 @@ def runs(as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra.run_records import list_runs
+    from ddpctl.infra.runs.records import list_runs
 
     from .output import Output
 
@@ -180,10 +181,10 @@ def metrics(run_id, last, png, follow, as_json) -> int:
     """
     from rich.table import Table
 
-    from ddpctl.infra import locks
-    from ddpctl.infra import metrics as run_metrics
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.logs import log_path
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.runs import metrics as run_metrics
+    from ddpctl.infra.runs.logs import log_path
 
     from .output import Output
 
@@ -255,9 +256,9 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     """
     from rich.table import Table
 
-    from ddpctl.infra import clusters
-    from ddpctl.infra.check import run_check
+    from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.runs.check import run_check
 
     from .output import Output
 

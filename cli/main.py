@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import click
 
 from ddpctl import __version__
-from ddpctl.infra.errors import DdpctlError
+from ddpctl.infra.model.errors import DdpctlError
 
 from . import access_commands, cluster_commands, inspect_commands, run_command
 from .options import EXIT_CODES, JSON_META, QUIET_META, VERBOSE_META
@@ -53,7 +53,7 @@ class DdpctlGroup(click.Group):
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            from ddpctl.infra.state import default_home
+            from ddpctl.infra.model.state import default_home
 
             where = f" writing {exc.filename}" if exc.filename else f" (the state home is {default_home()})"
             _fail(

@@ -1,5 +1,5 @@
 """Options shared by several commands (one definition each, as in pip-tools), and the parameter
-types that check a value where it is parsed: the rule itself lives in ``ddpctl.infra.spec`` (one
+types that check a value where it is parsed: the rule itself lives in ``ddpctl.infra.model.spec`` (one
 function per fact), so a flag, a ``ddpctl.toml`` value and a spec built by the library are judged
 alike.
 """
@@ -12,8 +12,8 @@ import click
 
 
 def _spec_check(check, value, param, ctx, fail):
-    """Run one of ``infra.spec``'s checks; its UsageError becomes Click's BadParameter (exit 2)."""
-    from ddpctl.infra.errors import UsageError
+    """Run one of ``infra.model.spec``'s checks; its UsageError becomes Click's BadParameter (exit 2)."""
+    from ddpctl.infra.model.errors import UsageError
 
     try:
         check(value)
@@ -29,13 +29,13 @@ def _completions(incomplete: str, names: list[str]) -> list:
 
 
 class ClusterName(click.ParamType):
-    """A cluster name (``infra.spec.check_cluster_name``): also a file name under the state home, so
+    """A cluster name (``infra.model.spec.check_cluster_name``): also a file name under the state home, so
     ``--name ../runs/ID/options`` never reaches a path. Completes the recorded clusters."""
 
     name = "NAME"
 
     def convert(self, value, param, ctx):
-        from ddpctl.infra.spec import check_cluster_name
+        from ddpctl.infra.model.spec import check_cluster_name
 
         return _spec_check(check_cluster_name, value, param, ctx, self.fail)
 
@@ -44,7 +44,7 @@ class ClusterName(click.ParamType):
 
 
 class RunId(click.ParamType):
-    """A run id (``infra.spec.check_run_id``): torchrun's --rdzv-id and a directory under runs/.
+    """A run id (``infra.model.spec.check_run_id``): torchrun's --rdzv-id and a directory under runs/.
     ``allow_empty``: "" means a new one (``run --run-id``)."""
 
     name = "ID"
@@ -53,7 +53,7 @@ class RunId(click.ParamType):
         self.flag, self.allow_empty = flag, allow_empty
 
     def convert(self, value, param, ctx):
-        from ddpctl.infra.spec import check_run_id
+        from ddpctl.infra.model.spec import check_run_id
 
         if value == "" and self.allow_empty:
             return value
@@ -63,7 +63,7 @@ class RunId(click.ParamType):
         """The recorded runs, newest first (``--run-id`` names a new one: nothing to complete)."""
         if self.allow_empty:
             return []
-        from ddpctl.infra.run_records import list_runs
+        from ddpctl.infra.runs.records import list_runs
 
         return _completions(incomplete, [r.run_id for r in reversed(list_runs(open_store()))])
 
@@ -72,7 +72,7 @@ def complete_job(ctx, param, incomplete):
     """``run JOB``: the bundled jobs, and .py files and folders as a path."""
     from click.shell_completion import CompletionItem
 
-    from ddpctl.infra.jobs import BUNDLED_JOBS
+    from ddpctl.infra.runs.jobs import BUNDLED_JOBS
 
     if "/" in incomplete or incomplete.startswith("."):
         return [CompletionItem(incomplete, type="file")]
@@ -124,7 +124,7 @@ def confirm(action: str, yes: bool) -> None:
     terminal to ask on, refuse in one line that says to add --yes: nothing is done."""
     import sys
 
-    from ddpctl.infra.errors import DdpctlError, UsageError
+    from ddpctl.infra.model.errors import DdpctlError, UsageError
 
     if yes:
         return
@@ -140,7 +140,7 @@ dry_run_option = click.option(
 
 
 class Duration(click.ParamType):
-    """An idle time for autodown (``infra.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
+    """An idle time for autodown (``infra.lifecycle.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
     (0 seconds); a TOML integer is refused for its missing unit."""
 
     name = "DURATION"
@@ -149,8 +149,8 @@ class Duration(click.ParamType):
         self.flag = flag
 
     def convert(self, value, param, ctx):
-        from ddpctl.infra.autodown import parse
-        from ddpctl.infra.errors import UsageError
+        from ddpctl.infra.lifecycle.autodown import parse
+        from ddpctl.infra.model.errors import UsageError
 
         try:
             return parse(value, self.flag)
@@ -179,7 +179,7 @@ name_option = click.option(
 nproc_option = click.option(
     "--nproc-per-node",
     type=click.IntRange(min=1),
-    default=None,  # the upper bound: infra.spec.MAX_NPROC
+    default=None,  # the upper bound: infra.model.spec.MAX_NPROC
     help="Processes (ranks) per node for runs that give none. [default: each node's own: one per GPU, else 1]",
 )
 port_option = click.option(
@@ -189,7 +189,7 @@ env_option = click.option(
     "--env",
     "-e",
     multiple=True,
-    metavar="KEY=VALUE",  # checked by infra.spec.parse_env / run_env, for run and up alike
+    metavar="KEY=VALUE",  # checked by infra.model.spec.parse_env / run_env, for run and up alike
     help="Extra environment for every rank (repeatable); KEY is letters, digits and '_', not starting with a digit. "
     "run: a bare -e KEY passes your environment's value as a secret (recorded and shown by name only).",
 )
@@ -211,7 +211,7 @@ class NprocList(click.ParamType):
         if isinstance(value, (int, tuple)):
             return value
         word = str(value).strip().lower()
-        if word in ("gpu", "auto"):  # infra.run_prepare.NPROC_WORDS (not imported: --help loads Click only)
+        if word in ("gpu", "auto"):  # infra.runs.prepare.NPROC_WORDS (not imported: --help loads Click only)
             return word
         try:
             counts = tuple(int(v) for v in word.split(","))
@@ -273,7 +273,7 @@ Exit codes:
 
 def open_store():
     """The state store under DDPCTL_HOME (default ~/.ddpctl)."""
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.state import StateStore
 
     store = StateStore()
     store.check_home()
@@ -314,8 +314,8 @@ def _click_option(option):
 def given_options(values: dict) -> dict:
     """``up``'s values of the providers' options, as ``ClusterSpec.options`` takes them: those given
     (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
+    from ddpctl.infra.model.spec import parse_env
     from ddpctl.infra.providers import all_options
-    from ddpctl.infra.spec import parse_env
 
     given = {}
     for option in all_options():

@@ -30,7 +30,7 @@ NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cya
 
 
 class ProgressLines:
-    """The CLI's progress callback (``infra/progress.py``): a dim line on stderr per message, and
+    """The CLI's progress callback (``infra/model/progress.py``): a dim line on stderr per message, and
     the long step going on now (``activity``): on a terminal a live line with a spinner and the
     time it has taken; elsewhere (CI logs, a pipe) a plain line once it has taken ``every_s``, and
     again every ``every_s`` (``DDPCTL_PROGRESS_EVERY_S``, default 30). ``-q`` silences both."""
@@ -43,7 +43,7 @@ class ProgressLines:
         self._lock = threading.Lock()
         self._step, self._text, self._started = "", "", 0.0  # the step going on: its name, its text, since
         self._since: dict[str, float] = {}  # when each step began (an enclosing one's clock goes on)
-        #: the enclosing steps' texts (``infra.progress.step``): an activity's end shows them again
+        #: the enclosing steps' texts (``infra.model.progress.step``): an activity's end shows them again
         self.steps: list[str] = []
 
     def __call__(self, message: str) -> None:

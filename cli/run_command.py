@@ -169,10 +169,10 @@ def run(
     """
     from click.core import ParameterSource
 
-    from ddpctl.infra.errors import UsageError
-    from ddpctl.infra.run_execute import execute
-    from ddpctl.infra.run_prepare import prepare, prepare_resume
-    from ddpctl.infra.run_records import RunOptions
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs.execute import execute
+    from ddpctl.infra.runs.prepare import prepare, prepare_resume
+    from ddpctl.infra.runs.records import RunOptions
 
     from .output import Output
 
@@ -224,7 +224,7 @@ def run(
             print_launch_plan(prep.plan)
         return 0
     if detach:  # checked and planned here (bad input is this command's one line); run by a ddpctl of its own
-        from ddpctl.infra.detach import controller_log, start_detached
+        from ddpctl.infra.runs.detach import controller_log, start_detached
 
         chosen = None if resume_id or run_id else prep.run.run_id  # the background ddpctl must use this id
         run_id = prep.run.run_id

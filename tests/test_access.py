@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import metrics as run_metrics
-from ddpctl.infra.inventory import Host
-from ddpctl.infra.logs import LogFilter, LogLine, parse
-from ddpctl.infra.ssh import ssh_argv
-from ddpctl.infra.ssh_options import parse_g, resolve
+from ddpctl.infra.hosts.connections import ssh_argv
+from ddpctl.infra.hosts.ssh_options import parse_g, resolve
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.runs import metrics as run_metrics
+from ddpctl.infra.runs.logs import LogFilter, LogLine, parse
 from tests.support.cli import ddpctl
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import ddpctl
-from ddpctl.infra.errors import UsageError
+from ddpctl.infra.model.errors import UsageError
 from tests.support.cli import ddpctl as cli
 from tests.support.processes import assert_nothing_left, spawn, wait_for_worker
 from tests.test_short_failures import FAIL

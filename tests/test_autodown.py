@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import autodown
-from ddpctl.infra.errors import UsageError
+from ddpctl.infra.lifecycle import autodown
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.node_programs import autodown as program
-from ddpctl.infra.run_records import RunRecord
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, NodeInfo
+from ddpctl.infra.runs.records import RunRecord
 from tests.support.testbed import cluster as test_cluster
 from tests.test_aws import UP, Env, aws  # noqa: F401 - moto, one test's state home
 from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
@@ -96,8 +96,8 @@ def test_settings_name_the_marker_and_the_other_nodes(monkeypatch: pytest.Monkey
 def test_a_head_node_that_cannot_be_reached_is_one_line() -> None:
     from dataclasses import replace
 
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.host import Host
 
     state = _state(60, 1.0)
     state.nodes[0] = replace(state.nodes[0], ssh=Host("node0", "127.0.0.1", user="nobody", port=9))

@@ -110,10 +110,10 @@ def only_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_plan_and_requests_are_pure_values() -> None:
+    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws import pricing
     from ddpctl.infra.providers.aws.ec2_requests import client_token, ingress_rules, run_instances_request
     from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
-    from ddpctl.infra.spec import ClusterSpec
 
     spec = ClusterSpec(
         name="c1",
@@ -167,10 +167,10 @@ def test_plan_and_requests_are_pure_values() -> None:
 def test_instance_profile_is_in_the_request_only_when_given() -> None:
     from dataclasses import replace
 
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
     from ddpctl.infra.providers.aws.plan import plan_from_spec
-    from ddpctl.infra.spec import ClusterSpec
 
     spec = ClusterSpec(
         name="c1",
@@ -237,7 +237,7 @@ def test_image_follows_the_gpu_generation(instance_type: str, source: str, modul
 
 
 def test_kepler_has_no_default_image() -> None:
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.providers.aws.images import choose_image
 
     with pytest.raises(UsageError, match=r"p2.xlarge has K80 GPUs \(Kepler\), which no current NVIDIA driver supports"):
@@ -490,7 +490,7 @@ def test_a_version_2_state_file_is_taken_down_by_what_it_records(aws: Env) -> No
     """State version 2 held a resource's detail fields only once known (version 3: every field), and
     the AWS options as keys of the spec (version 4: ``spec.options``). With the cluster's tags gone
     from EC2, only the recorded ids find its instances and network."""
-    from ddpctl.infra.state import STATE_VERSION
+    from ddpctl.infra.model.state import STATE_VERSION
 
     aws.ok(*UP, "--nodes", "2")
     path = aws.home / "clusters" / "c1.json"
@@ -727,10 +727,10 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No --ssh-cidr: the provider's address lookup (checkip in real use) is replaced, not the network."""
-    from ddpctl.infra import clusters
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import AwsProvider
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import StateStore
 
     for key, value in moto.env(tmp_path / "home", tmp_path).items():
         if key.startswith("AWS_"):
@@ -918,8 +918,8 @@ def test_down_all_asks_too(home: Path) -> None:
 def efa_plan(instance_type: str, efa_interfaces: int, *, private_ip: bool):
     from dataclasses import replace
 
+    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.plan import plan_from_spec
-    from ddpctl.infra.spec import ClusterSpec
 
     options = {"region": REGION, "instance_type": instance_type, "ssh_cidr": SSH_CIDR, "private_ip": private_ip}
     plan = plan_from_spec(ClusterSpec(name="c1", provider="aws", nodes=2, options=options), "abc123", "/h/c1")
@@ -991,10 +991,10 @@ def test_up_launches_efa_interfaces_and_the_groups_egress_to_itself(
     (``ec2.CLIENT_HOOKS``, as bench/aws_calls.py counts calls): RunInstances carries one EFA per
     network card (moto 5 accepts them, keeping one interface per device index), and the security
     group has all traffic to and from itself (moto keeps the egress rule)."""
-    from ddpctl.infra import clusters
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import AwsProvider, ec2
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import StateStore
 
     for key, value in moto.env(tmp_path / "home", tmp_path).items():
         if key.startswith("AWS_"):

@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpctl.infra.configure import SITE
+from ddpctl.infra.hosts.site_play import SITE
 from tests.support.cli import Output, start_ddpctl
 from tests.support.moto import Moto
 from tests.support.testbed import cluster as test_cluster

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import UsageError
-from ddpctl.infra.jobs import resolve_job
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import MAX_NPROC
 from ddpctl.infra.providers.local import LOCAL_RANKS_PER_CPU, check_local_snapshot_dir, local_cpus
-from ddpctl.infra.spec import MAX_NPROC
+from ddpctl.infra.runs.jobs import resolve_job
 from tests.support.cli import ddpctl, tree
 
 LONG = "a" * 300  # longer than a file name may be (255)
@@ -314,7 +314,7 @@ def test_run_python_must_match_the_cluster(home: Path) -> None:
 
 
 def test_bounds_hold_for_specs_built_by_the_library() -> None:
-    from ddpctl.infra.spec import ClusterSpec, RunSpec
+    from ddpctl.infra.model.spec import ClusterSpec, RunSpec
 
     with pytest.raises(UsageError, match="--nodes 1025 is too many"):
         ClusterSpec(nodes=1025)

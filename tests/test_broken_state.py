@@ -28,13 +28,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpctl.infra.errors import UsageError
-from ddpctl.infra.inventory import Host
-from ddpctl.infra.procs import RUN_KEY, find_tagged
-from ddpctl.infra.run_prepare import prepare
-from ddpctl.infra.run_records import RunOptions
-from ddpctl.infra.spec import ClusterSpec, run_env
-from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.model.spec import ClusterSpec, run_env
+from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.runs.prepare import prepare
+from ddpctl.infra.runs.records import RunOptions
+from ddpctl.infra.tools.procs import RUN_KEY, find_tagged
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import Moto
 

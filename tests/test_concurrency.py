@@ -1,4 +1,4 @@
-"""Commands that change one cluster do not interleave (infra/locks.py), with real concurrent processes.
+"""Commands that change one cluster do not interleave (infra/model/locks.py), with real concurrent processes.
 
 `up`, `down` and `configure` hold a cluster exclusively, a run holds it shared and holds its own
 run id; a second command is refused at once in one line naming the holder. Runs on one cluster

@@ -127,8 +127,8 @@ def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path) -> None:
 
 
 def test_stop_says_how_a_run_that_ended_by_itself_ended(home: Path) -> None:
-    from ddpctl.infra.detach import ended_as
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.runs.detach import ended_as
 
     store = StateStore(home)
     for result, said in (

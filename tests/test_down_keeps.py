@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import node_programs, outputs
-from ddpctl.infra.inventory import Host
-from ddpctl.infra.outputs import Recorded, RunFolder
+from ddpctl.infra import node_programs
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 from ddpctl.infra.providers import get_provider
-from ddpctl.infra.run_records import RunOptions, run_cost
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.runs import outputs
+from ddpctl.infra.runs.outputs import Recorded, RunFolder
+from ddpctl.infra.runs.records import RunOptions, run_cost
 from tests.support.cli import ddpctl
 
 CREATED = 1_000_000.0

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.launch.local import LocalExecutor
+from ddpctl.infra.launch.local_executor import LocalExecutor
 from ddpctl.infra.launch.nodes import OutputLine
 from ddpctl.infra.launch.plan import plan_torchrun
-from ddpctl.infra.spec import ClusterSpec, RunSpec
-from ddpctl.infra.state import ClusterState, NodeInfo
+from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo
 from tests.support.cli import ddpctl
 from tests.support.processes import free_port
 

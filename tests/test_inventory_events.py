@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ddpctl.infra.ansible import Play, PlayReport, TaskLines
-from ddpctl.infra.errors import DdpctlError, UsageError
-from ddpctl.infra.inventory import hosts_from_list
+from ddpctl.infra.hosts.ansible import Play, PlayReport, TaskLines
+from ddpctl.infra.hosts.inventory import hosts_from_list
 from ddpctl.infra.launch.nodes import OutputLine
-from ddpctl.infra.launch.reach import REACH_LINE, head_reach_plan, plan_reach, raise_if_head_unreachable
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, NodeInfo
+from ddpctl.infra.launch.reach_plan import REACH_LINE, head_reach_plan, plan_reach, raise_if_head_unreachable
+from ddpctl.infra.model.errors import DdpctlError, UsageError
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo
 
 
 def listing(groups: dict, hostvars: dict) -> dict:
@@ -111,7 +111,7 @@ def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
 def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
     """ddpctl_nproc_per_node per host (nodes with different GPU counts) -> each node's ranks in `run`."""
     from ddpctl.infra.providers.onprem import host_nproc
-    from ddpctl.infra.run_prepare import node_nprocs
+    from ddpctl.infra.runs.prepare import node_nprocs
 
     hosts = hosts_from_list(
         listing(
@@ -137,7 +137,7 @@ def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:
     """Installed from a wheel there is no ansible.cfg: its settings go in by environment, all of them."""
     import configparser
 
-    from ddpctl.infra.ansible import ANSIBLE_CFG, settings_without_cfg
+    from ddpctl.infra.hosts.ansible import ANSIBLE_CFG, settings_without_cfg
 
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read(ANSIBLE_CFG)
@@ -163,7 +163,7 @@ def test_wheel_installs_get_every_ansible_cfg_setting(tmp_path) -> None:
 def test_a_partial_play_keeps_the_recorded_gpu_count() -> None:
     """`configure --tags bundle` skips the nvidia role: its layout reports gpus -1, and the node keeps
     the count recorded before (a later sbatch script keeps its --gpus-per-node)."""
-    from ddpctl.infra.configure import record_nodes
+    from ddpctl.infra.hosts.site_play import record_nodes
 
     layout = {"workdir": "/w", "python": "/p/bin/python", "env_file": "/e", "bundle_dir": "/b"}
     nodes = [NodeInfo("node0", "10.0.0.1", "/w", gpus=4), NodeInfo("node1", "10.0.0.2", "/w", gpus=4)]

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import DdpctlError
-from ddpctl.infra.inventory import load_inventory
-from ddpctl.infra.ssh import connect
+from ddpctl.infra.hosts.connections import connect
+from ddpctl.infra.hosts.inventory import load_inventory
+from ddpctl.infra.model.errors import DdpctlError
 from tests.support import REPO
 from tests.support.cli import ddpctl, tree
 from tests.support.testbed.cluster import GROUP_VARS, NODE_VARS, Testbed, run_procs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.procs import CLUSTER_KEY, STORE_KEY, find_tagged
+from ddpctl.infra.tools.procs import CLUSTER_KEY, STORE_KEY, find_tagged
 from tests.support.cli import ddpctl, start_ddpctl, start_run, tree
 from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import metrics
+from ddpctl.infra.runs import metrics
 from tests.support.cli import ddpctl
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"
@@ -71,8 +71,8 @@ def test_log_metrics_writes_on_rank_0_only(tmp_path: Path) -> None:
 
 def _head_here(snapshots: Path):
     """A cluster whose head node is this machine, and a run that keeps its snapshots in ``snapshots``."""
-    from ddpctl.infra.spec import ClusterSpec, RunSpec
-    from ddpctl.infra.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
 
     state = ClusterState(
         spec=ClusterSpec(name="c", nodes=1), cluster_id="x", nodes=[NodeInfo("node0", "127.0.0.1", "/w")]

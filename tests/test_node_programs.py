@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra import node_programs
-from ddpctl.infra.launch.reach import REACH_LINE
+from ddpctl.infra.launch.reach_plan import REACH_LINE
 from tests.support.processes import free_port
 
 PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import install
 from ddpctl.infra.providers.aws import images, pricing
+from ddpctl.infra.tools import install
 from tests.support import REPO
 from tests.support.cli import ddpctl
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import metrics as run_metrics
+from ddpctl.infra.runs import metrics as run_metrics
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, tree
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs, worker_pid
 

@@ -66,9 +66,9 @@ BUCKET = "ddpctl-pcluster-test"
 
 
 def _plan(**spec_kw: Any):
+    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.plan import plan_from_spec
-    from ddpctl.infra.spec import ClusterSpec
 
     settings, nodes = spec_kw.pop("settings", Settings()), spec_kw.pop("nodes", 2)
     options = {
@@ -193,7 +193,7 @@ def test_plan_reuses_the_aws_network_plan() -> None:
     ],
 )
 def test_settings_from_env(env: dict[str, str], message: str) -> None:
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.providers.pcluster.config import settings_from_env
 
     if not message:
@@ -323,8 +323,8 @@ def _recorded_provider():
 
 
 def test_polling_create_and_delete_with_recorded_answers() -> None:
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.state import ClusterState
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.state import ClusterState
 
     provider, plan = _recorded_provider(), _plan()
     progress: list[str] = []
@@ -433,11 +433,11 @@ def test_describe_cluster_instances_as_typed_values() -> None:
 def test_compute_nodes_ssh_config(tmp_path: Path) -> None:
     """Each compute node through the head node (ProxyJump), each with its own strict known_hosts; a
     ProxyJump of more than one hop is refused in one line (ddpctl follows one)."""
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.hosts.connections import connect
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.host import Host
     from ddpctl.infra.providers.pcluster import compute
     from ddpctl.infra.providers.pcluster.cli import ClusterInstance
-    from ddpctl.infra.ssh import connect
 
     head = Host(
         name="head", address="198.51.100.9", user="ubuntu", key_file="/k/id_ed25519", ssh_config="/k/ssh_config"
@@ -470,7 +470,7 @@ def test_compute_nodes_ssh_config(tmp_path: Path) -> None:
 def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
     """A fleet that comes up over a few polls; one that never starts (one line: what to check, and
     `ddpctl down`); one ParallelCluster gave up on (PROTECTED); a cluster that fails meanwhile."""
-    from ddpctl.infra.errors import DdpctlError
+    from ddpctl.infra.model.errors import DdpctlError
 
     provider, plan = _recorded_provider(), _plan()
     complete = {"clusterStatus": "CREATE_COMPLETE", "computeFleetStatus": "RUNNING"}
@@ -538,9 +538,9 @@ def test_waiting_for_compute_nodes_with_recorded_answers() -> None:
 
 
 def test_the_waits_are_the_activity_going_on() -> None:
-    """Each wait is what a terminal shows live with its time (``infra/progress.py``), its status in
+    """Each wait is what a terminal shows live with its time (``infra/model/progress.py``), its status in
     brackets (the same step while only that moves), and over when the wait ends."""
-    from ddpctl.infra.state import ClusterState
+    from ddpctl.infra.model.state import ClusterState
     from tests.test_progress import Recorder
 
     provider, plan, progress = _recorded_provider(), _plan(), Recorder()
@@ -564,7 +564,7 @@ def test_the_waits_are_the_activity_going_on() -> None:
 
 
 def _spec():
-    from ddpctl.infra.spec import ClusterSpec
+    from ddpctl.infra.model.spec import ClusterSpec
 
     return ClusterSpec(name="c1", provider="pcluster", nodes=2, options={"region": REGION})
 
@@ -667,7 +667,7 @@ def _set(config: dict[str, Any], path: str, value: Any) -> None:
     ],
 )
 def test_schema_refuses_in_one_line(install, path: str, value: Any, message: str) -> None:
-    from ddpctl.infra.errors import UsageError
+    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.providers.pcluster import schema
     from ddpctl.infra.providers.pcluster.config import to_yaml
 
@@ -1197,14 +1197,14 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     describe-cluster-instances lists, which this machine cannot reach but through node0. Their host
     keys are read on node0 with ssh-keyscan; the links between them are checked over SSH through
     node0, strictly."""
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.hosts.connections import connect
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.host import Host
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.ssh import connect
-    from ddpctl.infra.state import StateStore
 
     testbed = bastion
     direct = subprocess.run(

@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
-from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
+from ddpctl.infra.launch.project import Project
 from ddpctl.infra.launch.torchrun import RANK_PREFIX_TEMPLATE, RANK_PREFIX_VAR
-from ddpctl.infra.project import Project
-from ddpctl.infra.spec import ClusterSpec, RunSpec
-from ddpctl.infra.state import ClusterState, NodeInfo
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo
 
 
 def cluster(n: int, *, cpus: int = 8, ifname: str | None = "eth0", env: dict | None = None) -> ClusterState:
@@ -297,8 +297,8 @@ def test_check_pairs_run_in_rounds_of_disjoint_pairs(n: int) -> None:
 
 def test_check_reads_each_pair_by_the_nodes_its_ranks_run_on() -> None:
     """torchrun numbers ranks as nodes join: a pair line names ranks, the lines' nodes name the link."""
-    from ddpctl.infra.check import parse_bandwidth, plan_bandwidth
     from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.runs.check import parse_bandwidth, plan_bandwidth
 
     three = cluster(3)
     lines = [
@@ -317,8 +317,8 @@ def test_check_reads_each_pair_by_the_nodes_its_ranks_run_on() -> None:
 def test_check_reads_the_transport_nccl_chose_on_each_node() -> None:
     """NCCL_DEBUG=INFO lines as NCCL and aws-ofi-nccl print them (real lines, from EFA and socket
     runs; host:pid:tid [device] prefix and all): each node's transport, and gloo where no NCCL ran."""
-    from ddpctl.infra.check import parse_transport, plan_bandwidth
     from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.runs.check import parse_transport, plan_bandwidth
 
     lines = [
         # p5en over EFA (aws-ofi-nccl 1.13): the provider, then the network NCCL uses
@@ -362,7 +362,7 @@ def test_check_reads_the_transport_nccl_chose_on_each_node() -> None:
 
 def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_nproc: int = 0) -> ClusterState:
     """An on-prem cluster whose nodes counted ``gpus`` at configure (``nproc``: inventory counts)."""
-    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.model.host import Host
 
     spec = ClusterSpec(name="g", provider="onprem", inventory="/dev/null", nodes=len(gpus), nproc_per_node=spec_nproc)
     nodes = [
@@ -380,7 +380,7 @@ def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_npro
 
 
 def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
-    from ddpctl.infra.run_prepare import node_nprocs, nproc_source
+    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
 
     c = gpu_cluster((4, 2, 0))
     assert node_nprocs(c, 3, None) == (4, 2, 1)  # a node without GPUs runs one
@@ -402,9 +402,9 @@ def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
 
 def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None:
     """On a cluster that is up: every node, each with a process per GPU; the summary says so."""
-    from ddpctl.infra.run_prepare import prepare
-    from ddpctl.infra.run_records import RunOptions
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.runs.prepare import prepare
+    from ddpctl.infra.runs.records import RunOptions
 
     store = StateStore(home)
     store.save(gpu_cluster((4, 2)))
@@ -424,9 +424,9 @@ def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None
 
 
 def test_a_run_that_brings_its_local_cluster_up_keeps_one_node(home) -> None:
-    from ddpctl.infra.run_prepare import prepare
-    from ddpctl.infra.run_records import RunOptions
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.runs.prepare import prepare
+    from ddpctl.infra.runs.records import RunOptions
 
     prep = prepare(RunOptions(job="message-passing"), StateStore(home))
     assert prep.ephemeral and prep.run.nodes == 1 and prep.run.nprocs() == (1,)

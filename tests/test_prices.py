@@ -101,10 +101,10 @@ def test_a_cached_price_list_answer_is_used_for_a_day(aws: Path) -> None:
 
 
 def test_status_says_where_the_price_came_from(aws: Path) -> None:
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import ClusterState
     from ddpctl.infra.providers.aws.defaults import with_defaults
     from ddpctl.infra.providers.aws.provider import AwsProvider
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import ClusterState
 
     spec = with_defaults(ClusterSpec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"}))
     live = AwsProvider().status(ClusterState(spec=spec, cluster_id="abc", status="up"))

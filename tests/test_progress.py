@@ -8,8 +8,8 @@ import time
 
 from rich.console import Console
 
-from ddpctl.infra.ansible import PlayReport, TaskLines
-from ddpctl.infra.progress import activity, step
+from ddpctl.infra.hosts.ansible import PlayReport, TaskLines
+from ddpctl.infra.model.progress import activity, step
 from ddpctl.output import ProgressLines
 
 
@@ -146,8 +146,8 @@ def test_on_a_terminal_an_enclosing_step_keeps_its_clock() -> None:
 
 
 def _cluster(n: int):
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
 
     nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(n)]
     return ClusterState(spec=ClusterSpec(name="c", provider="onprem", nodes=n), cluster_id="x", nodes=nodes)
@@ -155,8 +155,8 @@ def _cluster(n: int):
 
 def test_check_shows_each_test_as_it_runs() -> None:
     """`check`'s two launches are the activity going on while they run (a stand-in executor)."""
-    from ddpctl.infra.check import run_check
     from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.runs.check import run_check
 
     progress, running = StepRecorder(), []
 

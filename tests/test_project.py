@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import UsageError
-from ddpctl.infra.project import LARGE_BYTES, locate, pack, scan
+from ddpctl.infra.launch.project import LARGE_BYTES, locate, pack, scan
+from ddpctl.infra.model.errors import UsageError
 from tests.support.cli import ddpctl
 
 TRAIN = """\

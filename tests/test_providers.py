@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.ansible import Play
-from ddpctl.infra.errors import UsageError
+from ddpctl.infra.hosts.ansible import Play
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, StateStore
 from ddpctl.infra.providers import NAMES, all_options, declared_options, get_provider, provider_class
 from ddpctl.infra.providers.base import LiveStatus, Provider
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, StateStore
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED = ("plan", "up", "down", "executor")
@@ -161,7 +161,7 @@ def test_sinfo_verdict(exit_code: int, stderr: str, verdict: str) -> None:
 
 
 def test_cost_so_far_and_age_in_words() -> None:
-    from ddpctl.infra.costs import age_text, so_far
+    from ddpctl.infra.model.costs import age_text, so_far
 
     assert so_far(6.12, 1000.0, 1000.0 + 1800) == 3.06
     assert so_far(None, 0.0, 10.0) is None

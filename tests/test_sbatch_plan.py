@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.jobs import BUNDLE_DIR
 from ddpctl.infra.launch.sbatch import plan_sbatch
-from ddpctl.infra.procs import RUN_KEY, STORE_KEY, find_tagged, stop_tagged
-from ddpctl.infra.spec import RunSpec
+from ddpctl.infra.model.spec import RunSpec
+from ddpctl.infra.runs.jobs import BUNDLE_DIR
+from ddpctl.infra.tools.procs import RUN_KEY, STORE_KEY, find_tagged, stop_tagged
 from tests.support.fake_slurm import start_batch
 from tests.support.processes import run_processes
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.trace import sequential_steps
+from ddpctl.infra.tools.trace import sequential_steps
 from tests.support.cli import Output, ddpctl, start_ddpctl
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
@@ -88,7 +88,7 @@ def traced(env: dict[str, str], path: Path) -> dict[str, str]:
 
 
 def steps(path: Path, op: str = "connect") -> int:
-    """SSH connections (or remote stops) made one after the other (``infra.trace``)."""
+    """SSH connections (or remote stops) made one after the other (``infra.tools.trace``)."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
     return sequential_steps([(r["t0"], r["t1"]) for r in records if r["op"] == op])
 

@@ -14,7 +14,7 @@ import pytest
 
 from ddpctl.failures import SecondaryTraces
 from ddpctl.infra.launch.nodes import OutputLine
-from ddpctl.infra.logs import parse
+from ddpctl.infra.runs.logs import parse
 from ddpctl.output import Output
 from tests.support.cli import ddpctl
 

@@ -163,11 +163,11 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     the home its compute nodes share; then `ddpctl run` submits through sbatch there. No
     CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
     ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
+    from ddpctl.infra.model.spec import ClusterSpec
+    from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up
-    from ddpctl.infra.spec import ClusterSpec
-    from ddpctl.infra.state import StateStore
 
     home = tmp_path / "home"
     env = {**os.environ, "DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp_path / "ansible-home")}

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import UsageError
 from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.launch.sbatch import plan_sbatch
-from ddpctl.infra.run_records import RunOptions
-from ddpctl.infra.spec import ClusterSpec, RunSpec
-from ddpctl.infra.state import ClusterState, NodeInfo
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.runs.records import RunOptions
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import Moto
 

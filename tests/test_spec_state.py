@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ddpctl.config_file import load_default_map
-from ddpctl.infra.errors import ClusterNotFound, UsageError
-from ddpctl.infra.jobs import resolve_job
-from ddpctl.infra.spec import ClusterSpec, RunSpec, parse_env
-from ddpctl.infra.state import STATE_VERSION, ClusterState, NodeInfo, Resource, StateStore
+from ddpctl.infra.model.errors import ClusterNotFound, UsageError
+from ddpctl.infra.model.spec import ClusterSpec, RunSpec, parse_env
+from ddpctl.infra.model.state import STATE_VERSION, ClusterState, NodeInfo, Resource, StateStore
+from ddpctl.infra.runs.jobs import resolve_job
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
 
 
 def test_a_node_reached_over_ssh_is_a_typed_host_and_version_1_files_still_load(tmp_path: Path) -> None:
-    from ddpctl.infra.inventory import Host
+    from ddpctl.infra.model.host import Host
 
     store = StateStore(tmp_path)
     saved = state()

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra import clusters
-from ddpctl.infra.errors import DdpctlError
+from ddpctl.infra.lifecycle import clusters
+from ddpctl.infra.model.errors import DdpctlError
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import StateStore
 from ddpctl.infra.providers.aws import AwsProvider
 from ddpctl.infra.providers.aws.details import InstancesDetail
 from ddpctl.infra.providers.aws.steps import only
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import StateStore
 from tests.support.moto import Moto
 
 

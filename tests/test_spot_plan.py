@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import DdpctlError
-from ddpctl.infra.inventory import Host
+from ddpctl.infra.model.errors import DdpctlError
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo, Resource, StateStore
 from ddpctl.infra.providers.aws.configure import Launched
 from ddpctl.infra.providers.aws.details import InstancesDetail, SubnetDetail
 from ddpctl.infra.providers.aws.plan import plan_from_spec
@@ -28,8 +30,6 @@ from ddpctl.infra.providers.aws.spot_plan import (
 )
 from ddpctl.infra.providers.base import Provider
 from ddpctl.infra.providers.local import LocalProvider
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, NodeInfo, Resource, StateStore
 
 NODES = {"node0": "i-0", "node1": "i-1", "node2": "i-2"}
 

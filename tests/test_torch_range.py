@@ -1,4 +1,4 @@
-"""The torch versions ddpctl supports (infra/torch_versions.py): the verdict on a version, and the
+"""The torch versions ddpctl supports (infra/model/torch_versions.py): the verdict on a version, and the
 older end of the range run for real (``./dev test`` installs torch 2.13.0's CPU build, without
 torchvision, in ``.venv-torch-old`` beside the pinned 2.14.1): message-passing, MNIST with a worker
 killed and resumed from its snapshot, and Ctrl-C, through the local provider and over SSH on the test
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.errors import UsageError
-from ddpctl.infra.run_prepare import prepare
-from ddpctl.infra.run_records import RunOptions
-from ddpctl.infra.spec import ClusterSpec
-from ddpctl.infra.state import ClusterState, NodeInfo, StateStore
-from ddpctl.infra.torch_versions import FLOOR, OLDER_TESTED, check_torch, release
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import ClusterSpec
+from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.model.torch_versions import FLOOR, OLDER_TESTED, check_torch, release
+from ddpctl.infra.runs.prepare import prepare
+from ddpctl.infra.runs.records import RunOptions
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, start_run
 from tests.support.processes import assert_nothing_left, wait_for_worker
 from tests.support.testbed.cluster import Testbed, run_procs, worker_pid

@@ -1,4 +1,4 @@
-"""The round-trip record the scale benchmark reads (infra/trace.py)."""
+"""The round-trip record the scale benchmark reads (infra/tools/trace.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.trace import sequential_steps, traced
+from ddpctl.infra.tools.trace import sequential_steps, traced
 
 
 @pytest.mark.parametrize(

@@ -177,8 +177,8 @@ def test_ipv6_ssh_cidr_needs_a_vpc_with_ipv6(moto: Moto, home: Path, tmp_path: P
 
 
 def test_a_homes_id_is_made_once_private_and_whole(tmp_path: Path) -> None:
-    from ddpctl.infra.errors import DdpctlError
-    from ddpctl.infra.state import StateStore
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.state import StateStore
 
     store = StateStore(tmp_path / "h")
     assert store.home_id() == "" and not store.home.exists()  # reading makes nothing
@@ -218,11 +218,11 @@ def test_owned_by_tells_homes_apart() -> None:
 def test_the_home_tag_and_the_name_hold_are_in_both_aws_plans() -> None:
     """Pure: every tag set carries ``ddpctl:home`` (ParallelCluster's stack too); the key pair is
     named for the cluster alone and is the first resource made in AWS."""
+    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.defaults import with_defaults
     from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.plan import plan_from_spec as pcluster_plan
-    from ddpctl.infra.spec import ClusterSpec
 
     spec = with_defaults(ClusterSpec(name="t", provider="aws", nodes=2, options={"region": REGION}))
     plan = plan_from_spec(spec, "abc123", "/h/clusters/t", "0123456789abcdef")

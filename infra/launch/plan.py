@@ -10,12 +10,12 @@ import posixpath
 import shlex
 from dataclasses import asdict, dataclass
 
-from ..errors import UsageError
+from ..model.errors import UsageError
+from ..model.spec import RunSpec
+from ..model.state import ClusterState, NodeInfo
 from ..node_programs import source
-from ..procs import NODE_KEY, STORE_KEY
-from ..project import Project
-from ..spec import RunSpec
-from ..state import ClusterState, NodeInfo
+from ..tools.procs import NODE_KEY, STORE_KEY
+from .project import Project
 from .torchrun import RankEnv, literal, rank_env, run_markers, torchrun_argv
 
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
@@ -140,7 +140,9 @@ def plan_torchrun(
                 node_script, cwd = f"{node.bundle_dir}/{rel}", node.workdir
             else:
                 if project is None:
-                    raise UsageError(f"{script}: a script for remote nodes ships with its project (infra.project.scan)")
+                    raise UsageError(
+                        f"{script}: a script for remote nodes ships with its project (infra.launch.project.scan)"
+                    )
                 project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
                 node_script = f"{project_dir}/{project.script}"
         layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file)

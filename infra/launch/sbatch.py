@@ -19,8 +19,8 @@ import shlex
 from dataclasses import dataclass
 
 from .. import node_programs
-from ..procs import STORE_KEY
-from ..spec import RunSpec
+from ..model.spec import RunSpec
+from ..tools.procs import STORE_KEY
 from .torchrun import ShellVar, rank_env, shell_join, torchrun_argv
 
 

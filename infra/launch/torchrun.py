@@ -11,12 +11,12 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..procs import CLUSTER_KEY, RUN_KEY
-from ..spec import RunSpec
+from ..model.spec import RunSpec
+from ..tools.procs import CLUSTER_KEY, RUN_KEY
 
 #: torchrun prefixes each line a worker prints with this (``--tee 3``); executors parse it back. It
 #: reaches torchrun through the environment, which every supported torch reads (2.2 and later);
-#: the ``--log-line-prefix-template`` flag exists only from 2.14 (``infra/torch_versions.py``).
+#: the ``--log-line-prefix-template`` flag exists only from 2.14 (``infra/model/torch_versions.py``).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 RANK_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: Elastic runs: a round with MIN nodes waits 5 s for more before it starts (torchrun: 30 s), and a
@@ -119,7 +119,7 @@ def torchrun_argv(
     local_addr: str | None = None,
 ) -> tuple[Arg, ...]:
     """One node's torchrun: c10d rendezvous, ``--tee 3`` (the rank prefix is ``rank_env``'s), the job's
-    arguments. Only flags every supported torch has (``infra/torch_versions.py``).
+    arguments. Only flags every supported torch has (``infra/model/torch_versions.py``).
 
     No agent hosts the c10d store (``is_host=0``, rather than torchrun's guess from host names): the
     launcher starts the run's own store at ``rdzv_endpoint`` first (``node_programs/rdzv_store.py``),

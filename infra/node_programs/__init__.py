@@ -4,17 +4,17 @@ two named below), Python 3.8+.
 Each is an ordinary module with a ``main()``, linted and tested like the rest of the code, and
 travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter that has no ddpctl.
 
-- ``stop``: signal a run's processes found by the marker in their environment (``infra/ssh.py``).
-- ``reach``: the pairwise reachability probe of ``ddpctl check`` and the head-port precheck (``infra/check.py``).
+- ``stop``: signal a run's processes found by the marker in their environment (``infra/hosts/connections.py``).
+- ``reach``: the pairwise reachability probe of ``ddpctl check`` and the head-port precheck (``infra/runs/check.py``).
 - ``rdzv_store``: a run's c10d rendezvous store on the head node, from before the agents until after
   them (``infra/launch/plan.py``, ``sbatch.py``; it imports torch, so it runs with the node's Python).
 - ``writable``: can this user write (or create) a directory: ``--snapshot-dir`` on every node before a
-  run (``infra/launch/ssh.py``; ``infra/providers/local.py`` imports it for this machine's nodes).
+  run (``infra/launch/ssh_executor.py``; ``infra/providers/local.py`` imports it for this machine's nodes).
 - ``outputs``: a run's output folders on the head node: their sizes, and their contents as a tar stream
-  (``infra/outputs.py``: ``down`` keeping them, ``ddpctl download``).
+  (``infra/runs/outputs.py``: ``down`` keeping them, ``ddpctl download``).
 - ``autodown``: on the head node, take the cluster down once no run has been active for a while
-  (``infra/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
-- ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm.py``).
+  (``infra/lifecycle/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
+- ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm_executor.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
 """

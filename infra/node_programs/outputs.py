@@ -5,7 +5,7 @@ files hold and how many), or null where PATH is not a folder or holds no file.
 ``tar PATH``: writes the folder's contents (relative names, no links followed) to stdout as an
 uncompressed tar stream; exits 1 with one line on stderr where PATH is not a folder.
 
-Run on a cluster's head node by ``infra/outputs.py`` (``down`` keeping outputs, ``ddpctl download``).
+Run on a cluster's head node by ``infra/runs/outputs.py`` (``down`` keeping outputs, ``ddpctl download``).
 """
 
 from __future__ import annotations

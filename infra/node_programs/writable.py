@@ -2,7 +2,7 @@
 
 argv: PATH. Prints nothing and exits 0 when it can; otherwise prints one line, the reason
 (``/data is not writable by alice``), and exits 1. Checking creates nothing. Run on every node
-before a run with ``--snapshot-dir`` (``infra/launch/ssh.py``), and on this machine for local nodes.
+before a run with ``--snapshot-dir`` (``infra/launch/ssh_executor.py``), and on this machine for local nodes.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
+from ..model.errors import UsageError
 
 if TYPE_CHECKING:
     from .base import Provider

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..errors import UsageError
-from ..progress import Progress
+from ..model.errors import UsageError
+from ..model.progress import Progress
 
 if TYPE_CHECKING:
-    from ..ansible import Play, PlayReport
-    from ..inventory import Host
+    from ..hosts.ansible import Play, PlayReport
     from ..launch.plan import LaunchPlan, NodeLaunch
     from ..launch.supervise import OutputLine, RunResult
-    from ..spec import ClusterSpec, RunSpec
-    from ..state import ClusterState, Salvage, StateStore
+    from ..model.host import Host
+    from ..model.spec import ClusterSpec, RunSpec
+    from ..model.state import ClusterState, Salvage, StateStore
     from .options import Option
 
 Sink = Callable[["OutputLine"], None]
@@ -90,7 +90,7 @@ class Provider:
     #: Not billed: any failure or Ctrl-C of ``up`` takes down what was made at once.
     billed: ClassVar[bool] = False
     #: ``down`` deletes its nodes and their disks, not only ddpctl's folders on them: a run's
-    #: ``--snapshot-dir`` there goes too, so ``down`` copies it back first (``infra/outputs.py``).
+    #: ``--snapshot-dir`` there goes too, so ``down`` copies it back first (``infra/runs/outputs.py``).
     disks_go_with_down: ClassVar[bool] = False
     #: It takes ``--inventory`` (the hosts of an Ansible inventory).
     takes_inventory: ClassVar[bool] = False
@@ -243,7 +243,7 @@ class Provider:
 
     def rdzv_port(self, state: ClusterState, requested: int | None) -> int:
         """A rendezvous port on the head node (``requested`` checked, or a free one)."""
-        from ..spec import DEFAULT_PORT
+        from ..model.spec import DEFAULT_PORT
 
         return requested or state.spec.port or DEFAULT_PORT
 

@@ -18,16 +18,16 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import UsageError
-from ..install import pip_install
-from ..launch.local import LocalExecutor
+from ..launch.local_executor import LocalExecutor
 from ..launch.supervise import OutputLine
 from ..launch.torchrun import run_snapshot_dir
+from ..model.errors import UsageError
+from ..model.spec import ClusterSpec, RunSpec
+from ..model.state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..model.torch_versions import check_torch
 from ..node_programs import writable
-from ..procs import CLUSTER_KEY, stop_tagged
-from ..spec import ClusterSpec, RunSpec
-from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
-from ..torch_versions import check_torch
+from ..tools.install import pip_install
+from ..tools.procs import CLUSTER_KEY, stop_tagged
 from .base import Progress, Provider
 
 HOST = "127.0.0.1"

@@ -16,23 +16,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..ansible import Play, PlayReport
-from ..configure import reconfigure, record_nodes, run_site
-from ..details import Detail
-from ..errors import DdpctlError, UsageError
-from ..inventory import Host, load_inventory
-from ..launch.ssh import SshExecutor
+from ..hosts.ansible import Play, PlayReport
+from ..hosts.connections import check_reachable, connect, remote_stop
+from ..hosts.inventory import load_inventory
+from ..hosts.site_play import reconfigure, record_nodes, run_site
+from ..launch.ssh_executor import SshExecutor
 from ..launch.supervise import OutputLine
-from ..procs import CLUSTER_KEY
-from ..spec import ClusterSpec
-from ..ssh import check_reachable, connect, remote_stop
-from ..state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..model.details import Detail
+from ..model.errors import DdpctlError, UsageError
+from ..model.host import Host
+from ..model.spec import ClusterSpec
+from ..model.state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..tools.procs import CLUSTER_KEY
 from .base import Progress, Provider
 
 
 @dataclass(frozen=True)
 class HostConfigDetail(Detail):
-    """What the plan records of each host it configures (``infra/details.py``)."""
+    """What the plan records of each host it configures (``infra/model/details.py``)."""
 
     kind = "host-config"
     address: str = ""

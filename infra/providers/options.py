@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..model.errors import UsageError
 
 #: The kinds an option's value takes: a TOML string, integer, boolean or table (a table is the
 #: repeated ``KEY=VALUE`` flag on the command line, a ``dict[str, str]`` in the spec).

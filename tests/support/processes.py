@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from ddpctl.infra.procs import RUN_KEY, find_tagged
+from ddpctl.infra.tools.procs import RUN_KEY, find_tagged
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from ...errors import UsageError
+from ...model.errors import UsageError
 
 
 def session(region: str | None = None) -> Any:

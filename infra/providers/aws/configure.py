@@ -4,7 +4,7 @@
 ``ansible-playbook -i ~/.ddpctl/clusters/NAME/inventory.ini playbooks/site.yml`` works by hand too),
 reads every node's SSH host keys from its console output (cloud-init prints them there) so that
 host keys are checked strictly as everywhere else in ddpctl, waits for SSH, runs ``site.yml``
-through ``infra.ansible.run_playbook`` and records the nodes as the play reported them, as the
+through ``infra.hosts.ansible.run_playbook`` and records the nodes as the play reported them, as the
 on-prem provider does.
 
 Nothing of the controller's AWS configuration reaches a node: no instance profile, no user data,
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import DdpctlError
-from ...inventory import Host
-from ...progress import Progress, step
-from ...state import NodeInfo, atomic_write
+from ...model.errors import DdpctlError
+from ...model.host import Host
+from ...model.progress import Progress, step
+from ...model.state import NodeInfo, atomic_write
 
 HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 HOST_KEYS_END = "-----END SSH HOST KEY KEYS-----"
@@ -177,7 +177,7 @@ def wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float = SSH_TIM
 
 
 def _wait_for_ssh(hosts: list[Host], progress: Progress, timeout: float) -> dict[str, int]:
-    from ...ssh import check_reachable
+    from ...hosts.connections import check_reachable
 
     deadline = time.monotonic() + timeout
     while True:

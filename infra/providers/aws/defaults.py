@@ -9,8 +9,8 @@ import ipaddress
 import urllib.request
 from dataclasses import replace
 
-from ...errors import UsageError
-from ...spec import ClusterSpec
+from ...model.errors import UsageError
+from ...model.spec import ClusterSpec
 from . import boto
 from .options import DEFAULT_INSTANCE_TYPE, DEFAULT_REGION, DEFAULT_SSH_USER, DEFAULT_VOLUME_GB
 

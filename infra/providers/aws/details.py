@@ -1,4 +1,4 @@
-"""What both AWS providers record of each resource they make, typed (``infra/details.py``): the
+"""What both AWS providers record of each resource they make, typed (``infra/model/details.py``): the
 plan writes each record, ``up`` completes it (``steps.Steps.step``: the AWS id once made), ``down``
 reads it. One dataclass per resource kind; nothing else names their keys.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...details import Detail
-from ...state import Resource
+from ...model.details import Detail
+from ...model.state import Resource
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import UsageError
+from ...model.errors import UsageError
 from . import boto, faults, pricing
 from .errors import CREDENTIAL_CODES, code_of, is_unsupported, message_of
 from .images import ImageSource

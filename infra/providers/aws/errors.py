@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ...errors import DdpctlError, UsageError
+from ...model.errors import DdpctlError, UsageError
 from . import boto
 
 CREDENTIAL_CODES = {

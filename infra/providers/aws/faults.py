@@ -28,7 +28,7 @@ import os
 import signal
 from typing import Any
 
-from ...errors import DdpctlError
+from ...model.errors import DdpctlError
 from . import boto
 
 ENV = "DDPCTL_FAULT"

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import DdpctlError
-from ...progress import Progress, activity
+from ...model.errors import DdpctlError
+from ...model.progress import Progress, activity
 from . import boto
 from .ec2 import Aws
 from .errors import CREDENTIAL_CODES, CapacityError, QuotaError, code_of, is_unsupported, message_of

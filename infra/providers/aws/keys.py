@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ...errors import DdpctlError
+from ...model.errors import DdpctlError
 
 
 def ensure_key(path: Path, comment: str) -> str:

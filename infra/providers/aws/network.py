@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...errors import ClusterExists, DdpctlError, UsageError
-from ...progress import Progress
-from ...state import ClusterState, Resource
+from ...model.errors import ClusterExists, DdpctlError, UsageError
+from ...model.progress import Progress
+from ...model.state import ClusterState, Resource
 from . import boto
 from .details import InternetGatewayDetail, KeyPairDetail, RouteDetail, SubnetDetail, VpcDetail, aws_id
 from .ec2 import Aws, Tagged, foreign_note

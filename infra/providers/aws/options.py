@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...errors import UsageError
+from ...model.errors import UsageError
 from ..options import Option
 
 #: What the plan fills in for an option not given (``defaults.with_defaults``).

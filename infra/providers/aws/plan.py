@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...state import Resource
+from ...model.state import Resource
 from . import details as d
 from . import pricing
 from .images import UBUNTU, ImageChoice, choose_image

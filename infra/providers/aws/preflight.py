@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import DdpctlError, UsageError
+from ...model.errors import DdpctlError, UsageError
 from . import network, pricing
 from .ec2 import Aws, home_of
 from .images import DLAMI, UBUNTU, ImageChoice

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ... import autodown
-from ...ansible import Play, PlayReport
-from ...configure import reconfigure
-from ...errors import DdpctlError, UsageError
-from ...launch.ssh import SshExecutor
+from ...hosts.ansible import Play, PlayReport
+from ...hosts.site_play import reconfigure
+from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
-from ...spec import ClusterSpec
-from ...state import ClusterState, NodeInfo, StateStore
+from ...lifecycle import autodown
+from ...model.errors import DdpctlError, UsageError
+from ...model.spec import ClusterSpec
+from ...model.state import ClusterState, NodeInfo, StateStore
 from ..base import LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
@@ -256,7 +256,7 @@ class AwsProvider(Provider):
     # ---- autodown ------------------------------------------------------------------------------
 
     def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
-        """The program on the head node (``infra/autodown.py``): the nodes shut themselves down, and
+        """The program on the head node (``infra/lifecycle/autodown.py``): the nodes shut themselves down, and
         EC2 terminates them (``InstanceInitiatedShutdownBehavior``); no AWS credentials go to them."""
         if not idle_s:
             autodown.remove(state)

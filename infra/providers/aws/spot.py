@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ...ansible import Play
-from ...configure import record_nodes, run_site
-from ...progress import Progress
-from ...state import ClusterState, StateStore
+from ...hosts.ansible import Play
+from ...hosts.site_play import record_nodes, run_site
+from ...model.progress import Progress
+from ...model.state import ClusterState, StateStore
 from . import configure, faults, instances
 from .details import InstancesDetail, SecurityGroupDetail
 from .ec2 import Aws

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...errors import DdpctlError
-from ...state import ClusterState, NodeInfo, Resource
+from ...model.errors import DdpctlError
+from ...model.state import ClusterState, NodeInfo, Resource
 from .configure import Launched
 from .details import InstancesDetail, SubnetDetail
 from .ec2_requests import run_instances_request

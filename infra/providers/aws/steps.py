@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...details import Detail
-from ...errors import DdpctlError
-from ...progress import Progress
-from ...state import ClusterState, Resource, StateStore
+from ...model.details import Detail
+from ...model.errors import DdpctlError
+from ...model.progress import Progress
+from ...model.state import ClusterState, Resource, StateStore
 from . import faults, keys
 from .details import AwsIdDetail, KeyFileDetail
 from .plan import TAG_CLUSTER_ID, AwsPlan

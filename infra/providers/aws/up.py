@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ...configure import record_nodes, run_site, site_command
-from ...errors import DdpctlError
-from ...progress import Progress
-from ...state import ClusterState, StateStore
+from ...hosts.site_play import record_nodes, run_site, site_command
+from ...model.errors import DdpctlError
+from ...model.progress import Progress
+from ...model.state import ClusterState, StateStore
 from . import configure, faults, instances, network, pricing
 from .details import (
     ConfigureDetail,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import DdpctlError, UsageError
+from ...model.errors import DdpctlError, UsageError
 
 ENV_EXE = "DDPCTL_PCLUSTER"
 INSTALL_HINT = (

@@ -35,10 +35,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ...errors import DdpctlError
-from ...inventory import Host
 from ...launch.supervise import OutputLine
-from ...state import ClusterState, NodeInfo, atomic_write
+from ...model.errors import DdpctlError
+from ...model.host import Host
+from ...model.state import ClusterState, NodeInfo, atomic_write
 from ..aws import pricing
 from .cli import ClusterInstance
 from .config import QUEUE
@@ -185,7 +185,7 @@ def head_known_hosts(head: Host) -> str:
 
 def learn_host_keys(head: Host, addresses: list[str]) -> dict[str, list[str]]:
     """The compute nodes' host keys, read by ssh-keyscan on the head node (see the module's docstring)."""
-    from ...ssh import connect, explain
+    from ...hosts.connections import connect, explain
 
     conn = connect(head)
     try:
@@ -216,7 +216,7 @@ def check_view(
 ) -> tuple[ClusterState, Callable[[Callable[[OutputLine], None]], object]]:
     """The cluster as ``ddpctl check`` sees it: its running compute nodes, each behind the head node,
     and the executor that reaches them (their host keys learnt on the head node first)."""
-    from ...launch.ssh import SshExecutor
+    from ...launch.ssh_executor import SshExecutor
 
     if not state.nodes or not state.nodes[0].ssh:
         raise DdpctlError(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UsageError
+from ...model.errors import UsageError
 
 OS = "ubuntu2204"
 DEFAULT_USER = "ubuntu"  # ParallelCluster's login user on its Ubuntu images

@@ -1,5 +1,5 @@
 """What the ParallelCluster provider records of the two resources it adds to the aws provider's
-(whose records are ``aws/details.py``), typed (``infra/details.py``): its configuration file and
+(whose records are ``aws/details.py``), typed (``infra/model/details.py``): its configuration file and
 the cluster.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...details import Detail
+from ...model.details import Detail
 from .config import Settings
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...state import Resource
+from ...model.state import Resource
 from ..aws import pricing
 from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME, VPC_CIDR, AwsPlan
 from ..aws.plan import plan_from_spec as aws_plan_from_spec

@@ -34,12 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...ansible import Play, PlayReport
-from ...errors import DdpctlError
-from ...launch.ssh import SshExecutor
+from ...hosts.ansible import Play, PlayReport
+from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
-from ...spec import ClusterSpec
-from ...state import ClusterState, NodeInfo, StateStore
+from ...model.errors import DdpctlError
+from ...model.spec import ClusterSpec
+from ...model.state import ClusterState, NodeInfo, StateStore
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
 from ..aws.ec2 import Aws

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from ...errors import DdpctlError, UsageError
+from ...model.errors import DdpctlError, UsageError
 from ...node_programs import source
 from .cli import INSTALL_HINT, Install, one_line
 from .config import flatten_errors

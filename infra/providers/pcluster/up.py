@@ -16,11 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...ansible import Play, PlayReport
-from ...configure import record_nodes, run_site
-from ...errors import DdpctlError
-from ...progress import Progress
-from ...state import ClusterState, StateStore, atomic_write
+from ...hosts.ansible import Play, PlayReport
+from ...hosts.site_play import record_nodes, run_site
+from ...model.errors import DdpctlError
+from ...model.progress import Progress
+from ...model.state import ClusterState, StateStore, atomic_write
 from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
 from ..aws.steps import Steps, only

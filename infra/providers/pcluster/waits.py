@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ...errors import DdpctlError, UsageError
-from ...progress import Progress, activity
-from ...state import ClusterState
+from ...model.errors import DdpctlError, UsageError
+from ...model.progress import Progress, activity
+from ...model.state import ClusterState
 from ..aws.plan import TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME
 from . import compute
 from .cli import ClusterInfo, ClusterInstance, PclusterCli
@@ -43,7 +43,7 @@ class Waits:
 
     def wait_created(self, cli: PclusterCli, plan: PclusterPlan, progress: Progress) -> ClusterInfo:
         """describe-cluster until CREATE_COMPLETE; a failed or vanished stack is one line on where to look.
-        The wait, with its status, is the activity going on (``infra/progress.py``)."""
+        The wait, with its status, is the activity going on (``infra/model/progress.py``)."""
         try:
             return self._wait_created(cli, plan, progress)
         finally:

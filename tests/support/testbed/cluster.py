@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ddpctl.infra.procs import STORE_KEY
+from ddpctl.infra.tools.procs import STORE_KEY
 
 HERE = Path(__file__).resolve().parent
 TESTBED_DIR = Path(os.environ.get("TESTBED", "/tmp/ddpctl-tb"))

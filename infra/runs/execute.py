@@ -11,18 +11,20 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import clusters, locks, metrics
-from .inventory import Host
+from ..launch.plan import NodeLaunch
+from ..launch.project import LARGE_BYTES
+from ..launch.sbatch import SbatchPlan
+from ..launch.slurm_executor import SlurmExecutor
+from ..launch.supervise import OutputLine, RunResult
+from ..lifecycle import clusters
+from ..model import locks
+from ..model.host import Host
+from ..model.state import DownStore, StateStore, atomic_write
+from ..providers.base import Progress, Renew
+from . import metrics
 from .jobs import resolve_job
-from .launch.plan import NodeLaunch
-from .launch.sbatch import SbatchPlan
-from .launch.slurm import SlurmExecutor
-from .launch.supervise import OutputLine, RunResult
-from .project import LARGE_BYTES
-from .providers.base import Progress, Renew
-from .run_prepare import PreparedRun
-from .run_records import OUTPUTS, QUEUED
-from .state import DownStore, StateStore, atomic_write
+from .prepare import PreparedRun
+from .records import OUTPUTS, QUEUED
 
 
 def execute(

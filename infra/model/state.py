@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ClusterNotFound, DdpctlError, UsageError
-from .inventory import Host
+from .host import Host
 from .spec import ClusterSpec
 
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).

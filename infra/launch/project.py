@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..model.errors import UsageError
 
 #: Above this, `run` says the project is large (every node gets a copy when it changes).
 LARGE_BYTES = 100 * 1024 * 1024

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .launch.torchrun import run_snapshot_dir
+from ..launch.torchrun import run_snapshot_dir
 
 if TYPE_CHECKING:
-    from .spec import RunSpec
-    from .state import ClusterState
+    from ..model.spec import RunSpec
+    from ..model.state import ClusterState
 
 FILE = "metrics.jsonl"
 #: how often a running run's new metric lines are brought into its record (``Follower``), in seconds
@@ -106,11 +106,11 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
     if head.ssh is None:
         if not Path(path).is_file():
             return False
-        from .state import atomic_write
+        from ..model.state import atomic_write
 
         atomic_write(dest, Path(path).read_text(errors="replace"))  # whole: a reader reads on from where it was
         return True
-    from .ssh import connect
+    from ..hosts.connections import connect
 
     conn = connect(head.ssh)
     try:
@@ -119,7 +119,7 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
         conn.close()
     if result.exited:
         return False
-    from .state import atomic_write
+    from ..model.state import atomic_write
 
     atomic_write(dest, result.stdout)  # whole: one that follows the record reads on from where it was
     return True
@@ -179,7 +179,7 @@ class Follower:
         new = self._new_bytes()
         whole = new[: new.rfind(b"\n") + 1]  # a line being written comes at the next poll
         if whole and not self.brought:  # the record starts as the head's file (a resumed run's has its lines)
-            from .state import atomic_write
+            from ..model.state import atomic_write
 
             atomic_write(self.dest, whole.decode(errors="replace"))
         elif whole:
@@ -199,7 +199,7 @@ class Follower:
             except FileNotFoundError:
                 return b""
         if self._conn is None:
-            from .ssh import connect
+            from ..hosts.connections import connect
 
             self._conn = connect(head.ssh)
         command = f"tail -c +{self.brought + 1} -- {shlex.quote(path)} 2>/dev/null || true"
@@ -283,8 +283,8 @@ def plot(lines: list[dict[str, Any]], path: str, title: str = "") -> None:
     except ImportError:
         import sys
 
-        from .errors import DdpctlError
-        from .install import pip_install
+        from ..model.errors import DdpctlError
+        from ..tools.install import pip_install
 
         raise DdpctlError(f"--png needs matplotlib: run `{pip_install('plot', sys.executable)}`") from None
     matplotlib.use("Agg")

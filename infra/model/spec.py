@@ -57,12 +57,12 @@ class ClusterSpec:
     #: option, construction refuses it by its flag.
     options: dict[str, Any] = field(default_factory=dict)
     #: seconds without an active run after which the cluster takes itself down (``--autodown``,
-    #: ``ddpctl autodown``; infra/autodown.py); 0: off. Only providers with ``Provider.autodown``.
+    #: ``ddpctl autodown``; infra/lifecycle/autodown.py); 0: off. Only providers with ``Provider.autodown``.
     autodown_s: int = 0
 
     def __post_init__(self) -> None:
         check_cluster_name(self.name)
-        from .providers import NAMES, get_provider
+        from ..providers import NAMES, get_provider
 
         if self.provider not in NAMES:
             raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(NAMES)}")
@@ -175,7 +175,7 @@ def check_snapshot_dir(value: str) -> None:
 KERNEL_FILESYSTEMS = ("/proc", "/sys", "/dev")
 
 
-#: Set by ddpctl itself for every site.yml run (infra/configure.py).
+#: Set by ddpctl itself for every site.yml run (infra/hosts/site_play.py).
 RESERVED_PLAYBOOK_VARS = ("ssh_mesh_controller_key_dir", "nccl_env_master_addr")
 #: Ansible's connection variables (and every ansible_ssh_*): as extra vars they would beat the inventory
 CONNECTION_VARS = (

@@ -12,27 +12,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..model.errors import UsageError
+from ..model.host import Host
 
 #: The group ddpctl uses when the inventory has it; otherwise every host, in inventory order.
 NODES_GROUP = "ddp_nodes"
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    address: str
-    user: str | None = None
-    port: int = 22
-    key_file: str | None = None
-    ssh_config: str | None = None  # from ansible_ssh_common_args "-F FILE"
-    #: ansible_ssh_common_args + ansible_ssh_extra_args, as OpenSSH options (infra/ssh_options.py)
-    ssh_args: tuple[str, ...] = ()
-    vars: dict[str, Any] = field(default_factory=dict)
 
 
 def load_inventory(path: str) -> list[Host]:

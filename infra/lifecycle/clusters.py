@@ -7,16 +7,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from . import autodown, costs, locks
-from .errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
-from .progress import step
-from .providers import NAMES, get_provider
-from .providers.base import Progress, Provider
-from .spec import ClusterSpec
-from .state import ClusterState, DamagedState, DownStore, StateStore
+from ..model import costs, locks
+from ..model.errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
+from ..model.progress import step
+from ..model.spec import ClusterSpec
+from ..model.state import ClusterState, DamagedState, DownStore, StateStore
+from ..providers import NAMES, get_provider
+from ..providers.base import Progress, Provider
+from . import autodown
 
 if TYPE_CHECKING:
-    from .ansible import Play, PlayReport
+    from ..hosts.ansible import Play, PlayReport
 
 
 def plan_up(
@@ -112,7 +113,7 @@ def configure(
 ) -> tuple[ClusterState, PlayReport]:
     """site.yml again on a cluster that is up, with its recorded variables plus ``playbook_vars``
     (recorded too once the play succeeds, unless in check mode); ``play``: roles, check, diff."""
-    from .configure import check_tags
+    from ..hosts.site_play import check_tags
 
     play = replace(play, tags=check_tags(play.tags))
     resolved = resolve_name(store, name)
@@ -191,9 +192,9 @@ def _keep_outputs(
     ask: Callable[[str], None] | None,
     keep: bool,
 ) -> None:
-    """Before ``down``: the runs' outputs that exist only on the cluster (``infra/outputs.py``), named
+    """Before ``down``: the runs' outputs that exist only on the cluster (``infra/runs/outputs.py``), named
     in the question a billed provider's ``down`` asks, then copied into their run records."""
-    from . import outputs
+    from ..runs import outputs
 
     found = []
     if state.status == "up" and state.nodes:  # runs only ever ran on a cluster that was up

@@ -9,20 +9,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import clusters, locks
-from .errors import UsageError
+from ..launch.plan import LaunchPlan, plan_torchrun
+from ..launch.project import locate, scan
+from ..launch.reach_plan import head_reach_plan
+from ..launch.sbatch import SbatchPlan, plan_sbatch
+from ..launch.torchrun import run_snapshot_dir
+from ..lifecycle import clusters
+from ..model import locks
+from ..model.errors import UsageError
+from ..model.spec import ClusterSpec, RunSpec, run_env
+from ..model.state import ClusterState, NodeInfo, StateStore
+from ..model.torch_versions import check_torch
+from ..providers import get_provider
+from ..providers.base import Provider
 from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
-from .launch.plan import LaunchPlan, plan_torchrun
-from .launch.reach import head_reach_plan
-from .launch.sbatch import SbatchPlan, plan_sbatch
-from .launch.torchrun import run_snapshot_dir
-from .project import locate, scan
-from .providers import get_provider
-from .providers.base import Provider
-from .run_records import OUTPUTS, RunOptions, read_options, resume_options
-from .spec import ClusterSpec, RunSpec, run_env
-from .state import ClusterState, NodeInfo, StateStore
-from .torch_versions import check_torch
+from .records import OUTPUTS, RunOptions, read_options, resume_options
 
 #: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
 #: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;

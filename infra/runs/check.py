@@ -11,14 +11,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import DdpctlError
+from ..launch.plan import LaunchPlan, plan_torchrun
+from ..launch.reach_plan import parse_reach, plan_reach
+from ..launch.supervise import OutputLine
+from ..model.errors import DdpctlError
+from ..model.progress import step
+from ..model.spec import RunSpec, new_run_id
+from ..model.state import ClusterState
 from .jobs import BUNDLE_DIR
-from .launch.plan import LaunchPlan, plan_torchrun
-from .launch.reach import parse_reach, plan_reach
-from .launch.supervise import OutputLine
-from .progress import step
-from .spec import RunSpec, new_run_id
-from .state import ClusterState
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
 # What NCCL_DEBUG=INFO says of the network it chose (NCCL's and aws-ofi-nccl's own lines):

@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .errors import DdpctlError
-from .inventory import Host, parse_port
+from ..model.errors import DdpctlError
+from ..model.host import Host
+from ..tools.trace import traced
+from .inventory import parse_port
 from .ssh_options import Resolved, openssh_args, resolve
-from .trace import traced
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -176,7 +177,7 @@ def remote_stop(
 ) -> None:
     """Signal the processes tagged ``key=value`` (and every marker in ``also``) on the node behind
     ``conn`` (see node_programs/stop.py)."""
-    from .node_programs import source
+    from ..node_programs import source
 
     extra = "".join(f" {k} {shlex.quote(v)}" for k, v in (also or {}).items())
     cmd = f"python3 -c {shlex.quote(source('stop'))} {key} {shlex.quote(value)} {mode} {grace}{extra}"
@@ -190,7 +191,7 @@ def remote_stop(
 def writable_problem(conn: fabric.Connection, path: str) -> str:
     """Why the user behind ``conn`` cannot write or create the directory ``path`` there ("": it can;
     node_programs/writable.py)."""
-    from .node_programs import source
+    from ..node_programs import source
 
     result = conn.run(
         f"python3 -c {shlex.quote(source('writable'))} {shlex.quote(path)}",

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..model.errors import UsageError
 
 #: The training bundle: ``training/`` beside ``infra/`` in the source tree, and
 #: ``ddpctl/training`` beside ``ddpctl/infra`` once installed.

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from .errors import DdpctlError
-from .inventory import Host
+from ..model.errors import DdpctlError
+from ..model.host import Host
 
 
 @dataclass(frozen=True)

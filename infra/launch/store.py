@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ..errors import DdpctlError
+from ..model.errors import DdpctlError
 from .diagnose import RENDEZVOUS_TIMEOUT, Agent, Diagnosis, never_joined, rendezvous_hint
 from .nodes import NodeProcess, OutputLine, RunResult
 

@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import DdpctlError
-from ..inventory import Host
+from ..hosts.connections import connect, remote_stop
+from ..model.errors import DdpctlError
+from ..model.host import Host
 from ..node_programs import source
-from ..procs import RUN_KEY
-from ..ssh import connect, remote_stop
+from ..tools.procs import RUN_KEY
 from .sbatch import SbatchPlan
-from .ssh import check_writable
+from .ssh_executor import check_writable
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
 
 if TYPE_CHECKING:  # pragma: no cover

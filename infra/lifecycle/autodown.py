@@ -20,11 +20,11 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import DdpctlError, UsageError
+from ..model.errors import DdpctlError, UsageError
 
 if TYPE_CHECKING:
-    from .run_records import RunRecord
-    from .state import ClusterState
+    from ..model.state import ClusterState
+    from ..runs.records import RunRecord
 
 #: the program's folder on the head node, in the SSH user's home
 NODE_DIR = ".ddpctl"
@@ -160,7 +160,7 @@ def status_text(estimate: Estimate | None, now: float) -> str:
     if estimate.fires_at is None:
         return f"{text(estimate.idle_s)} idle: a run is going"
     left = estimate.fires_at - now
-    from .costs import age_text
+    from ..model.costs import age_text
 
     return f"{text(estimate.idle_s)} idle: " + (f"in {age_text(left)}" if left > 0 else "due now")
 
@@ -172,7 +172,7 @@ def install(state: ClusterState, idle_s: int) -> str:
     """The program and its settings on the head node, (re)started; "systemd" or "process"."""
     import io
 
-    from .node_programs import source
+    from ..node_programs import source
 
     def put(conn: Any) -> Any:
         conn.run(f"mkdir -p -m 700 ~/{NODE_DIR}", hide=True, in_stream=False, timeout=60)
@@ -195,7 +195,7 @@ def remove(state: ClusterState) -> None:
 
 def _on_head(state: ClusterState, do: Any) -> Any:
     """``do(connection)`` on the head node; an SSH failure as one line."""
-    from .ssh import connect, explain
+    from ..hosts.connections import connect, explain
 
     head = state.nodes[0].ssh if state.nodes else None
     if head is None:

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..procs import RUN_KEY, stop_tagged
+from ..tools.procs import RUN_KEY, stop_tagged
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
-from .rdzv_store import RdzvStore, stop_process
+from .store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover

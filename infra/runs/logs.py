@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import locks
-from .errors import UsageError
-from .run_records import list_runs
-from .state import StateStore
+from ..model import locks
+from ..model.errors import UsageError
+from ..model.state import StateStore
+from .records import list_runs
 
 LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
 POLL_S = 0.5

@@ -9,9 +9,10 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import costs, locks, metrics
-from .errors import UsageError
-from .state import StateStore
+from ..model import costs, locks
+from ..model.errors import UsageError
+from ..model.state import StateStore
+from . import metrics
 
 #: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
 OUTPUTS = "outputs"

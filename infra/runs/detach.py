@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import locks
-from .errors import DdpctlError, UsageError
-from .state import StateStore
+from ..model import locks
+from ..model.errors import DdpctlError, UsageError
+from ..model.state import StateStore
 
 START_TIMEOUT_S = 120.0  # a run that brings its cluster up holds its lock once that is recorded
 STOP_TIMEOUT_S = 60.0

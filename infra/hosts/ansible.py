@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DdpctlError
-from .progress import activity
+from ..model.errors import DdpctlError
+from ..model.progress import activity
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 ANSIBLE_CFG = Path(__file__).resolve().parent.parent / "ansible.cfg"

@@ -10,7 +10,7 @@ own), before ``down`` deletes it; ``ddpctl download`` copies it at any time. Sna
 outlive the cluster: nothing is copied for them.
 
 Over SSH, the head node runs ``node_programs/outputs.py``: the sizes, then each folder as a tar
-stream read straight off the connection (the same strict connection as every other; ``infra/ssh.py``).
+stream read straight off the connection (the same strict connection as every other; ``infra/hosts/connections.py``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import DdpctlError, UsageError
-from .launch.torchrun import run_snapshot_dir
-from .progress import Progress
-from .run_records import OUTPUTS, read_options
-from .state import ClusterState, StateStore
+from ..launch.torchrun import run_snapshot_dir
+from ..model.errors import DdpctlError, UsageError
+from ..model.progress import Progress
+from ..model.state import ClusterState, StateStore
+from .records import OUTPUTS, read_options
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def measure(state: ClusterState, folders: list[RunFolder]) -> list[RunFolder]:
         return []
     head = state.nodes[0]
     if head.ssh is None:  # this machine's nodes
-        from .node_programs.outputs import size
+        from ..node_programs.outputs import size
 
         sizes = [size(f.path) for f in folders]
     else:
@@ -151,8 +151,8 @@ def measure(state: ClusterState, folders: list[RunFolder]) -> list[RunFolder]:
 
 
 def _remote_sizes(state: ClusterState, paths: list[str]) -> list[list[int] | None]:
-    from .node_programs import source
-    from .ssh import connect
+    from ..hosts.connections import connect
+    from ..node_programs import source
 
     head = state.nodes[0]
     conn = connect(head.ssh)
@@ -198,8 +198,8 @@ def fetch(state: ClusterState, path: str, dest: Path) -> None:
 def _remote_tar(state: ClusterState, path: str, into: Path) -> None:
     """The head's ``outputs.py tar PATH`` read off an SSH channel, unpacked into ``into`` (tarfile's
     ``data`` filter: no absolute names, no links out, no devices)."""
-    from .node_programs import source
-    from .ssh import connect
+    from ..hosts.connections import connect
+    from ..node_programs import source
 
     head = state.nodes[0]
     conn = connect(head.ssh)
@@ -272,8 +272,8 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
     """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster, while that is up, into
     ``DIR/<run id>`` (default: the run's record, ``runs/<id>/outputs``); where its cluster is gone, its
     kept outputs."""
-    from . import locks
-    from .node_programs.outputs import size
+    from ..model import locks
+    from ..node_programs.outputs import size
 
     path = store.run_dir(run_id) / "options.json"
     if not path.is_file():

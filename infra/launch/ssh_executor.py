@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
-from ..inventory import Host
-from ..procs import NODE_KEY, RUN_KEY, STORE_KEY
-from ..project import pack
-from ..ssh import connect, remote_stop, writable_problem
+from ..hosts.connections import connect, remote_stop, writable_problem
+from ..model.errors import UsageError
+from ..model.host import Host
+from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
-from .rdzv_store import RdzvStore
-from .reach import REACH_LINE, raise_if_head_unreachable
+from .project import pack
+from .reach_plan import REACH_LINE, raise_if_head_unreachable
+from .store import RdzvStore
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,10 +12,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..model.errors import DdpctlError, UsageError
+from ..model.progress import Progress
+from ..model.state import ClusterState, NodeInfo
 from .ansible import ANSIBLE_CFG, PLAYBOOKS, WHOLE_PLAY, Play, PlayReport, run_playbook
-from .errors import DdpctlError, UsageError
-from .progress import Progress
-from .state import ClusterState, NodeInfo
 
 #: The playbook as a user finds it: in the repository, or in the installed package (`ddpctl playbooks`).
 SITE = PLAYBOOKS / "site.yml"

@@ -2,7 +2,7 @@
 other node to the head's rendezvous port (the precheck a remote launch runs first, once the run's
 rendezvous store listens there), and its verdict.
 
-Launch-level, so that both the SSH executor (the precheck) and ``infra/check.py`` build on it.
+Launch-level, so that both the SSH executor (the precheck) and ``infra/runs/check.py`` build on it.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..errors import DdpctlError
+from ..model.errors import DdpctlError
+from ..model.spec import RunSpec, new_run_id
+from ..model.state import ClusterState, NodeInfo
 from ..node_programs import source
-from ..spec import RunSpec, new_run_id
-from ..state import ClusterState, NodeInfo
 from .nodes import OutputLine
 from .plan import LaunchPlan, NodeLaunch, node_layers
 
