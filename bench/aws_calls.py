@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.moto import running_moto
+from tests.support.specs import cluster_spec
 
 
 @dataclass
@@ -43,7 +44,6 @@ class Measurement:
 def measure(nodes: int, home: Path) -> Measurement:
     """One `up` (no configure) and one `down` through ddpctl's library, in this process."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import ec2
 
@@ -62,7 +62,7 @@ def measure(nodes: int, home: Path) -> Measurement:
     ec2.CLIENT_HOOKS.append(hook)
     try:
         store = StateStore(home)
-        spec = ClusterSpec(
+        spec = cluster_spec(
             name=f"bench{nodes}",
             provider="aws",
             nodes=nodes,

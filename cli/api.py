@@ -174,7 +174,7 @@ def up(
     with locks.cluster(store, spec.name, "up"):
         provider_impl, state = clusters.plan_up(spec, store, clean=True, progress=progress)
         if impl.billed and not yes:
-            cost = impl.hourly_cost(spec)
+            cost = impl.hourly_cost(state.spec)
             price = f", about ${cost:.2f}/h" if cost is not None else ""
             raise UsageError(
                 f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`: "

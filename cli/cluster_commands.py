@@ -146,7 +146,7 @@ def up(
     # the checks that cost nothing, before asking (and a cluster of the name that took itself down cleaned up)
     provider_impl, state = clusters.plan_up(spec, store, clean=not dry_run, progress=out.progress)
     if not dry_run and impl.billed:  # what costs money is asked for, not assumed
-        cost = impl.hourly_cost(spec)
+        cost = impl.hourly_cost(state.spec)
         price = f", about ${cost:.2f}/h" if cost is not None else ""
         confirm(f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`", yes)
     if dry_run:

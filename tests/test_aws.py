@@ -47,6 +47,7 @@ import pytest
 from bench import aws_calls
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, SSH_CIDR, Moto
+from tests.support.specs import cluster_spec
 
 UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--yes", "--no-configure")
 CONFIGURED_UP = UP[:-1]  # with the configure step: only a dry run can have it here
@@ -110,12 +111,11 @@ def only_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_plan_and_requests_are_pure_values() -> None:
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws import pricing
     from ddpctl.infra.providers.aws.ec2_requests import client_token, ingress_rules, run_instances_request
     from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
 
-    spec = ClusterSpec(
+    spec = cluster_spec(
         name="c1",
         provider="aws",
         nodes=2,
@@ -160,7 +160,7 @@ def test_plan_and_requests_are_pure_values() -> None:
     assert rules[0]["IpRanges"][0]["CidrIp"] == SSH_CIDR and rules[1]["UserIdGroupPairs"][0]["GroupId"] == "sg-1"
     assert pricing.vcpu_quota("p3.2xlarge", spot=False).code == "L-417A185B"
     assert not plan_from_spec(
-        ClusterSpec(name="c1", provider="aws", nodes=2, options={"instance_type": "t3.micro"}), "x", "/d"
+        cluster_spec(name="c1", provider="aws", nodes=2, options={"instance_type": "t3.micro"}), "x", "/d"
     ).placement_group
 
 
@@ -168,11 +168,10 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     from dataclasses import replace
 
     from ddpctl.infra.model.errors import UsageError
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
     from ddpctl.infra.providers.aws.plan import plan_from_spec
 
-    spec = ClusterSpec(
+    spec = cluster_spec(
         name="c1",
         provider="aws",
         nodes=2,
@@ -200,9 +199,9 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
     assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **kwargs)
     for provider in ("local", "pcluster"):
         with pytest.raises(UsageError, match=f"--iam-instance-profile is for --provider aws, not {provider}"):
-            ClusterSpec(name="c1", provider=provider, options={"iam_instance_profile": "ddpctl-s3"})
+            cluster_spec(name="c1", provider=provider, options={"iam_instance_profile": "ddpctl-s3"})
     with pytest.raises(UsageError, match="invalid --iam-instance-profile"):
-        ClusterSpec(name="c1", provider="aws", options={"iam_instance_profile": "arn:aws:iam::1:instance-profile/x y"})
+        cluster_spec(name="c1", provider="aws", options={"iam_instance_profile": "arn:aws:iam::1:instance-profile/x y"})
 
 
 @pytest.mark.parametrize(
@@ -728,7 +727,6 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
 ) -> None:
     """No --ssh-cidr: the provider's address lookup (checkip in real use) is replaced, not the network."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import AwsProvider
 
@@ -738,7 +736,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
     baseline = moto.inventory()
     provider = AwsProvider(caller_address=lambda: "198.51.100.4")
     store = StateStore(tmp_path / "home")
-    spec = ClusterSpec(name="c2", provider="aws", nodes=2, options={"spot": True, "configure": False})
+    spec = cluster_spec(name="c2", provider="aws", nodes=2, options={"spot": True, "configure": False})
     state = provider.plan(spec, store)
     messages: list[str] = []
     clusters.up(provider, state, store, messages.append)
@@ -918,11 +916,10 @@ def test_down_all_asks_too(home: Path) -> None:
 def efa_plan(instance_type: str, efa_interfaces: int, *, private_ip: bool):
     from dataclasses import replace
 
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.plan import plan_from_spec
 
     options = {"region": REGION, "instance_type": instance_type, "ssh_cidr": SSH_CIDR, "private_ip": private_ip}
-    plan = plan_from_spec(ClusterSpec(name="c1", provider="aws", nodes=2, options=options), "abc123", "/h/c1")
+    plan = plan_from_spec(cluster_spec(name="c1", provider="aws", nodes=2, options=options), "abc123", "/h/c1")
     return replace(plan, efa_interfaces=efa_interfaces)
 
 
@@ -992,7 +989,6 @@ def test_up_launches_efa_interfaces_and_the_groups_egress_to_itself(
     network card (moto 5 accepts them, keeping one interface per device index), and the security
     group has all traffic to and from itself (moto keeps the egress rule)."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.aws import AwsProvider, ec2
 
@@ -1011,7 +1007,7 @@ def test_up_launches_efa_interfaces_and_the_groups_egress_to_itself(
     provider = AwsProvider(caller_address=lambda: "198.51.100.4")
     store = StateStore(tmp_path / "home")
     options = {"instance_type": instance_type, "configure": False, "private_ip": True}
-    spec = ClusterSpec(name="efa", provider="aws", nodes=2, options=options)
+    spec = cluster_spec(name="efa", provider="aws", nodes=2, options=options)
     messages: list[str] = []
     ec2.CLIENT_HOOKS.append(hook)
     try:

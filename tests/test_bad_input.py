@@ -16,6 +16,7 @@ from ddpctl.infra.model.spec import MAX_NPROC
 from ddpctl.infra.providers.local import LOCAL_RANKS_PER_CPU, check_local_snapshot_dir, local_cpus
 from ddpctl.infra.runs.jobs import resolve_job
 from tests.support.cli import ddpctl, tree
+from tests.support.specs import cluster_spec
 
 LONG = "a" * 300  # longer than a file name may be (255)
 LOCAL_LIMIT = LOCAL_RANKS_PER_CPU * local_cpus()
@@ -314,16 +315,16 @@ def test_run_python_must_match_the_cluster(home: Path) -> None:
 
 
 def test_bounds_hold_for_specs_built_by_the_library() -> None:
-    from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+    from ddpctl.infra.model.spec import RunSpec
 
     with pytest.raises(UsageError, match="--nodes 1025 is too many"):
-        ClusterSpec(nodes=1025)
+        cluster_spec(nodes=1025)
     with pytest.raises(UsageError, match="--nproc-per-node 1025 is too many"):
         RunSpec(job="m", nodes=2, nproc_per_node=(1, 1025))
     with pytest.raises(UsageError, match="invalid environment variable name 'A B'"):
         RunSpec(job="m", env={"A B": "x"})
     with pytest.raises(UsageError, match="is not a whole number"):
-        ClusterSpec(nodes=2.7)  # type: ignore[arg-type]
+        cluster_spec(nodes=2.7)  # type: ignore[arg-type]
 
 
 def test_help_lists_the_bounds() -> None:

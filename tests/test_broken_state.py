@@ -30,13 +30,14 @@ import pytest
 
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.spec import ClusterSpec, run_env
+from ddpctl.infra.model.spec import run_env
 from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 from ddpctl.infra.runs.prepare import prepare
 from ddpctl.infra.runs.records import RunOptions
 from ddpctl.infra.tools.procs import RUN_KEY, find_tagged
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import Moto
+from tests.support.specs import cluster_spec
 
 
 def one_error(result: subprocess.CompletedProcess) -> str:
@@ -290,7 +291,7 @@ def test_secrets_are_refused_for_sbatch(home: Path, monkeypatch: pytest.MonkeyPa
     """The sbatch script would carry the values to the cluster's filesystem: refused."""
     store = StateStore(home)
     head = NodeInfo(name="login", host="10.0.0.1", workdir="/home/u/ddpctl", ssh=Host(name="login", address="10.0.0.1"))
-    spec = ClusterSpec(name="slurm", provider="onprem", inventory="/dev/null")
+    spec = cluster_spec(name="slurm", provider="onprem", inventory="/dev/null")
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[head], launcher="sbatch"))
     monkeypatch.setenv("TOKEN_X", "x")
     with pytest.raises(UsageError, match="secrets .* go with torchrun launches"):

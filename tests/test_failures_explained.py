@@ -15,10 +15,11 @@ import pytest
 from ddpctl.infra.launch.local_executor import LocalExecutor
 from ddpctl.infra.launch.nodes import OutputLine
 from ddpctl.infra.launch.plan import plan_torchrun
-from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from tests.support.cli import ddpctl
 from tests.support.processes import free_port
+from tests.support.specs import cluster_spec
 
 SCRIPTS = {
     "abort-at-exit": (
@@ -66,7 +67,7 @@ def test_a_rendezvous_timeout_names_the_node_that_never_joined(tmp_path: Path) -
     nodes = [NodeInfo(f"node{i}", "127.0.0.1", str(tmp_path / f"node{i}"), cpus=1, ifname=None) for i in range(2)]
     for node in nodes:
         Path(node.workdir).mkdir()
-    spec = ClusterSpec(name="c", nodes=2, python=sys.executable)
+    spec = cluster_spec(name="c", nodes=2, python=sys.executable)
     cluster = ClusterState(spec=spec, cluster_id="cid-rdzv-timeout", status="up", shared_dir=str(tmp_path), nodes=nodes)
     script = tmp_path / "job.py"
     script.write_text("print('never reached')\n")

@@ -9,8 +9,8 @@ from ddpctl.infra.hosts.inventory import hosts_from_list
 from ddpctl.infra.launch.nodes import OutputLine
 from ddpctl.infra.launch.reach_plan import REACH_LINE, head_reach_plan, plan_reach, raise_if_head_unreachable
 from ddpctl.infra.model.errors import DdpctlError, UsageError
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
+from tests.support.specs import cluster_spec
 
 
 def listing(groups: dict, hostvars: dict) -> dict:
@@ -78,7 +78,7 @@ def test_one_progress_line_per_task_and_published_facts() -> None:
 
 
 def test_reach_plans() -> None:
-    spec = ClusterSpec(name="c", nodes=3, python="/py")
+    spec = cluster_spec(name="c", nodes=3, python="/py")
     nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(3)]
     cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
     every = plan_reach(cluster, nodes, 29500, all_pairs=True)
@@ -94,7 +94,7 @@ def test_reach_plans() -> None:
 def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
     """The run's rendezvous store listens on the head's port by then: the other nodes connect to it,
     and the head runs no check (its store says itself when it cannot listen)."""
-    spec = ClusterSpec(name="c", nodes=3, python="/py")
+    spec = cluster_spec(name="c", nodes=3, python="/py")
     nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(3)]
     cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
     plan = head_reach_plan(cluster, nodes, 29500)
@@ -125,7 +125,7 @@ def test_per_host_process_counts_from_the_inventory(tmp_path) -> None:
         host_nproc(bad[0])
     nodes = [NodeInfo(h.name, f"10.0.0.{i}", "/w", nproc=host_nproc(h)) for i, h in enumerate(hosts)]
     cluster = ClusterState(
-        spec=ClusterSpec(name="c", provider="onprem", inventory="h.ini", nodes=3, nproc_per_node=4),
+        spec=cluster_spec(name="c", provider="onprem", inventory="h.ini", nodes=3, nproc_per_node=4),
         cluster_id="x",
         nodes=nodes,
     )

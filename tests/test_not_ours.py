@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ddpctl, tree
+from tests.support.specs import cluster_spec
 
 REPO = Path(__file__).resolve().parent.parent
 TAKEN = "taken1"  # the run id of the recorded run that the `recorded` rows start from
@@ -347,13 +348,12 @@ def test_ssh_to_a_node_that_never_answers_ends_and_names_it(home: Path, tmp_path
         f"[ddp_nodes]\nn1 ansible_host=127.0.0.1 ansible_port={port} ansible_user=u ansible_ssh_private_key_file={key}\n"
     )
     from ddpctl.infra.model.host import Host
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 
     store = StateStore(home)
     host = Host(name="n1", address="127.0.0.1", port=port, user="u", key_file=str(key))
     node = NodeInfo(name="n1", host="127.0.0.1", workdir="/w", ssh=host)
-    spec = ClusterSpec(name="default", provider="onprem", inventory=str(inventory_path))
+    spec = cluster_spec(name="default", provider="onprem", inventory=str(inventory_path))
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[node]))
     env = dict(os.environ)
     result = subprocess.run(

@@ -87,7 +87,7 @@ def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: 
         [
             str(venv / "bin" / "python"),
             "-c",
-            "from ddpctl.infra import ansible, jobs; print(ansible.PLAYBOOKS); print(jobs.BUNDLE_DIR)",
+            "from ddpctl.infra.hosts import ansible; from ddpctl.infra.runs import jobs; print(ansible.PLAYBOOKS); print(jobs.BUNDLE_DIR)",
         ],
         cwd=tmp_path,
         env=env,

@@ -55,6 +55,7 @@ import pytest
 from tests.support import REPO
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import NEWEST_DLAMI, REGION, SSH_CIDR, Moto
+from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import GROUP_VARS, Testbed
 
 MOTO_QUIRKS = "type:HeadNodeLaunchTemplateValidator type:ComputeResourceLaunchTemplateValidator"
@@ -66,7 +67,6 @@ BUCKET = "ddpctl-pcluster-test"
 
 
 def _plan(**spec_kw: Any):
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.plan import plan_from_spec
 
@@ -79,7 +79,7 @@ def _plan(**spec_kw: Any):
         "ssh_cidr": SSH_CIDR,
         **spec_kw,
     }
-    spec = ClusterSpec(name="c1", provider="pcluster", nodes=nodes, options=options)
+    spec = cluster_spec(name="c1", provider="pcluster", nodes=nodes, options=options)
     return plan_from_spec(spec, "abc123", "/h/clusters/c1", settings)
 
 
@@ -564,9 +564,8 @@ def test_the_waits_are_the_activity_going_on() -> None:
 
 
 def _spec():
-    from ddpctl.infra.model.spec import ClusterSpec
 
-    return ClusterSpec(name="c1", provider="pcluster", nodes=2, options={"region": REGION})
+    return cluster_spec(name="c1", provider="pcluster", nodes=2, options={"region": REGION})
 
 
 def test_help_and_import_load_nothing_heavy() -> None:
@@ -1200,7 +1199,6 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     from ddpctl.infra.hosts.connections import connect
     from ddpctl.infra.model.errors import DdpctlError
     from ddpctl.infra.model.host import Host
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
@@ -1213,7 +1211,7 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     assert direct.returncode != 0  # the topology is honest: no way to node1 but through node0
     home, shared_home = tmp_path / "home", tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared
     store = StateStore(home)
-    spec = ClusterSpec(
+    spec = cluster_spec(
         name="pc",
         provider="pcluster",
         nodes=2,
@@ -1237,7 +1235,9 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
         fleet_status="RUNNING",
         head=head,
     )
-    _Up(state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider).finish(info)
+    _Up(state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider, provider.env).finish(
+        info
+    )
     assert state.status == "up"
 
     ips = [ip for _, ip in testbed.nodes[1:]]

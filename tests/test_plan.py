@@ -12,12 +12,13 @@ from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.launch.project import Project
 from ddpctl.infra.launch.torchrun import RANK_PREFIX_TEMPLATE, RANK_PREFIX_VAR
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
+from tests.support.specs import cluster_spec
 
 
 def cluster(n: int, *, cpus: int = 8, ifname: str | None = "eth0", env: dict | None = None) -> ClusterState:
-    spec = ClusterSpec(name="c", nodes=n, python="/opt/venv/bin/python", env=env or {})
+    spec = cluster_spec(name="c", nodes=n, python="/opt/venv/bin/python", env=env or {})
     nodes = [NodeInfo(f"node{i}", f"10.0.0.{10 + i}", f"/work/node{i}", cpus=cpus, ifname=ifname) for i in range(n)]
     return ClusterState(spec=spec, cluster_id="cid", status="up", shared_dir="/shared", nodes=nodes)
 
@@ -364,7 +365,7 @@ def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_npro
     """An on-prem cluster whose nodes counted ``gpus`` at configure (``nproc``: inventory counts)."""
     from ddpctl.infra.model.host import Host
 
-    spec = ClusterSpec(name="g", provider="onprem", inventory="/dev/null", nodes=len(gpus), nproc_per_node=spec_nproc)
+    spec = cluster_spec(name="g", provider="onprem", inventory="/dev/null", nodes=len(gpus), nproc_per_node=spec_nproc)
     nodes = [
         NodeInfo(
             f"node{i}",

@@ -7,10 +7,10 @@ import pytest
 
 from ddpctl.infra.hosts.ansible import Play
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, StateStore
 from ddpctl.infra.providers import NAMES, all_options, declared_options, get_provider, provider_class
 from ddpctl.infra.providers.base import LiveStatus, Provider
+from tests.support.specs import cluster_spec
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED = ("plan", "up", "down", "executor")
@@ -45,7 +45,7 @@ def test_the_cli_offers_the_registry():
 
 
 def test_configure_refuses_where_no_playbook_runs(tmp_path):
-    state = ClusterState(spec=ClusterSpec(name="c1"), cluster_id="x", status="up")
+    state = ClusterState(spec=cluster_spec(name="c1"), cluster_id="x", status="up")
     with pytest.raises(
         UsageError, match=r"^local clusters run no playbooks: `ddpctl configure` is for onprem, aws, pcluster$"
     ):
@@ -63,9 +63,9 @@ def test_a_lost_cluster_is_found_by_tag_only_where_something_is_billed(name, tmp
 def test_no_configure_is_taken_by_both_aws_providers():
     """`up --provider pcluster --no-configure` was refused by the CLI although the provider does it."""
     for name in ("aws", "pcluster"):
-        assert ClusterSpec(name="c1", provider=name, options={"configure": False}).options["configure"] is False
+        assert cluster_spec(name="c1", provider=name, options={"configure": False}).options["configure"] is False
     with pytest.raises(UsageError, match="^--no-configure is for --provider aws or pcluster, not onprem$"):
-        ClusterSpec(name="c1", provider="onprem", options={"configure": False})
+        cluster_spec(name="c1", provider="onprem", options={"configure": False})
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_no_configure_is_taken_by_both_aws_providers():
 )
 def test_a_provider_refuses_the_flags_it_does_not_take(kwargs, message):
     with pytest.raises(UsageError, match=re.escape(message)):
-        ClusterSpec(name="c1", **kwargs)
+        cluster_spec(name="c1", **kwargs)
 
 
 def test_each_provider_takes_the_options_it_declares():
@@ -108,14 +108,14 @@ def test_each_provider_takes_the_options_it_declares():
 def test_a_spec_holds_its_providers_options_only():
     """Every option the provider takes, at its empty value where not given; another provider's at
     its empty value is dropped (as `up` passes every flag); a name no provider declares is refused."""
-    spec = ClusterSpec(name="c1", provider="pcluster", options={"region": "us-west-2", "iam_instance_profile": ""})
+    spec = cluster_spec(name="c1", provider="pcluster", options={"region": "us-west-2", "iam_instance_profile": ""})
     assert set(spec.options) == {o.name for o in declared_options("pcluster")}
     assert spec.options["region"] == "us-west-2" and spec.options["spot"] is False and spec.options["configure"] is True
-    assert ClusterSpec(name="c1", options={"spot": False, "configure": True}).options == {}
+    assert cluster_spec(name="c1", options={"spot": False, "configure": True}).options == {}
     with pytest.raises(UsageError, match=r"^unknown provider option\(s\) \['colour'\]"):
-        ClusterSpec(name="c1", provider="aws", options={"colour": "red"})
+        cluster_spec(name="c1", provider="aws", options={"colour": "red"})
     with pytest.raises(UsageError, match=r"^--volume-gb 'big' is not a whole number$"):
-        ClusterSpec(name="c1", provider="aws", options={"volume_gb": "big"})
+        cluster_spec(name="c1", provider="aws", options={"volume_gb": "big"})
 
 
 def test_down_on_failure_is_a_choice_only_where_something_is_billed():
@@ -133,7 +133,7 @@ def test_status_is_one_typed_value():
         "cost_per_hour_usd": 6.12,
     }
     assert "error" in LiveStatus(summary="x", billed_instances=0, cost_per_hour_usd=None, error="x").to_dict()
-    state = ClusterState(spec=ClusterSpec(name="c1"), cluster_id="x", status="up")
+    state = ClusterState(spec=cluster_spec(name="c1"), cluster_id="x", status="up")
     assert get_provider("local").status(state) is None  # the state file says it all
 
 

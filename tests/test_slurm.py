@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
@@ -163,7 +164,6 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     the home its compute nodes share; then `ddpctl run` submits through sbatch there. No
     CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
     ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
@@ -173,7 +173,7 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     env = {**os.environ, "DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp_path / "ansible-home")}
     store = StateStore(home)
     shared_home = tmp_path / "home-ubuntu"  # the head node's /home/ubuntu, NFS-shared with the compute nodes
-    spec = ClusterSpec(
+    spec = cluster_spec(
         name="pc",
         provider="pcluster",
         nodes=2,
@@ -199,7 +199,9 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
         head=HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large"),
     )
     lines: list[str] = []
-    _Up(state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider).finish(info)
+    _Up(state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider, provider.env).finish(
+        info
+    )
 
     assert state.status == "up" and state.launcher == "sbatch", lines
     head = state.nodes[0]

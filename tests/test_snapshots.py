@@ -22,18 +22,19 @@ import pytest
 from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.launch.sbatch import plan_sbatch
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.runs.records import RunOptions
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import Moto
+from tests.support.specs import cluster_spec
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"
 BUCKET = "ddpctl-snapshots"
 
 
 def cluster(env: dict[str, str] | None = None) -> ClusterState:
-    spec = ClusterSpec(name="c", nodes=2, python="/opt/venv/bin/python", env=env or {})
+    spec = cluster_spec(name="c", nodes=2, python="/opt/venv/bin/python", env=env or {})
     nodes = [NodeInfo(f"node{i}", f"10.0.0.{10 + i}", f"/work/node{i}", cpus=4) for i in range(2)]
     return ClusterState(spec=spec, cluster_id="cid", status="up", shared_dir="/shared", nodes=nodes)
 

@@ -10,9 +10,10 @@ import pytest
 
 from ddpctl.config_file import load_default_map
 from ddpctl.infra.model.errors import ClusterNotFound, UsageError
-from ddpctl.infra.model.spec import ClusterSpec, RunSpec, parse_env
+from ddpctl.infra.model.spec import RunSpec, parse_env
 from ddpctl.infra.model.state import STATE_VERSION, ClusterState, NodeInfo, Resource, StateStore
 from ddpctl.infra.runs.jobs import resolve_job
+from tests.support.specs import cluster_spec
 
 
 @pytest.mark.parametrize(
@@ -31,7 +32,7 @@ from ddpctl.infra.runs.jobs import resolve_job
 )
 def test_cluster_spec_refuses(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        ClusterSpec(**kwargs)
+        cluster_spec(**kwargs)
 
 
 def test_run_spec_refuses() -> None:
@@ -66,7 +67,7 @@ def test_resolve_job(tmp_path: Path) -> None:
 
 def state(name: str = "c") -> ClusterState:
     return ClusterState(
-        spec=ClusterSpec(name=name, nodes=2, env={"A": "1"}),
+        spec=cluster_spec(name=name, nodes=2, env={"A": "1"}),
         cluster_id="cid",
         nodes=[NodeInfo("node0", "127.0.0.1", "/w0"), NodeInfo("node1", "127.0.0.1", "/w1")],
         resources=[Resource("dir", "/w0", "created")],
@@ -116,7 +117,7 @@ def test_resource_details_are_typed_records_and_version_2_details_still_read(tmp
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.details import ClusterDetail, ConfigDetail
 
-    spec = ClusterSpec(
+    spec = cluster_spec(
         name="c", provider="aws", nodes=2, options={"region": "us-east-1", "instance_type": "p3.2xlarge"}
     )
     planned = {r.kind: r for r in plan_from_spec(spec, "cid", "/h/clusters/c").resources()}

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 from ddpctl.infra.model.torch_versions import FLOOR, OLDER_TESTED, check_torch, release
 from ddpctl.infra.runs.prepare import prepare
 from ddpctl.infra.runs.records import RunOptions
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, start_run
 from tests.support.processes import assert_nothing_left, wait_for_worker
+from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import Testbed, run_procs, worker_pid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_run_refuses_a_node_whose_recorded_torch_is_below_the_floor(home: Path) 
         NodeInfo(name=f"node{i}", host=f"10.0.0.{i}", workdir="/w", python="/env/bin/python", torch=version)
         for i, version in enumerate(("2.14.1+cu130", "2.3.1+cu121"))
     ]
-    spec = ClusterSpec(name="c", provider="onprem", inventory="/dev/null")
+    spec = cluster_spec(name="c", provider="onprem", inventory="/dev/null")
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes))
     with pytest.raises(UsageError, match=r"^node node1 \(/env/bin/python\) has torch 2.3.1\+cu121: ddpctl supports"):
         prepare(RunOptions(job="message-passing", name="c", nodes=2), store)

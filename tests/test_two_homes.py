@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cli import ddpctl, start_ddpctl, tree
 from tests.support.moto import REGION, SSH_CIDR, Moto
+from tests.support.specs import cluster_spec
 
 UP = ("up", "--provider", "aws", "--name", "t", "--ssh-cidr", SSH_CIDR, "--yes", "--no-configure")
 
@@ -218,18 +219,17 @@ def test_owned_by_tells_homes_apart() -> None:
 def test_the_home_tag_and_the_name_hold_are_in_both_aws_plans() -> None:
     """Pure: every tag set carries ``ddpctl:home`` (ParallelCluster's stack too); the key pair is
     named for the cluster alone and is the first resource made in AWS."""
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.providers.aws.defaults import with_defaults
     from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
     from ddpctl.infra.providers.pcluster.config import Settings
     from ddpctl.infra.providers.pcluster.plan import plan_from_spec as pcluster_plan
 
-    spec = with_defaults(ClusterSpec(name="t", provider="aws", nodes=2, options={"region": REGION}))
+    spec = with_defaults(cluster_spec(name="t", provider="aws", nodes=2, options={"region": REGION}))
     plan = plan_from_spec(spec, "abc123", "/h/clusters/t", "0123456789abcdef")
     assert plan.tags("node")["ddpctl:home"] == "0123456789abcdef"
     assert plan.key_pair_name == "ddpctl-t" and plan.unique_name == "ddpctl-t-abc123"
     assert [r.kind for r in plan.resources()][:4] == ["dir", "key-file", "key-pair", "vpc"] == list(STEPS[:4])
     assert "ddpctl:home" not in plan_from_spec(spec, "abc123", "/h/clusters/t").tags("node")  # no id yet: a dry run
-    spec = with_defaults(ClusterSpec(name="t", provider="pcluster", nodes=2, options={"region": REGION}))
+    spec = with_defaults(cluster_spec(name="t", provider="pcluster", nodes=2, options={"region": REGION}))
     pc = pcluster_plan(spec, "abc123", "/h/clusters/t", Settings(), "0123456789abcdef")
     assert pc.tags["ddpctl:home"] == "0123456789abcdef" and "ddpctl:created-by" not in pc.tags

@@ -18,8 +18,8 @@ from typing import Any
 from ..model.errors import DdpctlError
 from ..model.progress import activity
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
-ANSIBLE_CFG = Path(__file__).resolve().parent.parent / "ansible.cfg"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+ANSIBLE_CFG = Path(__file__).resolve().parents[2] / "ansible.cfg"
 STATUS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",

@@ -12,7 +12,7 @@ from ..model.errors import ClusterExists, ClusterNotFound, DdpctlError, UsageErr
 from ..model.progress import step
 from ..model.spec import ClusterSpec
 from ..model.state import ClusterState, DamagedState, DownStore, StateStore
-from ..providers import NAMES, get_provider
+from ..providers import NAMES, checked_spec, get_provider
 from ..providers.base import Progress, Provider
 from . import autodown
 
@@ -28,8 +28,10 @@ def plan_up(
     clean: bool = False,
     progress: Progress = lambda _: None,
 ) -> tuple[Provider, ClusterState]:
-    """Check ``spec`` can be brought up and return the plan, creating nothing but (``clean``, with
-    the cluster's lock held) the leftovers of a cluster of that name that took itself down."""
+    """Check ``spec`` can be brought up (its provider's checks too, here once) and return the plan,
+    creating nothing but (``clean``, with the cluster's lock held) the leftovers of a cluster of that
+    name that took itself down."""
+    spec = checked_spec(spec)
     provider = get_provider(spec.provider)
     store.check_writable()
     if clean and store.exists(spec.name):

@@ -53,19 +53,17 @@ class ClusterSpec:
     playbook_vars: dict[str, str] = field(default_factory=dict)
     #: The options this provider takes beyond those above (aws: region, instance_type, tags...), as
     #: it declares them (``providers/<name>/options.py``): every one, given or at its empty value
-    #: ("", 0, False: the provider's default, which its plan fills in). Given another provider's
-    #: option, construction refuses it by its flag.
+    #: ("", 0, False: the provider's default, which its plan fills in), once ``providers.checked_spec``
+    #: has checked them; given another provider's option, that refuses it by its flag.
     options: dict[str, Any] = field(default_factory=dict)
     #: seconds without an active run after which the cluster takes itself down (``--autodown``,
     #: ``ddpctl autodown``; infra/lifecycle/autodown.py); 0: off. Only providers with ``Provider.autodown``.
     autodown_s: int = 0
 
     def __post_init__(self) -> None:
+        """What holds for every provider; what this provider takes is checked where the cluster is
+        planned (``providers.checked_spec``, from ``lifecycle.clusters.plan_up``)."""
         check_cluster_name(self.name)
-        from ..providers import NAMES, get_provider
-
-        if self.provider not in NAMES:
-            raise UsageError(f"unknown provider {self.provider!r}: choose one of {', '.join(NAMES)}")
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         if self.nproc_per_node != 0:
             check_count("--nproc-per-node", self.nproc_per_node, MAX_NPROC, MAX_NPROC_WHY)
@@ -74,9 +72,6 @@ class ClusterSpec:
         check_env_names(self.env)
         if isinstance(self.autodown_s, bool) or not isinstance(self.autodown_s, int) or self.autodown_s < 0:
             raise UsageError(f"--autodown {self.autodown_s!r} is not a duration: give e.g. 30m, 2h or 90s (or off)")
-        impl = get_provider(self.provider)
-        impl.check_spec(self)  # what this provider takes
-        object.__setattr__(self, "options", impl.take_options(self.options))
         check_playbook_vars(self)
 
 

@@ -150,13 +150,25 @@ class ClusterState:
         )
 
 
+#: The provider options that state files before version 4 kept as keys of the spec, with their empty
+#: values, and the providers that took each: the format's history, frozen (an option added since is a
+#: new state version with its own step here, not a change to this table).
+_FLAT_OPTIONS: dict[str, Any] = {
+    **dict.fromkeys(("region", "az", "instance_type", "ami", "ssh_cidr", "vpc_id", "subnet_id", "ssh_user"), ""),
+    **{"volume_gb": 0, "spot": False, "private_ip": False, "iam_instance_profile": "", "tags": {}, "configure": True},
+}
+_FLAT_TAKEN = {"aws": set(_FLAT_OPTIONS), "pcluster": set(_FLAT_OPTIONS) - {"iam_instance_profile"}}
+
+
 def _spec(data: dict[str, Any], version: int) -> ClusterSpec:
     """Before version 4, a provider's options were keys of the spec: they move into ``options``
-    (another provider's, at their empty value, are dropped there: ``providers.take_options``)."""
+    (another provider's are dropped, a missing one is its empty value)."""
     data = dict(data)
     if version < 4:
         own = {f.name for f in fields(ClusterSpec)}
-        data["options"] = {key: data.pop(key) for key in list(data) if key not in own}
+        flat = {key: data.pop(key) for key in list(data) if key not in own}
+        taken = _FLAT_TAKEN.get(data.get("provider", "local"), set())
+        data["options"] = {key: flat.get(key, _FLAT_OPTIONS[key]) for key in _FLAT_OPTIONS if key in taken}
     return ClusterSpec(**data)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..model.errors import UsageError
 
 if TYPE_CHECKING:
+    from ..model.spec import ClusterSpec
     from .base import Provider
     from .options import Option
 
@@ -22,6 +23,17 @@ _MODULES = {"local": "local", "onprem": "onprem", "aws": "aws", "pcluster": "pcl
 #: The module that declares a provider's options (``OPTIONS``); a provider not listed takes none.
 _OPTIONS = {"aws": "aws.options", "pcluster": "pcluster.options"}
 NAMES = tuple(_MODULES)
+
+
+def checked_spec(spec: ClusterSpec) -> ClusterSpec:
+    """``spec`` as its provider takes it: the provider known, nothing given that it does not take
+    (``Provider.check_spec``), and its options each checked and the rest at their empty values
+    (``Provider.take_options``). Where a cluster is planned, once (``lifecycle.clusters.plan_up``)."""
+    from dataclasses import replace
+
+    impl = get_provider(spec.provider)
+    impl.check_spec(spec)
+    return replace(spec, options=impl.take_options(spec.options))
 
 
 def provider_class(name: str) -> type[Provider]:

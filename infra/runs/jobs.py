@@ -10,7 +10,7 @@ from ..model.errors import UsageError
 
 #: The training bundle: ``training/`` beside ``infra/`` in the source tree, and
 #: ``ddpctl/training`` beside ``ddpctl/infra`` once installed.
-BUNDLE_DIR = Path(__file__).resolve().parent.parent / "training"
+BUNDLE_DIR = Path(__file__).resolve().parents[2] / "training"
 
 #: Bundled job name -> script, relative to the bundle.
 BUNDLED_JOBS: dict[str, str] = {

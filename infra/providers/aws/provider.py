@@ -29,6 +29,7 @@ from ...lifecycle import autodown
 from ...model.errors import DdpctlError, UsageError
 from ...model.spec import ClusterSpec
 from ...model.state import ClusterState, NodeInfo, StateStore
+from .. import checked_spec
 from ..base import LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
@@ -197,7 +198,7 @@ class AwsProvider(Provider):
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:
         """``ddpctl down --name X --region R`` with no state file: everything found by tag."""
         spec = with_defaults(
-            ClusterSpec(name=name, provider="aws", options={"region": region})
+            checked_spec(ClusterSpec(name=name, provider="aws", options={"region": region}))
         )  # the region as `up` checks it
         stack_name = base_name(name)  # what a ParallelCluster cluster of that name is called
         with aws_errors(region):

@@ -21,7 +21,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,3 +344,14 @@ def _last_error(log_file: Path) -> str:
         if " - ERROR - " in line and "!!" not in line:
             return one_line(line.split(" - ERROR - ", 1)[1].split(" - ", 1)[-1], 300)
     return ""
+
+
+@contextmanager
+def opened(install: Install, region: str, env: Mapping[str, str], log: Path | None = None) -> Iterator[PclusterCli]:
+    """The CLI adapter, logging to ``log`` (the cluster dir), else to a temporary directory."""
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        yield PclusterCli(install, region, log, env)
+        return
+    with tempfile.TemporaryDirectory(prefix="ddpctl-pcluster-") as tmp:
+        yield PclusterCli(install, region, Path(tmp) / "pcluster-cli.log", env)

@@ -5,19 +5,17 @@ subnet, or a default-VPC subnet standing in for the one ``up`` would make. Creat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..aws import network
 from ..aws.ec2 import Aws
 from ..aws.errors import aws_errors
 from . import schema
-from .cli import find_pcluster
+from .cli import find_pcluster, opened
 from .config import PLACEHOLDER_SUBNET, Resolved, to_yaml
 from .plan import PclusterPlan
-
-if TYPE_CHECKING:
-    from .provider import PclusterProvider
 
 #: --dry-run without --ssh-cidr: a documentation address stands in for yours (looked up at `up`).
 DRY_RUN_CIDR = "192.0.2.1/32"
@@ -34,9 +32,9 @@ class DryRunReport:
         return {"plan": self.plan.to_dict(), "config": self.config, "checks": self.checks, "lines": self.lines}
 
 
-def dry_run_report(provider: PclusterProvider, plan: PclusterPlan) -> DryRunReport:
+def dry_run_report(env: Mapping[str, str], plan: PclusterPlan) -> DryRunReport:
     """The offline schema check, then ``create-cluster --dryrun true``."""
-    install = find_pcluster(provider.env)
+    install = find_pcluster(env)
     checks: dict[str, str] = {}
     with aws_errors(plan.region):
         aws = Aws(plan.region)
@@ -56,7 +54,7 @@ def dry_run_report(provider: PclusterProvider, plan: PclusterPlan) -> DryRunRepo
     verdict = schema.validate(text, plan.pcluster_name, install)
     checks["schema"] = f"ok (aws-parallelcluster {verdict.version})"
     warnings: tuple[str, ...] = ()
-    with provider.pcluster_cli(install, plan) as cli:
+    with opened(install, plan.region, env) as cli:
         existing = cli.describe(plan.pcluster_name)
         checks["name"] = (
             "ok" if existing is None else f"would fail: {plan.pcluster_name} already exists ({existing.status})"

@@ -26,10 +26,8 @@ from the cluster's name and region (the ParallelCluster's name and its tags foll
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError
 from ...model.spec import ClusterSpec
 from ...model.state import ClusterState, NodeInfo, StateStore
+from .. import checked_spec
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
 from ..aws.ec2 import Aws
@@ -49,7 +48,7 @@ from ..aws.plan import base_name, ssh_cidr_for
 from ..aws.steps import only
 from ..base import LiveStatus, Progress, Provider
 from . import compute, schema
-from .cli import Install, PclusterCli, find_pcluster
+from .cli import find_pcluster, opened
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
 from .details import ClusterDetail, ConfigDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -120,19 +119,9 @@ class PclusterProvider(Waits, Provider):
             state.spec, state.cluster_id, str(store.cluster_dir(state.name)), settings, store.home_id()
         )
 
-    @contextmanager
-    def pcluster_cli(self, install: Install, plan: PclusterPlan, log: Path | None = None) -> Iterator[PclusterCli]:
-        """The CLI adapter, logging to ``log`` (the cluster dir), else to a temporary directory."""
-        if log is not None:
-            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            yield PclusterCli(install, plan.region, log, self.env)
-            return
-        with tempfile.TemporaryDirectory(prefix="ddpctl-pcluster-") as tmp:
-            yield PclusterCli(install, plan.region, Path(tmp) / "pcluster-cli.log", self.env)
-
     def dry_run(self, state: ClusterState, store: StateStore, progress: Progress) -> DryRunReport:
         """The offline schema check, then ``create-cluster --dryrun true``. Creates nothing."""
-        return dry_run_report(self, self.pcluster_plan(state, store))
+        return dry_run_report(self.env, self.pcluster_plan(state, store))
 
     # ---- up --------------------------------------------------------------------------------------
 
@@ -154,7 +143,7 @@ class PclusterProvider(Waits, Provider):
                 subnet_id=plan.aws.subnet_id or PLACEHOLDER_SUBNET, key_name=plan.aws.key_pair_name, ssh_cidr=cidr
             )
             verdict = schema.validate(to_yaml(plan.config(resolved)), plan.pcluster_name, install)
-            with self.pcluster_cli(install, plan) as cli:
+            with opened(install, plan.region, self.env) as cli:
                 if cli.describe(plan.pcluster_name) is not None:
                     raise DdpctlError(
                         f"a ParallelCluster named {plan.pcluster_name} already exists in {plan.region} and no state "
@@ -169,7 +158,7 @@ class PclusterProvider(Waits, Provider):
                 f"{plan.aws.count} x {plan.aws.instance_type} + a {plan.settings.head_instance_type} head node in "
                 f"{plan.region}, {pricing.format_usd(plan.hourly_usd)}"
             )
-            Up(state, store, progress, aws, plan, install, self).run(zone, cidr)
+            Up(state, store, progress, aws, plan, install, self, self.env).run(zone, cidr)
         return state
 
     # ---- down ------------------------------------------------------------------------------------
@@ -185,7 +174,7 @@ class PclusterProvider(Waits, Provider):
         deleted_cluster = False
         if cluster.status != "deleted" and ClusterDetail.of(cluster).create_called:
             install = find_pcluster(self.env)  # one line on how to install it, if missing
-            with self.pcluster_cli(install, plan, Path(plan.log_path)) as cli:
+            with opened(install, plan.region, self.env, Path(plan.log_path)) as cli:
                 deleted_cluster = self._delete_cluster(cli, plan, state, progress)
             cluster.status = "deleted"
             if persisted:
@@ -212,7 +201,7 @@ class PclusterProvider(Waits, Provider):
         """``ddpctl down --name X --region R --provider pcluster`` with no state file: the
         ParallelCluster named for X, if its ``ddpctl:cluster`` tag says it is X's, then the key pair
         and network found by their tags."""
-        spec = with_defaults(ClusterSpec(name=name, provider="pcluster", options={"region": region}))
+        spec = with_defaults(checked_spec(ClusterSpec(name=name, provider="pcluster", options={"region": region})))
         cluster = base_name(name)  # the ParallelCluster of that name
         progress(
             f"no state file for {name!r}: looking for ParallelCluster {cluster} and {name}'s network by tag in {region}"
@@ -237,7 +226,7 @@ class PclusterProvider(Waits, Provider):
         running, error = False, ""
         try:
             install = find_pcluster(self.env)
-            with self.pcluster_cli(install, plan) as cli:
+            with opened(install, plan.region, self.env) as cli:
                 described = cli.describe(plan.pcluster_name)
         except DdpctlError as exc:
             error = summary = str(exc)
@@ -283,7 +272,7 @@ class PclusterProvider(Waits, Provider):
         node alone."""
         plan = self.pcluster_plan(state, StateStore())
         install = find_pcluster(self.env)
-        with self.pcluster_cli(install, plan, Path(plan.log_path)) as cli:
+        with opened(install, plan.region, self.env, Path(plan.log_path)) as cli:
             instances = cli.compute_instances(plan.pcluster_name)
         return compute.check_view(state, instances, Path(plan.aws.cluster_dir), progress)
 

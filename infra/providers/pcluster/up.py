@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import record_nodes, run_site
@@ -25,13 +25,11 @@ from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
 from ..aws.steps import Steps, only
 from . import schema
-from .cli import ClusterInfo, Install
+from .cli import ClusterInfo, Install, opened
 from .config import Resolved, to_yaml
 from .details import ClusterDetail, ConfigDetail
 from .plan import HEAD_TAGS, PclusterPlan
-
-if TYPE_CHECKING:
-    from .provider import PclusterProvider
+from .waits import Waits
 
 
 class Up(Steps):
@@ -45,10 +43,11 @@ class Up(Steps):
         aws: Aws,
         plan: PclusterPlan,
         install: Install,
-        provider: PclusterProvider,
+        waits: Waits,
+        env: Mapping[str, str],
     ) -> None:
         super().__init__(state, store, progress)
-        self.aws, self.plan, self.install, self.provider = aws, plan, install, provider
+        self.aws, self.plan, self.install, self.waits, self.env = aws, plan, install, waits, env
 
     def run(self, zone: str, cidr: str) -> None:
         plan, aws, state = self.plan, self.aws, self.state
@@ -70,7 +69,7 @@ class Up(Steps):
             return replace(ConfigDetail.of(config), subnet_id=subnet_id)
 
         self.step(config, write_config)
-        with self.provider.pcluster_cli(self.install, plan, Path(plan.log_path)) as cli:
+        with opened(self.install, plan.region, self.env, Path(plan.log_path)) as cli:
             cluster = only(state, "cluster")
             # from here on, `down` asks ParallelCluster
             replace(ClusterDetail.of(cluster), create_called=True).put(cluster)
@@ -88,8 +87,8 @@ class Up(Steps):
                 return replace(ClusterDetail.of(cluster), status=result.message)
 
             self.step(cluster, create)
-            info = self.provider.wait_created(cli, plan, self.progress)
-            self.provider.wait_compute(cli, plan, self.progress)
+            info = self.waits.wait_created(cli, plan, self.progress)
+            self.waits.wait_compute(cli, plan, self.progress)
         self.finish(info)
 
     def finish(self, info: ClusterInfo) -> None:
