@@ -198,6 +198,7 @@ def down(
     down (``down --json``'s ``down``)."""
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import outputs
 
     progress = progress or _quiet
     store = _store(home)
@@ -215,7 +216,8 @@ def down(
         if not yes:
             raise UsageError(f"{question}: pass yes=True to confirm")
 
-    return [clusters.down(n, store, progress, ask=None if all else ask, keep_outputs=keep_outputs) for n in names]
+    before = outputs.before_down(progress, ask=None if all else ask, keep=keep_outputs)
+    return [clusters.down(n, store, progress, before=before) for n in names]
 
 
 @dataclass

@@ -219,6 +219,7 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.runs import outputs
 
     from .output import Output
 
@@ -252,9 +253,9 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
     if not names:
         out.progress(f"no cluster is up under {store.home}: nothing to take down")
     ask = None if all_ else (lambda question: confirm(question, yes))  # --all asked once, above
+    before = outputs.before_down(out.progress, ask=ask, keep=keep_outputs)
     downed = [
-        clusters.down(n, store, out.progress, provider=lost_provider, region=region, ask=ask, keep_outputs=keep_outputs)
-        for n in names
+        clusters.down(n, store, out.progress, provider=lost_provider, region=region, before=before) for n in names
     ]
     if as_json:
         out.document({"ok": True, "down": downed})

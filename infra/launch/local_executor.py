@@ -17,7 +17,7 @@ from .store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..providers.base import Renew
+    from .plan import Renew
 
 _PR_SET_PDEATHSIG = 1
 

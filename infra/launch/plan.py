@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ..model.errors import UsageError
+from ..model.host import Host
 from ..model.spec import RunSpec
 from ..model.state import ClusterState, NodeInfo
 from ..node_programs import source
@@ -217,3 +219,8 @@ def node_layers(
         ifname=ifname,
         shared_dir=cluster.shared_dir,
     )
+
+
+#: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
+#: and its launch there; None: the node was not replaced (its host is tried again as it is).
+Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]

@@ -32,7 +32,7 @@ from .supervise import Elastic, OutputLine, RunResult, supervise
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
-    from ..providers.base import Renew
+    from .plan import Renew
 
 
 class SshNodeProcess:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
 
 
+#: What a caller of ``down`` does first, with the cluster's provider, state and store (raises to stop).
+BeforeDown = Callable[[Provider, ClusterState, StateStore], None]
+
+
 def plan_up(
     spec: ClusterSpec,
     store: StateStore,
@@ -150,13 +154,12 @@ def down(
     *,
     provider: str | None = None,
     region: str | None = None,
-    ask: Callable[[str], None] | None = None,
-    keep_outputs: bool = True,
+    before: BeforeDown | None = None,
 ) -> str:
     """Take cluster ``name`` down. A damaged state file is cleaned up from what can still be read of
-    it (``provider``/``region``: what the user says where it cannot be read). First, the runs'
-    outputs that exist only on the cluster are copied into their records (unless not
-    ``keep_outputs``); a billed provider's ``down`` is put to ``ask`` (which raises to stop), naming them."""
+    it (``provider``/``region``: what the user says where it cannot be read). ``before`` runs first,
+    under the cluster's lock (the caller's: ``runs/outputs.before_down`` asks and keeps the runs'
+    outputs that exist only on the cluster); it raises to stop."""
     store = DownStore(store.home, progress)  # a full disk does not stop `down`
     with locks.cluster(store, name, "down"):
         slot = locks.RunSlot(store, name, "down")  # its run slot's files, of runs killed meanwhile, go too
@@ -172,7 +175,8 @@ def down(
             progress(_taken_down_note(state))
             provider.down(state, store, progress)
             return name
-        _keep_outputs(provider, state, store, progress, ask=ask, keep=keep_outputs)
+        if before is not None:
+            before(provider, state, store)
         live = provider.status(state) if provider.billed else None  # what it costs per hour, asked first
         with step(progress, f"taking {name!r} down"):
             provider.down(state, store, progress)
@@ -183,38 +187,6 @@ def down(
             f"at ${live.cost_per_hour_usd:,.2f}/h list price"
         )
     return name
-
-
-def _keep_outputs(
-    provider: Provider,
-    state: ClusterState,
-    store: StateStore,
-    progress: Progress,
-    *,
-    ask: Callable[[str], None] | None,
-    keep: bool,
-) -> None:
-    """Before ``down``: the runs' outputs that exist only on the cluster (``infra/runs/outputs.py``), named
-    in the question a billed provider's ``down`` asks, then copied into their run records."""
-    from ..runs import outputs
-
-    found = []
-    if state.status == "up" and state.nodes:  # runs only ever ran on a cluster that was up
-        wanted = outputs.to_keep(outputs.recorded(store), state, disks_go=provider.disks_go_with_down)
-        try:
-            found = outputs.measure(state, wanted)
-        except DdpctlError as exc:
-            if keep and provider.disks_go_with_down:  # the nodes go: what is on them would be lost
-                raise DdpctlError(
-                    f"{exc}: its runs' outputs cannot be kept; `ddpctl down --name {state.name} --no-keep-outputs` "
-                    "takes it down without them"
-                ) from exc
-            # nodes that stay: a node `down` cannot reach keeps what is on it
-            progress(f"warning: {exc}: the runs' outputs there are not copied back")
-    if ask is not None and provider.billed:
-        ask(outputs.question(state, found, keep=keep, runs_dir=store.home / "runs"))
-    if keep:
-        outputs.keep(store, state, found, progress)
 
 
 def set_autodown(store: StateStore, name: str | None, idle_s: int, progress: Progress) -> ClusterState:

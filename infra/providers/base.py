@@ -23,19 +23,13 @@ from ..model.progress import Progress
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
-    from ..launch.plan import LaunchPlan, NodeLaunch
+    from ..launch.plan import LaunchPlan, Renew
     from ..launch.supervise import OutputLine, RunResult
-    from ..model.host import Host
     from ..model.spec import ClusterSpec, RunSpec
     from ..model.state import ClusterState, Salvage, StateStore
     from .options import Option
 
 Sink = Callable[["OutputLine"], None]
-
-
-#: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
-#: and its launch there; None: the node was not replaced (its host is tried again as it is).
-Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]
 
 
 class Executor(Protocol):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from ..launch.plan import NodeLaunch
+from ..launch.plan import NodeLaunch, Renew
 from ..launch.project import LARGE_BYTES
 from ..launch.sbatch import SbatchPlan
 from ..launch.slurm_executor import SlurmExecutor
@@ -20,7 +20,7 @@ from ..lifecycle import clusters
 from ..model import locks
 from ..model.host import Host
 from ..model.state import DownStore, StateStore, atomic_write
-from ..providers.base import Progress, Renew
+from ..providers.base import Progress
 from . import metrics
 from .jobs import resolve_job
 from .prepare import PreparedRun

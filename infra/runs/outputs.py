@@ -21,6 +21,7 @@ import shlex
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ..launch.torchrun import run_snapshot_dir
 from ..model.errors import DdpctlError, UsageError
 from ..model.progress import Progress
 from ..model.state import ClusterState, StateStore
+from ..providers.base import Provider
 from .records import OUTPUTS, read_options
 
 
@@ -311,3 +313,44 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
     else:
         progress(f"run {run_id}'s cluster {run.cluster!r} is down: its outputs are kept in {kept}")
     return Downloaded(run_id, str(kept), str(dest), got[0], got[1])
+
+
+def before_down(
+    progress: Progress, *, ask: Callable[[str], None] | None, keep: bool
+) -> Callable[[Provider, ClusterState, StateStore], None]:
+    """What ``down`` does first (``lifecycle.clusters.down``'s ``before``): the runs' outputs that exist
+    only on the cluster, named in the question a billed provider's ``down`` asks (``ask`` raises to
+    stop), then copied into their run records unless not ``keep``."""
+
+    def before(provider: Provider, state: ClusterState, store: StateStore) -> None:
+        _keep_outputs(provider, state, store, progress, ask=ask, keeping=keep)
+
+    return before
+
+
+def _keep_outputs(
+    provider: Provider,
+    state: ClusterState,
+    store: StateStore,
+    progress: Progress,
+    *,
+    ask: Callable[[str], None] | None,
+    keeping: bool,
+) -> None:
+    found = []
+    if state.status == "up" and state.nodes:  # runs only ever ran on a cluster that was up
+        wanted = to_keep(recorded(store), state, disks_go=provider.disks_go_with_down)
+        try:
+            found = measure(state, wanted)
+        except DdpctlError as exc:
+            if keeping and provider.disks_go_with_down:  # the nodes go: what is on them would be lost
+                raise DdpctlError(
+                    f"{exc}: its runs' outputs cannot be kept; `ddpctl down --name {state.name} --no-keep-outputs` "
+                    "takes it down without them"
+                ) from exc
+            # nodes that stay: a node `down` cannot reach keeps what is on it
+            progress(f"warning: {exc}: the runs' outputs there are not copied back")
+    if ask is not None and provider.billed:
+        ask(question(state, found, keep=keeping, runs_dir=store.home / "runs"))
+    if keeping:
+        keep(store, state, found, progress)
