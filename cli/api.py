@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ddpctl.infra.hosts.autodown import Estimate
     from ddpctl.infra.launch.nodes import OutputLine
-    from ddpctl.infra.lifecycle.autodown import Estimate
     from ddpctl.infra.model.state import ClusterState, StateStore
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
@@ -146,8 +146,8 @@ def up(
     provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
+    from ddpctl.infra.hosts.autodown import parse
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.lifecycle.autodown import parse
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.spec import ClusterSpec, parse_env
@@ -233,7 +233,7 @@ class ClusterStatus:
     damaged: str = ""  # why the state file cannot be read
     message: str = ""  # a damaged one: the line that says what to do (`down`'s command)
     readable: dict[str, Any] = field(default_factory=dict)  # what `down` can still read of a damaged one
-    #: its autodown and when it would fire (None: off); ``infra/lifecycle/autodown.py``
+    #: its autodown and when it would fire (None: off); ``infra/hosts/autodown.py``
     autodown: Estimate | None = None
     #: it took itself down (autodown), and this status deleted what was left of it
     took_itself_down: bool = False
@@ -278,7 +278,8 @@ def cluster_statuses(
     """The clusters under the state home (or just ``name``), each with what its provider says runs
     now and its autodown; damaged state files last (what ``ddpctl status`` lists). A cluster that
     took itself down (autodown) has what its nodes could not delete deleted now, said to ``progress``."""
-    from ddpctl.infra.lifecycle import autodown, clusters
+    from ddpctl.infra.hosts import autodown
+    from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.state import DamagedState
     from ddpctl.infra.providers import get_provider

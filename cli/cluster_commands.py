@@ -358,8 +358,8 @@ def autodown(args, as_json) -> int:
       ddpctl autodown big 2h
       ddpctl autodown big off
     """
+    from ddpctl.infra.hosts.autodown import parse
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.lifecycle.autodown import parse
     from ddpctl.infra.model.errors import UsageError
 
     from .output import Output

@@ -17,7 +17,7 @@ def status(name, as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra.lifecycle import autodown
+    from ddpctl.infra.hosts import autodown
     from ddpctl.infra.model import costs
     from ddpctl.infra.runs.prepare import node_nprocs
 

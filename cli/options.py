@@ -140,7 +140,7 @@ dry_run_option = click.option(
 
 
 class Duration(click.ParamType):
-    """An idle time for autodown (``infra.lifecycle.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
+    """An idle time for autodown (``infra.hosts.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
     (0 seconds); a TOML integer is refused for its missing unit."""
 
     name = "DURATION"
@@ -149,7 +149,7 @@ class Duration(click.ParamType):
         self.flag = flag
 
     def convert(self, value, param, ctx):
-        from ddpctl.infra.lifecycle.autodown import parse
+        from ddpctl.infra.hosts.autodown import parse
         from ddpctl.infra.model.errors import UsageError
 
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.lifecycle import autodown
+from ddpctl.infra.hosts import autodown
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..hosts import autodown
 from ..model import costs, locks
 from ..model.errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
 from ..model.progress import step
@@ -14,7 +15,6 @@ from ..model.spec import ClusterSpec
 from ..model.state import ClusterState, DamagedState, DownStore, StateStore
 from ..providers import NAMES, checked_spec, get_provider
 from ..providers.base import Progress, Provider
-from . import autodown
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport

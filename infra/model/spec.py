@@ -57,7 +57,7 @@ class ClusterSpec:
     #: has checked them; given another provider's option, that refuses it by its flag.
     options: dict[str, Any] = field(default_factory=dict)
     #: seconds without an active run after which the cluster takes itself down (``--autodown``,
-    #: ``ddpctl autodown``; infra/lifecycle/autodown.py); 0: off. Only providers with ``Provider.autodown``.
+    #: ``ddpctl autodown``; infra/hosts/autodown.py); 0: off. Only providers with ``Provider.autodown``.
     autodown_s: int = 0
 
     def __post_init__(self) -> None:

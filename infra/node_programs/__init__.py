@@ -13,7 +13,7 @@ travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter th
 - ``outputs``: a run's output folders on the head node: their sizes, and their contents as a tar stream
   (``infra/runs/outputs.py``: ``down`` keeping them, ``ddpctl download``).
 - ``autodown``: on the head node, take the cluster down once no run has been active for a while
-  (``infra/lifecycle/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
+  (``infra/hosts/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm_executor.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).

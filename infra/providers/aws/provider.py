@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...hosts import autodown
 from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import reconfigure
 from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
-from ...lifecycle import autodown
 from ...model.errors import DdpctlError, UsageError
 from ...model.spec import ClusterSpec
 from ...model.state import ClusterState, NodeInfo, StateStore
@@ -257,7 +257,7 @@ class AwsProvider(Provider):
     # ---- autodown ------------------------------------------------------------------------------
 
     def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
-        """The program on the head node (``infra/lifecycle/autodown.py``): the nodes shut themselves down, and
+        """The program on the head node (``infra/hosts/autodown.py``): the nodes shut themselves down, and
         EC2 terminates them (``InstanceInitiatedShutdownBehavior``); no AWS credentials go to them."""
         if not idle_s:
             autodown.remove(state)

@@ -18,13 +18,12 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model.errors import DdpctlError, UsageError
 
 if TYPE_CHECKING:
     from ..model.state import ClusterState
-    from ..runs.records import RunRecord
 
 #: the program's folder on the head node, in the SSH user's home
 NODE_DIR = ".ddpctl"
@@ -139,7 +138,16 @@ class Estimate:
         return {"idle_s": self.idle_s, "idle": text(self.idle_s), "fires_at": at, "running": self.fires_at is None}
 
 
-def fires_at(state: ClusterState, runs: list[RunRecord]) -> Estimate | None:
+class RunTimes(Protocol):
+    """What ``fires_at`` reads of a run's record (``runs/records.RunRecord``)."""
+
+    cluster: str
+    started: float
+    result: str
+    duration_s: float | None
+
+
+def fires_at(state: ClusterState, runs: list[RunTimes]) -> Estimate | None:
     """When autodown fires if nothing runs meanwhile (pure): the idle time after whichever came last
     of setting it and the end of this cluster's last run recorded here; None where it is off."""
     idle_s = state.spec.autodown_s
