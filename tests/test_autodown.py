@@ -26,10 +26,10 @@ import pytest
 
 from ddpctl.infra.hosts import autodown
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.node_programs import autodown as program
 from ddpctl.infra.runs.records import RunRecord
+from tests.support.specs import cluster_spec
 from tests.support.testbed import cluster as test_cluster
 from tests.test_aws import UP, Env, aws  # noqa: F401 - moto, one test's state home
 from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
@@ -67,7 +67,7 @@ def test_text() -> None:
 
 
 def _state(idle_s: int, at: float) -> ClusterState:
-    spec = ClusterSpec(name="c", provider="aws", nodes=2, autodown_s=idle_s)
+    spec = cluster_spec(name="c", provider="aws", nodes=2, autodown_s=idle_s)
     nodes = [NodeInfo("node0", "10.0.0.1", "/w"), NodeInfo("node1", "10.0.0.2", "/w")]
     return ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes, created_at=at - 100, autodown_at=at)
 
@@ -118,13 +118,13 @@ def test_a_head_node_that_cannot_be_reached_is_one_line() -> None:
 )
 def test_other_providers_refuse_it_in_one_line(provider: str, why: str) -> None:
     with pytest.raises(UsageError, match=re.escape(f"autodown is for --provider aws, not {provider}: {why}")):
-        ClusterSpec(name="c", provider=provider, autodown_s=60, inventory="x" if provider == "onprem" else "")
+        cluster_spec(name="c", provider=provider, autodown_s=60, inventory="x" if provider == "onprem" else "")
 
 
 def test_aws_refuses_it_without_configured_nodes() -> None:
     from ddpctl.infra.providers import get_provider
 
-    spec = ClusterSpec(name="c", provider="aws", autodown_s=60, options={"region": "us-east-1", "configure": False})
+    spec = cluster_spec(name="c", provider="aws", autodown_s=60, options={"region": "us-east-1", "configure": False})
     with pytest.raises(UsageError, match="--autodown needs configured nodes"):
         get_provider("aws").check_up(spec)
 
@@ -133,7 +133,7 @@ def test_instances_terminate_when_they_shut_themselves_down() -> None:
     from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
     from ddpctl.infra.providers.aws.plan import plan_from_spec
 
-    spec = ClusterSpec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"})
+    spec = cluster_spec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"})
     from ddpctl.infra.providers.aws.defaults import with_defaults
 
     plan = plan_from_spec(with_defaults(spec), "abc", "/tmp/c", "0" * 16)

@@ -234,6 +234,6 @@ def test_a_missing_action_is_one_line_naming_it(iam_moto: Moto, tmp_path: Path, 
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert f"may not call {left_out} (AccessDenied)" in lines[0]
     assert "docs/aws-iam-policy.json" in lines[0]
-    cleanup = run_as(iam_moto, "admin", tmp_path, "down", "--name", "default", "--region", REGION)
+    cleanup = run_as(iam_moto, "admin", tmp_path, "down", "--yes", "--name", "default", "--region", REGION)
     assert cleanup.returncode == 0, cleanup.stderr
     assert alive(iam_moto) == []

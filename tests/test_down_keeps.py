@@ -21,19 +21,19 @@ import pytest
 
 from ddpctl.infra import node_programs
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 from ddpctl.infra.providers import get_provider
 from ddpctl.infra.runs import outputs
 from ddpctl.infra.runs.outputs import Recorded, RunFolder
 from ddpctl.infra.runs.records import RunOptions, run_cost
 from tests.support.cli import ddpctl
+from tests.support.specs import cluster_spec
 
 CREATED = 1_000_000.0
 
 
 def aws_state(workdir: str = "/opt/ddpctl/work", *, ssh: bool = True, nodes: int = 2) -> ClusterState:
-    spec = ClusterSpec(name="c1", provider="aws", nodes=nodes, options=get_provider("aws").take_options({}))
+    spec = cluster_spec(name="c1", provider="aws", nodes=nodes, options=get_provider("aws").take_options({}))
     host = Host(name="node0", address="10.0.0.5") if ssh else None
     head = NodeInfo(name="node0", host="10.0.0.5", workdir=workdir, ssh=host)
     others = [NodeInfo(name=f"node{i}", host=f"10.0.0.{5 + i}", workdir=workdir) for i in range(1, nodes)]
@@ -282,7 +282,7 @@ def unreachable_state(provider: str) -> ClusterState:
     """A cluster whose head node refuses connections (port 1 of this machine), one run recorded on it."""
     options = get_provider(provider).take_options({})
     inventory = "/nowhere/hosts.ini" if get_provider(provider).takes_inventory else ""
-    spec = ClusterSpec(name="c1", provider=provider, nodes=1, options=options, inventory=inventory)
+    spec = cluster_spec(name="c1", provider=provider, nodes=1, options=options, inventory=inventory)
     head = NodeInfo(name="node0", host="127.0.0.1", workdir="/tmp/w", ssh=Host("node0", "127.0.0.1", port=1))
     return ClusterState(spec=spec, cluster_id="cid1", status="up", nodes=[head], created_at=0.0)
 

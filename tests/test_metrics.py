@@ -14,6 +14,7 @@ import pytest
 
 from ddpctl.infra.runs import metrics
 from tests.support.cli import ddpctl
+from tests.support.specs import cluster_spec
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"
 
@@ -71,11 +72,11 @@ def test_log_metrics_writes_on_rank_0_only(tmp_path: Path) -> None:
 
 def _head_here(snapshots: Path):
     """A cluster whose head node is this machine, and a run that keeps its snapshots in ``snapshots``."""
-    from ddpctl.infra.model.spec import ClusterSpec, RunSpec
+    from ddpctl.infra.model.spec import RunSpec
     from ddpctl.infra.model.state import ClusterState, NodeInfo
 
     state = ClusterState(
-        spec=ClusterSpec(name="c", nodes=1), cluster_id="x", nodes=[NodeInfo("node0", "127.0.0.1", "/w")]
+        spec=cluster_spec(name="c", nodes=1), cluster_id="x", nodes=[NodeInfo("node0", "127.0.0.1", "/w")]
     )
     return state, RunSpec(job="mnist", run_id="rfol1", snapshot_dir=str(snapshots))
 

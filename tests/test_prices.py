@@ -18,6 +18,7 @@ import pytest
 
 from ddpctl.infra.providers.aws import prices, pricing
 from tests.support.moto import Moto
+from tests.support.specs import cluster_spec
 
 GOLDEN = Path(__file__).parent / "golden" / "price_list_p3.2xlarge_us-west-2.json"
 
@@ -101,12 +102,11 @@ def test_a_cached_price_list_answer_is_used_for_a_day(aws: Path) -> None:
 
 
 def test_status_says_where_the_price_came_from(aws: Path) -> None:
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import ClusterState
     from ddpctl.infra.providers.aws.defaults import with_defaults
     from ddpctl.infra.providers.aws.provider import AwsProvider
 
-    spec = with_defaults(ClusterSpec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"}))
+    spec = with_defaults(cluster_spec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"}))
     live = AwsProvider().status(ClusterState(spec=spec, cluster_id="abc", status="up"))
     assert live.details["price_source"] == "table"
     assert live.to_dict()["price_note"].startswith("ddpctl's price table of")

@@ -11,6 +11,7 @@ from rich.console import Console
 from ddpctl.infra.hosts.ansible import PlayReport, TaskLines
 from ddpctl.infra.model.progress import activity, step
 from ddpctl.output import ProgressLines
+from tests.support.specs import cluster_spec
 
 
 class Recorder:
@@ -146,11 +147,10 @@ def test_on_a_terminal_an_enclosing_step_keeps_its_clock() -> None:
 
 
 def _cluster(n: int):
-    from ddpctl.infra.model.spec import ClusterSpec
     from ddpctl.infra.model.state import ClusterState, NodeInfo
 
     nodes = [NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}") for i in range(n)]
-    return ClusterState(spec=ClusterSpec(name="c", provider="onprem", nodes=n), cluster_id="x", nodes=nodes)
+    return ClusterState(spec=cluster_spec(name="c", provider="onprem", nodes=n), cluster_id="x", nodes=nodes)
 
 
 def test_check_shows_each_test_as_it_runs() -> None:

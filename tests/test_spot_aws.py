@@ -11,12 +11,12 @@ import pytest
 
 from ddpctl.infra.lifecycle import clusters
 from ddpctl.infra.model.errors import DdpctlError
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import StateStore
 from ddpctl.infra.providers.aws import AwsProvider
 from ddpctl.infra.providers.aws.details import InstancesDetail
 from ddpctl.infra.providers.aws.steps import only
 from tests.support.moto import Moto
+from tests.support.specs import cluster_spec
 
 
 def test_a_failure_after_the_replacements_launch_leaves_nothing_after_down(
@@ -28,7 +28,7 @@ def test_a_failure_after_the_replacements_launch_leaves_nothing_after_down(
     baseline = moto.inventory()
     provider = AwsProvider(caller_address=lambda: "198.51.100.4")
     store = StateStore(tmp_path / "home")
-    spec = ClusterSpec(name="s", provider="aws", nodes=3, options={"spot": True, "configure": False})
+    spec = cluster_spec(name="s", provider="aws", nodes=3, options={"spot": True, "configure": False})
     clusters.up(provider, provider.plan(spec, store), store, lambda _: None)
     state = store.load("s")
     old = InstancesDetail.of(only(state, "instances")).nodes

@@ -10,7 +10,6 @@ import pytest
 
 from ddpctl.infra.model.errors import DdpctlError
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.spec import ClusterSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo, Resource, StateStore
 from ddpctl.infra.providers.aws.configure import Launched
 from ddpctl.infra.providers.aws.details import InstancesDetail, SubnetDetail
@@ -30,6 +29,7 @@ from ddpctl.infra.providers.aws.spot_plan import (
 )
 from ddpctl.infra.providers.base import Provider
 from ddpctl.infra.providers.local import LocalProvider
+from tests.support.specs import cluster_spec
 
 NODES = {"node0": "i-0", "node1": "i-1", "node2": "i-2"}
 
@@ -67,7 +67,7 @@ def test_a_node_without_a_recorded_instance_is_not_replaced() -> None:
 
 
 def _plan(tmp_path: Path, **options: object):
-    spec = ClusterSpec(name="c", provider="aws", nodes=3, options={"region": "us-east-1", "spot": True, **options})
+    spec = cluster_spec(name="c", provider="aws", nodes=3, options={"region": "us-east-1", "spot": True, **options})
     from ddpctl.infra.providers.aws.defaults import with_defaults
 
     return plan_from_spec(with_defaults(spec), "abc123def456", str(tmp_path / "c"), "0123456789abcdef")
@@ -162,7 +162,7 @@ def _state() -> ClusterState:
 
     inst = _created(InstancesDetail(nodes=NODES).resource("c-nodes"))
     return ClusterState(
-        spec=ClusterSpec(name="c", provider="aws", nodes=3),
+        spec=cluster_spec(name="c", provider="aws", nodes=3),
         cluster_id="x",
         nodes=[node(i) for i in range(3)],
         resources=[inst],
@@ -195,7 +195,7 @@ def test_the_new_node_takes_the_old_ones_place() -> None:
 
 def test_providers_replace_nothing_by_default(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
-    state = ClusterState(spec=ClusterSpec(name="c", provider="local", nodes=2), cluster_id="x")
+    state = ClusterState(spec=cluster_spec(name="c", provider="local", nodes=2), cluster_id="x")
     assert LocalProvider().replace_lost_nodes(state, store, ["node1"], print) is None
     assert Provider.replace_lost_nodes is LocalProvider.replace_lost_nodes
 
@@ -204,6 +204,6 @@ def test_an_on_demand_aws_cluster_replaces_nothing(tmp_path: Path) -> None:
     from ddpctl.infra.providers.aws.provider import AwsProvider
 
     store = StateStore(tmp_path)
-    spec = ClusterSpec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"})
+    spec = cluster_spec(name="c", provider="aws", nodes=2, options={"region": "us-east-1"})
     state = AwsProvider(caller_address=lambda: "198.51.100.4").plan(spec, store)
     assert AwsProvider().replace_lost_nodes(state, store, ["node1"], print) is None  # no AWS call either
