@@ -82,7 +82,7 @@ def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: 
     known = (twin.home / "clusters" / "spot" / "known_hosts").read_text()
     assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
 
-    twin.ok("down", "--name", "spot")
+    twin.ok("down", "--yes", "--name", "spot")
     twin.assert_nothing_left("spot")
 
 

@@ -36,7 +36,16 @@ SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
 
 
 def activity(cluster_id: str, me: int) -> str:
-    """What keeps the cluster busy now, in a few words ("": nothing)."""
+    """What keeps the cluster busy now, in a few words ("": nothing): the Slurm queue first (one
+    answer for every node), then this node's processes."""
+    if shutil.which("squeue"):
+        try:
+            out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        jobs = out.split()
+        if jobs:
+            return f"{len(jobs)} Slurm job(s) in the queue"
     marker = f"{MARKER}={cluster_id}".encode()
     uid = os.getuid()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -57,14 +66,6 @@ def activity(cluster_id: str, me: int) -> str:
                 return f"a torchrun agent (pid {pid})"
         except (OSError, IndexError, ValueError):
             pass
-    if shutil.which("squeue"):
-        try:
-            out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        jobs = out.split()
-        if jobs:
-            return f"{len(jobs)} Slurm job(s) in the queue"
     return ""
 
 
