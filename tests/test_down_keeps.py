@@ -221,6 +221,9 @@ def test_download_then_down_keeps_a_local_runs_outputs(home: Path, tmp_path: Pat
     doc = json.loads(got.stdout)
     assert doc["dest"] == str(tmp_path / "dl" / "w1") and doc["files"] == 2 and doc["size_bytes"] == 3007
     assert (tmp_path / "dl" / "w1" / "sub" / "notes.txt").read_text() == "epoch 1"
+    again = ddpctl("download", "w1", "--to", str(tmp_path / "dl"))  # the user's folder is never replaced
+    assert again.returncode == 2 and "already exists" in again.stderr, again.stderr
+    assert (tmp_path / "dl" / "w1" / "sub" / "notes.txt").read_text() == "epoch 1"
     listed = json.loads(ddpctl("runs", "--json").stdout)["runs"]
     assert listed[0]["cost_usd"] is None and listed[0]["outputs"] == ""  # local: not billed, nothing kept yet
 

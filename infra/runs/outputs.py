@@ -291,6 +291,8 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
         )
     kept = store.run_dir(run_id) / OUTPUTS
     dest = (to / run_id if to else kept).resolve()
+    if dest != kept.resolve() and dest.exists():  # the user's folder: never replaced, never deleted
+        raise UsageError(f"{dest} already exists: move it away, or give another --to")
     if store.exists(run.cluster) and not run.ephemeral:
         with locks.cluster(store, run.cluster, "download", shared=True):  # `down` waits for the copy
             state = store.load(run.cluster)
