@@ -189,6 +189,7 @@ def test_a_homes_id_is_made_once_private_and_whole(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
+    assert len(made) == 8, "a racing command failed"  # none of them fails
     assert len(set(made)) == 1 and len(made[0]) == 16 and store.home_id() == made[0]
     assert stat.S_IMODE(os.stat(store.home_id_path).st_mode) == 0o600
     assert sorted(p.name for p in store.home.iterdir()) == ["clusters", "home-id", "runs"]  # no temp file left

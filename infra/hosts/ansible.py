@@ -8,6 +8,7 @@ playbooks/site.yml`` does the same work.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import Callable
@@ -17,9 +18,12 @@ from typing import Any
 
 from ..model.errors import DdpctlError
 from ..model.progress import activity
+from ..tools import procs
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 ANSIBLE_CFG = Path(__file__).resolve().parents[2] / "ansible.cfg"
+#: the environment key that marks one play's processes (see run_playbook)
+PLAY_KEY = "DDPCTL_PLAY"
 STATUS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -195,6 +199,10 @@ def run_playbook(
             envvars["ANSIBLE_CONFIG"] = str(ANSIBLE_CFG)
         else:  # installed from a wheel: the same settings, without the file
             envvars.update(settings_without_cfg(Path(tmp)))
+        # every process of this play (ansible-playbook, the workers it starts in their own sessions, their ssh
+        # and its ControlPersist master) carries this marker, so that a Ctrl-C or a crash stops them all
+        marker = secrets.token_hex(8)
+        envvars[PLAY_KEY] = marker
         try:
             result = ansible_runner.run(
                 private_data_dir=tmp,
@@ -208,12 +216,18 @@ def run_playbook(
                 suppress_env_files=True,
                 quiet=True,
                 event_handler=TaskLines(progress, report),
+                # never cancel from here: ansible-runner would otherwise install SIGINT and SIGTERM handlers of
+                # its own and leave them in place (a later Ctrl-C, in a notebook too, would do nothing); Ctrl-C
+                # raises KeyboardInterrupt here as anywhere, and the play is stopped below
+                cancel_callback=lambda: False,
             )
+        except BaseException:
+            procs.stop_tagged(PLAY_KEY, marker, grace=2.0)
+            raise
         finally:
             activity(progress, None)
-        if result.status == "canceled":  # ansible-runner turns Ctrl-C into a canceled run (the play is stopped)
-            raise KeyboardInterrupt
-        if result.status != "successful":
+        if result.status != "successful":  # what it left (an orphaned worker, a connection master) goes too
+            procs.stop_tagged(PLAY_KEY, marker, grace=2.0)
             detail = "; ".join(report.failures[:3]) or _last_line(result)
             raise DdpctlError(f"{playbook} failed ({result.status}, rc {result.rc}): {detail}")
     return report

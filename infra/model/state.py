@@ -358,7 +358,7 @@ class StateStore:
     def private_dirs(self) -> None:
         """The state home's folders, readable by this user only (run logs, keys, node dirs)."""
         if not self.home.exists():
-            self.home.mkdir(parents=True, mode=0o700)
+            self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # two commands may race to make it
         for sub in (self.clusters_dir, self.home / "runs"):
             sub.mkdir(exist_ok=True, mode=0o700)
             if sub.stat().st_mode & 0o077:
