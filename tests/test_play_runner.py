@@ -1,6 +1,6 @@
 """Running a play in-process (hosts/ansible.run_playbook) leaves no process and no signal handler behind.
 
-A real ansible-playbook against localhost over the local connection: Ctrl-C in the middle of a task
+A real ansible-playbook against localhost over the local connection: Ctrl-C (or SIGTERM) in the middle of a task
 stops the play's every process (its workers run in sessions of their own), and a play that ends
 leaves Python's SIGINT and SIGTERM handlers as they were (the Python API runs `up` and then `run`
 in one process, where a later Ctrl-C must still interrupt).
@@ -54,16 +54,18 @@ def test_a_play_that_ends_leaves_the_signal_handlers_as_they_were(tmp_path: Path
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-def test_ctrl_c_in_the_middle_of_a_task_stops_every_process_of_the_play(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_in_the_middle_of_a_task_stops_every_process_of_the_play(tmp_path: Path, signum: int) -> None:
     seconds = 4711  # a number no other process sleeps for
     play, inventory = write_play(tmp_path, seconds)
 
     def interrupt(_signum: int, _frame: object) -> None:
         if sleepers(seconds):  # the task is under way: press Ctrl-C
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
         else:
             signal.alarm(1)
 
+    term = signal.getsignal(signal.SIGTERM)
     previous = signal.signal(signal.SIGALRM, interrupt), signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.alarm(2)  # (SIGINT as in a terminal, also where the tests run under nohup)
     try:
@@ -73,6 +75,7 @@ def test_ctrl_c_in_the_middle_of_a_task_stops_every_process_of_the_play(tmp_path
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous[0])
         signal.signal(signal.SIGINT, previous[1])
+    assert signal.getsignal(signal.SIGTERM) == term  # as it was
     deadline = time.monotonic() + 5  # stopped and reaped before run_playbook returned; a moment for init
     while sleepers(seconds) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,23 +207,24 @@ def run_playbook(
         marker = secrets.token_hex(8)
         envvars[PLAY_KEY] = marker
         try:
-            result = ansible_runner.run(
-                private_data_dir=tmp,
-                playbook=str(PLAYBOOKS / playbook),
-                inventory=os.path.abspath(inventory),
-                extravars=extravars or {},
-                limit=limit,
-                tags=play.tags,
-                cmdline=play.cmdline(),
-                envvars=envvars,
-                suppress_env_files=True,
-                quiet=True,
-                event_handler=TaskLines(progress, report),
-                # never cancel from here: ansible-runner would otherwise install SIGINT and SIGTERM handlers of
-                # its own and leave them in place (a later Ctrl-C, in a notebook too, would do nothing); Ctrl-C
-                # raises KeyboardInterrupt here as anywhere, and the play is stopped below
-                cancel_callback=lambda: False,
-            )
+            with _terminate_as_interrupt():
+                result = ansible_runner.run(
+                    private_data_dir=tmp,
+                    playbook=str(PLAYBOOKS / playbook),
+                    inventory=os.path.abspath(inventory),
+                    extravars=extravars or {},
+                    limit=limit,
+                    tags=play.tags,
+                    cmdline=play.cmdline(),
+                    envvars=envvars,
+                    suppress_env_files=True,
+                    quiet=True,
+                    event_handler=TaskLines(progress, report),
+                    # never cancel from here: ansible-runner would otherwise install SIGINT and SIGTERM handlers of
+                    # its own and leave them in place (a later Ctrl-C, in a notebook too, would do nothing); Ctrl-C
+                    # raises KeyboardInterrupt here as anywhere, and the play is stopped below
+                    cancel_callback=lambda: False,
+                )
         except BaseException:
             procs.stop_tagged(PLAY_KEY, marker, grace=2.0)
             raise
@@ -231,6 +235,24 @@ def run_playbook(
             detail = "; ".join(report.failures[:3]) or _last_line(result)
             raise DdpctlError(f"{playbook} failed ({result.status}, rc {result.rc}): {detail}")
     return report
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While a play runs, SIGTERM stops it as Ctrl-C does (its processes go too); the handler that was
+    there before is put back after (only the main thread may set one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _last_line(result: Any) -> str:
