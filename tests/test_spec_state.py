@@ -11,7 +11,17 @@ import pytest
 from ddpctl.config_file import load_default_map
 from ddpctl.infra.model.errors import ClusterNotFound, UsageError
 from ddpctl.infra.model.spec import RunSpec, parse_env
-from ddpctl.infra.model.state import STATE_VERSION, ClusterState, NodeInfo, Resource, StateStore
+from ddpctl.infra.model.state import (
+    STATE_VERSION,
+    ClusterPhase,
+    ClusterState,
+    DamagedState,
+    Launcher,
+    NodeInfo,
+    Resource,
+    ResourcePhase,
+    StateStore,
+)
 from ddpctl.infra.runs.jobs import resolve_job
 from tests.support.specs import cluster_spec
 
@@ -86,6 +96,34 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
     assert not list(path.parent.glob(".*.tmp"))  # no temp file left behind
     store.delete("c")
     with pytest.raises(ClusterNotFound, match="no cluster named 'c'"):
+        store.load("c")
+
+
+def test_statuses_and_the_launcher_are_typed_words(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "home")
+    saved = state()
+    saved.status, saved.launcher = ClusterPhase.CONFIGURING, Launcher.SBATCH
+    saved.resources[0].status = ResourcePhase.CREATED
+    store.save(saved)
+    doc = json.loads(store.path("c").read_text())
+    assert (doc["status"], doc["launcher"], doc["resources"][0]["status"]) == ("configuring", "sbatch", "created")
+    loaded = store.load("c")
+    assert loaded.status is ClusterPhase.CONFIGURING and loaded.launcher is Launcher.SBATCH
+    assert loaded.resources[0].status is ResourcePhase.CREATED
+    assert f"{loaded.status}" == str(loaded.status) == "configuring"  # shown as the word, as in the file
+
+
+@pytest.mark.parametrize("where", ["status", "launcher", "resource"])
+def test_a_state_file_with_an_unknown_word_is_damaged(tmp_path: Path, where: str) -> None:
+    store = StateStore(tmp_path / "home")
+    store.save(state())
+    doc = json.loads(store.path("c").read_text())
+    if where == "resource":
+        doc["resources"][0]["status"] = "half-made"
+    else:
+        doc[where] = "half-made"
+    store.path("c").write_text(json.dumps(doc))
+    with pytest.raises(DamagedState, match="'half-made' is not a valid"):
         store.load("c")
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..model.state import Word
+
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
 
 
@@ -28,11 +30,23 @@ class OutputLine:
     text: str
 
 
+class NodeStatus(Word):
+    """How a node's part of a run ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+    STOPPED = "stopped"  # ddpctl stopped it: Ctrl-C, `ddpctl stop`, another node failed first, a cancelled job
+    LOST = "lost"  # elastic: the run went on without it
+
+
 @dataclass
 class NodeResult:
     node: str
     exit_code: int | None
-    status: str  # ok | failed | stopped | lost (elastic: the run went on without it)
+    status: NodeStatus
+
+    def __post_init__(self) -> None:
+        self.status = NodeStatus(self.status)
 
 
 @dataclass

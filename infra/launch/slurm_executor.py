@@ -20,6 +20,7 @@ from ..model.errors import DdpctlError
 from ..model.host import Host
 from ..node_programs import source
 from ..tools.procs import RUN_KEY
+from .nodes import NodeStatus
 from .sbatch import SbatchPlan
 from .ssh_executor import check_writable
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
@@ -48,6 +49,10 @@ SLURM_STATES = {
     "CANCELLED": "cancelled",
     "REVOKED": "cancelled",
 }
+
+
+#: a job's last state (ddpctl's words above) -> how its part of the run ended
+JOB_END = {"succeeded": NodeStatus.OK, "failed": NodeStatus.FAILED, "cancelled": NodeStatus.STOPPED}
 
 
 def parse_job_info(text: str) -> tuple[str, int | None]:
@@ -106,7 +111,7 @@ class SlurmExecutor:
                 run_id=plan.run_id,
                 exit_code=code,
                 wall_s=round(time.monotonic() - start, 3),
-                nodes=[NodeResult(f"slurm job {job_id}", exit_code, {"succeeded": "ok"}.get(state, state))],
+                nodes=[NodeResult(f"slurm job {job_id}", exit_code, JOB_END.get(state, NodeStatus.FAILED))],
                 failed_node=None if code in (0, 130) else f"slurm job {job_id} ({state})",
                 interrupted=interrupted,
             )

@@ -17,7 +17,7 @@ from typing import Any
 
 # the types live in nodes.py; callers import them from here
 from .diagnose import Diagnosis
-from .nodes import Elastic, NodeProcess, NodeResult, OutputLine, RunResult, parse_line
+from .nodes import Elastic, NodeProcess, NodeResult, NodeStatus, OutputLine, RunResult, parse_line
 
 NEVER = float("inf")
 
@@ -293,11 +293,11 @@ class Supervisor:
         for i, proc in enumerate(self.procs):
             code = proc.poll()
             if proc.node in self.stopped:
-                status = "stopped"
+                status = NodeStatus.STOPPED
             elif i in self.lost:
-                status = "lost"
+                status = NodeStatus.LOST
             else:
-                status = "ok" if code == 0 else "failed"
+                status = NodeStatus.OK if code == 0 else NodeStatus.FAILED
             nodes.append(NodeResult(proc.node, code, status))
         return RunResult(
             run_id=self.run_id,

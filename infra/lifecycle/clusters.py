@@ -12,7 +12,7 @@ from ..model import costs, locks
 from ..model.errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
 from ..model.progress import step
 from ..model.spec import ClusterSpec
-from ..model.state import ClusterState, DamagedState, DownStore, StateStore
+from ..model.state import ClusterPhase, ClusterState, DamagedState, DownStore, StateStore
 from ..providers import NAMES, checked_spec, get_provider
 from ..providers.base import Progress, Provider
 
@@ -87,7 +87,7 @@ def _up(
     try:
         return provider.up(state, store, progress)
     except KeyboardInterrupt:  # stop creating at once; the user decides what happens to what was made
-        if store.exists(name) and state.status == "configuring":
+        if store.exists(name) and state.status == ClusterPhase.CONFIGURING:
             progress(
                 f"interrupted while configuring {name!r}: its {len(state.nodes)} instance(s) run (and are billed); "
                 f"finish with `ddpctl configure --name {name}`, or delete everything with `ddpctl down --name {name}`"
@@ -136,7 +136,10 @@ def _configure(
     provider = get_provider(state.spec.provider)
     if not provider.runs_playbooks:  # its own one-line refusal, before anything else is said
         provider.configure(state, store, progress, play)
-    if state.status not in ("up", "configuring"):  # configuring: an `up` stopped in its configure step
+    if state.status not in (
+        ClusterPhase.UP,
+        ClusterPhase.CONFIGURING,
+    ):  # configuring: an `up` stopped in its configure step
         raise UsageError(
             f"cluster {state.name!r} is {state.status}, not up: `ddpctl down --name {state.name}`, then `ddpctl up`"
         )
@@ -201,7 +204,7 @@ def set_autodown(store: StateStore, name: str | None, idle_s: int, progress: Pro
         provider = get_provider(state.spec.provider)
         if not provider.autodown:
             raise UsageError(provider._no_autodown())
-        if state.status != "up":
+        if state.status != ClusterPhase.UP:
             raise UsageError(
                 f"cluster {resolved!r} is {state.status}, not up: finish it (`ddpctl configure --name {resolved}`) "
                 "or take it down first"

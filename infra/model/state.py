@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,48 @@ STALE_TMP_S = 60.0
 #: The state home's own id (``StateStore.home_id``), in this file under the home.
 HOME_ID_FILE = "home-id"
 HOME_ID_PATTERN = r"[0-9a-f]{16}"
+
+
+class Word(str, Enum):
+    """An enum whose members are their own words: equal to the string, written to JSON and shown as it
+    (``str`` and f-strings give ``"up"``, not ``"ClusterPhase.UP"``, on every Python ddpctl supports)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class ClusterPhase(Word):
+    """Where a cluster is in its life: the ``status`` of its state file, ``status --json`` and the table.
+
+    planned -> creating -> configuring -> up -> deleting -> deleted. ``configuring``: its resources
+    exist and site.yml was under way (``ddpctl configure`` finishes it)."""
+
+    PLANNED = "planned"
+    CREATING = "creating"
+    CONFIGURING = "configuring"
+    UP = "up"
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
+class ResourcePhase(Word):
+    """Where one recorded resource is: recorded before it is made (``planned``), made (``created``),
+    not needed after all (``skipped``, e.g. a VPC the user brought), gone (``deleted``)."""
+
+    PLANNED = "planned"
+    CREATED = "created"
+    SKIPPED = "skipped"
+    DELETED = "deleted"
+
+
+class Launcher(Word):
+    """How ``run`` starts a job on a cluster: torchrun on every node over SSH, or one sbatch job."""
+
+    TORCHRUN = "torchrun"
+    SBATCH = "sbatch"
 
 
 class DamagedState(DdpctlError):
@@ -83,7 +126,11 @@ class Resource:
 
     kind: str
     id: str
-    status: str = "planned"  # planned -> created -> deleted
+    status: ResourcePhase = ResourcePhase.PLANNED
+
+    def __post_init__(self) -> None:
+        self.status = ResourcePhase(self.status)  # a state file's word; an unknown one is a damaged file
+
     #: what the provider records of it: read and written only through its kind's typed record, a
     #: ``details.Detail`` of the provider that makes it (``aws/details.py``, ``pcluster/details.py``)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -115,15 +162,18 @@ class NodeInfo:
 class ClusterState:
     spec: ClusterSpec
     cluster_id: str
-    status: str = "creating"  # creating -> up -> deleting; failed
+    status: ClusterPhase = ClusterPhase.CREATING
     shared_dir: str = ""  # a directory every node can read and write (snapshots)
     nodes: list[NodeInfo] = field(default_factory=list)
     resources: list[Resource] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
     ephemeral: bool = False  # brought up by `run` for one run, taken down after it
-    launcher: str = "torchrun"  # how `run` launches here by default: torchrun (over SSH) or sbatch
+    launcher: Launcher = Launcher.TORCHRUN  # how `run` launches here by default
     #: when autodown (``spec.autodown_s``) was last set on the nodes (epoch seconds; 0: never)
     autodown_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.status, self.launcher = ClusterPhase(self.status), Launcher(self.launcher)  # words from a file too
 
     @property
     def name(self) -> str:

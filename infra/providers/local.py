@@ -23,7 +23,7 @@ from ..launch.supervise import OutputLine
 from ..launch.torchrun import run_snapshot_dir
 from ..model.errors import UsageError
 from ..model.spec import ClusterSpec, RunSpec
-from ..model.state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..model.state import ClusterPhase, ClusterState, NodeInfo, Resource, ResourcePhase, Salvage, StateStore
 from ..model.torch_versions import check_torch
 from ..node_programs import writable
 from ..tools.install import pip_install
@@ -71,7 +71,7 @@ class LocalProvider(Provider):
         return ClusterState(
             spec=spec,
             cluster_id=cluster_id,
-            status="planned",
+            status=ClusterPhase.PLANNED,
             shared_dir=str(root / "shared"),
             nodes=nodes,
             resources=resources,
@@ -79,13 +79,13 @@ class LocalProvider(Provider):
         )
 
     def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
-        state.status = "creating"
+        state.status = ClusterPhase.CREATING
         store.save(state)  # every resource recorded before any is created
         for res in state.resources:
             if res.kind == "dir":
                 Path(res.id).mkdir(parents=True, exist_ok=True)
-            res.status = "created"
-        state.status = "up"
+            res.status = ResourcePhase.CREATED
+        state.status = ClusterPhase.UP
         store.save(state)
         progress(
             f"local cluster {state.name!r} is up: {len(state.nodes)} node(s) under {store.cluster_dir(state.name)}"
@@ -93,7 +93,7 @@ class LocalProvider(Provider):
         return state
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
-        state.status = "deleting"
+        state.status = ClusterPhase.DELETING
         store.save(state)
         stopped = stop_tagged(CLUSTER_KEY, state.cluster_id)
         if stopped:
@@ -102,7 +102,7 @@ class LocalProvider(Provider):
         for res in reversed(state.resources):
             if res.kind == "dir" and not store.remove_tree(state.name, res.id) and Path(res.id).exists():
                 progress(f"left {res.id}: not inside {root}, which is all `down` removes")
-            res.status = "deleted"
+            res.status = ResourcePhase.DELETED
         store.remove_tree(state.name, root)  # the cluster's own folder, whatever the record says
         store.delete(state.name)
         progress(f"local cluster {state.name!r} is down")

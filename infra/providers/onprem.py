@@ -26,7 +26,7 @@ from ..model.details import Detail
 from ..model.errors import DdpctlError, UsageError
 from ..model.host import Host
 from ..model.spec import ClusterSpec
-from ..model.state import ClusterState, NodeInfo, Resource, Salvage, StateStore
+from ..model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, Resource, ResourcePhase, Salvage, StateStore
 from ..tools.procs import CLUSTER_KEY
 from .base import Progress, Provider
 
@@ -66,36 +66,41 @@ class OnpremProvider(Provider):
         resources += [HostConfigDetail(address=h.address).resource(h.name) for h in hosts]
         resources += [Resource("processes", f"{CLUSTER_KEY}={cluster_id}")]
         return ClusterState(
-            spec=spec, cluster_id=cluster_id, status="planned", nodes=nodes, resources=resources, ephemeral=ephemeral
+            spec=spec,
+            cluster_id=cluster_id,
+            status=ClusterPhase.PLANNED,
+            nodes=nodes,
+            resources=resources,
+            ephemeral=ephemeral,
         )
 
     def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
         hosts = [_host(n) for n in state.nodes]
         progress(f"checking SSH to {len(hosts)} host(s)")
         cpus = check_reachable(hosts)  # nothing is recorded or changed before every host answers
-        state.status = "creating"
+        state.status = ClusterPhase.CREATING
         store.save(state)
         root = store.cluster_dir(state.name)
         for res in state.resources:
             if res.kind == "dir":
                 Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
-                res.status = "created"
+                res.status = ResourcePhase.CREATED
         store.save(state)
         report = run_site(state.spec.inventory, state.nodes, root / "keys", progress, state.spec.playbook_vars)
         nodes = record_nodes(state.nodes, report, cpus)
         state.nodes = nodes
-        state.launcher = "sbatch" if slurm_answers(hosts[0]) else "torchrun"
-        if state.launcher == "sbatch":
+        state.launcher = Launcher.SBATCH if slurm_answers(hosts[0]) else Launcher.TORCHRUN
+        if state.launcher == Launcher.SBATCH:
             progress(f"Slurm answers on {hosts[0].name}: jobs go through sbatch (--launcher torchrun to bypass it)")
         for res in state.resources:
-            res.status = "created"
-        state.status = "up"
+            res.status = ResourcePhase.CREATED
+        state.status = ClusterPhase.UP
         store.save(state)
         progress(f"on-prem cluster {state.name!r} is up: {', '.join(n.name for n in nodes)}")
         return state
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
-        state.status = "deleting"
+        state.status = ClusterPhase.DELETING
         store.save(state)
         _clean_hosts([(_host(n), n.workdir) for n in state.nodes], state.cluster_id, progress)
         store.remove_tree(state.name, store.cluster_dir(state.name))

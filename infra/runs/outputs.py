@@ -28,7 +28,7 @@ from pathlib import Path
 from ..launch.torchrun import run_snapshot_dir
 from ..model.errors import DdpctlError, UsageError
 from ..model.progress import Progress
-from ..model.state import ClusterState, StateStore
+from ..model.state import ClusterPhase, ClusterState, StateStore
 from ..providers.base import Provider
 from .records import OUTPUTS, read_options
 
@@ -340,7 +340,7 @@ def _keep_outputs(
     keeping: bool,
 ) -> None:
     found = []
-    if state.status == "up" and state.nodes:  # runs only ever ran on a cluster that was up
+    if state.status == ClusterPhase.UP and state.nodes:  # runs only ever ran on a cluster that was up
         wanted = to_keep(recorded(store), state, disks_go=provider.disks_go_with_down)
         try:
             found = measure(state, wanted)

@@ -18,7 +18,7 @@ from ..lifecycle import clusters
 from ..model import locks
 from ..model.errors import UsageError
 from ..model.spec import ClusterSpec, RunSpec, run_env
-from ..model.state import ClusterState, NodeInfo, StateStore
+from ..model.state import ClusterState, Launcher, NodeInfo, StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
 from ..providers.base import Provider
@@ -124,7 +124,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             check_torch(node.torch, f"node {node.name} ({node.python or cluster.spec.python})")
     summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
     launcher = opts.launcher or cluster.launcher
-    if launcher == "sbatch":
+    if launcher == Launcher.SBATCH:
         if run.elastic:
             raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
         if resume:

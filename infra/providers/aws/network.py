@@ -22,7 +22,7 @@ from typing import Any
 
 from ...model.errors import ClusterExists, DdpctlError, UsageError
 from ...model.progress import Progress
-from ...model.state import ClusterState, Resource
+from ...model.state import ClusterState, Resource, ResourcePhase
 from . import boto
 from .details import InternetGatewayDetail, KeyPairDetail, RouteDetail, SubnetDetail, VpcDetail, aws_id
 from .ec2 import Aws, Tagged, foreign_note
@@ -275,7 +275,7 @@ def recorded_ids(state: ClusterState, kind: str) -> set[str]:
 
 def recorded_names(state: ClusterState, kind: str) -> set[str]:
     """The names of ``kind`` the state does not record as deleted (key pairs, placement groups)."""
-    return {r.id for r in state.resources if r.kind == kind and r.status != "deleted"}
+    return {r.id for r in state.resources if r.kind == kind and r.status != ResourcePhase.DELETED}
 
 
 def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> list[str]:
@@ -296,7 +296,7 @@ def delete_in_order(aws: Aws, steps: list[Deletion], state: ClusterState) -> lis
         else:
             for res in state.resources:
                 if res.kind == kind and ident in (res.id, aws_id(res)):
-                    res.status = "deleted"
+                    res.status = ResourcePhase.DELETED
     return problems
 
 

@@ -28,7 +28,7 @@ from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError, UsageError
 from ...model.spec import ClusterSpec
-from ...model.state import ClusterState, NodeInfo, StateStore
+from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase, StateStore
 from .. import checked_spec
 from ..base import LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, prices, pricing, spot
@@ -86,7 +86,7 @@ class AwsProvider(Provider):
         return ClusterState(
             spec=spec,
             cluster_id=cluster_id,
-            status="planned",
+            status=ClusterPhase.PLANNED,
             nodes=nodes,
             resources=plan.resources(),
             ephemeral=ephemeral,
@@ -118,7 +118,7 @@ class AwsProvider(Provider):
             replace(
                 InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones), efa_interfaces=plan.efa_attached
             ).put(inst)
-            state.status = "creating"
+            state.status = ClusterPhase.CREATING
             store.save(state)
             steps = Up(state, store, progress, aws, plan, pre)
             steps.claim()  # the cluster's name in the region: another home's `up` of it stops here
@@ -143,7 +143,7 @@ class AwsProvider(Provider):
         region = state.spec.options["region"] or DEFAULT_REGION
         persisted = store.exists(name)
         if persisted:
-            state.status = "deleting"
+            state.status = ClusterPhase.DELETING
             store.save(state)
         problems: list[str] = []
         with aws_errors(region):
@@ -165,7 +165,7 @@ class AwsProvider(Provider):
             for res in state.resources:  # dropped only now that EC2 reports them terminated
                 if res.kind == "instances":
                     replace(InstancesDetail.of(res), ids=()).put(res)
-                    res.status = "deleted"
+                    res.status = ResourcePhase.DELETED
             if persisted:
                 store.save(state)
             groups = (set(found.placement_groups or []) | network.recorded_names(state, "placement-group")) - set(
@@ -211,7 +211,7 @@ class AwsProvider(Provider):
                 f"`ddpctl down --name {name} --region {region} --provider pcluster`"
             )
         progress(f"no state file for {name!r}: looking for its resources by tag in {region}")
-        self.down(ClusterState(spec=spec, cluster_id="", status="deleting"), store, progress)
+        self.down(ClusterState(spec=spec, cluster_id="", status=ClusterPhase.DELETING), store, progress)
 
     # ---- status --------------------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class AwsProvider(Provider):
                 ]
         except DdpctlError as exc:
             error = str(exc)
-            billed = len(state.nodes) if state.status == "up" else 0
+            billed = len(state.nodes) if state.status == ClusterPhase.UP else 0
             summary = error
         else:
             details["instances"] = dict(Counter(i["State"]["Name"] for i in alive))
@@ -273,7 +273,7 @@ class AwsProvider(Provider):
     def took_itself_down(self, state: ClusterState) -> bool:
         """Autodown was on, and EC2 says every recorded instance is terminated (or gone)."""
         ids = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
-        if not state.spec.autodown_s or state.status != "up" or not ids:
+        if not state.spec.autodown_s or state.status != ClusterPhase.UP or not ids:
             return False
         region = state.spec.options["region"] or DEFAULT_REGION
         try:
@@ -300,8 +300,8 @@ class AwsProvider(Provider):
             return report
         for res in state.resources:
             if res.kind == "configure":  # an `up` stopped in its configure step is finished now
-                res.status = "created"
-        state.status = "up"
+                res.status = ResourcePhase.CREATED
+        state.status = ClusterPhase.UP
         return report
 
     def _collect_missing_host_keys(self, state: ClusterState, store: StateStore, progress: Progress) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...hosts.ansible import Play
 from ...hosts.site_play import record_nodes, run_site
 from ...model.progress import Progress
-from ...model.state import ClusterState, StateStore
+from ...model.state import ClusterState, ResourcePhase, StateStore
 from . import configure, faults, instances
 from .details import InstancesDetail, SecurityGroupDetail
 from .ec2 import Aws
@@ -73,7 +73,7 @@ def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, los
     inst = only(state, "instances")
     detail = InstancesDetail.of(inst)
     image = aws.image(detail.ami) or {}
-    placement = any(r.kind == "placement-group" and r.status == "created" for r in state.resources)
+    placement = any(r.kind == "placement-group" and r.status == ResourcePhase.CREATED for r in state.resources)
     request = replacement_request(
         plan,
         detail,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...model.errors import DdpctlError
-from ...model.state import ClusterState, NodeInfo, Resource
+from ...model.state import ClusterState, NodeInfo, Resource, ResourcePhase
 from .configure import Launched
 from .details import InstancesDetail, SubnetDetail
 from .ec2_requests import run_instances_request
@@ -75,7 +75,7 @@ def subnet_of(resources: list[Resource], detail: InstancesDetail, given: str) ->
     if given:
         return given
     for res in resources:
-        if res.kind == "subnet" and res.status == "created" and SubnetDetail.of(res).az == detail.az:
+        if res.kind == "subnet" and res.status == ResourcePhase.CREATED and SubnetDetail.of(res).az == detail.az:
             return SubnetDetail.of(res).aws_id
     raise DdpctlError(
         f"the cluster's state records no subnet in {detail.az}, where its nodes are: a node cannot be replaced there"

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ...model.details import Detail
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, Resource, StateStore
+from ...model.state import ClusterState, Resource, ResourcePhase, StateStore
 from . import faults, keys
 from .details import AwsIdDetail, KeyFileDetail
 from .plan import TAG_CLUSTER_ID, AwsPlan
@@ -39,7 +39,7 @@ class Steps:
         made = create()
         faults.point("after", res.kind)  # made in AWS, not yet in the state: down finds it by tag
         made.put(res)
-        res.status = "created"
+        res.status = ResourcePhase.CREATED
         self.store.save(self.state)
         if isinstance(made, AwsIdDetail):
             self.progress(f"created {res.kind} {made.aws_id}")
@@ -78,7 +78,7 @@ def only(state: ClusterState, kind: str) -> Resource:
 
 
 def only_created(state: ClusterState, kind: str) -> Resource:
-    return next(r for r in state.resources if r.kind == kind and r.status == "created")
+    return next(r for r in state.resources if r.kind == kind and r.status == ResourcePhase.CREATED)
 
 
 def adopt(resource: dict[str, Any], id_key: str, cluster_id: str, what: str) -> str:

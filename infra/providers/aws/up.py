@@ -15,7 +15,7 @@ from pathlib import Path
 from ...hosts.site_play import record_nodes, run_site, site_command
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, StateStore
+from ...model.state import ClusterPhase, ClusterState, ResourcePhase, StateStore
 from . import configure, faults, instances, network, pricing
 from .details import (
     ConfigureDetail,
@@ -88,12 +88,12 @@ class Up(Steps):
         )
         faults.point("after", res.kind)
         if made is None:
-            res.status = "skipped"
+            res.status = ResourcePhase.SKIPPED
             replace(PlacementGroupDetail.of(res), reason="this EC2 endpoint does not support placement groups").put(res)
             self.save()
             self.progress("warning: this EC2 endpoint does not support placement groups: launching without one")
             return None
-        res.status = "created"
+        res.status = ResourcePhase.CREATED
         self.save()
         return self.plan.unique_name
 
@@ -118,7 +118,7 @@ class Up(Steps):
             token = client_token(plan.cluster_id, zone, count)
             replace(InstancesDetail.of(inst), az=zone, client_token=token, ids=tuple(existing)).put(inst)
             if count <= 0:
-                inst.status = "created"
+                inst.status = ResourcePhase.CREATED
                 self.save()
                 return existing
             self.save()
@@ -149,7 +149,7 @@ class Up(Steps):
             faults.point("after", "instances")
             ids = existing + [i["InstanceId"] for i in launched]
             replace(InstancesDetail.of(inst), ids=tuple(ids)).put(inst)
-            inst.status = "created"
+            inst.status = ResourcePhase.CREATED
             self.save()
             return ids
         if plan.subnet_id:
@@ -209,7 +209,9 @@ class Up(Steps):
         replace(InstancesDetail.of(inst), nodes={n.name: n.instance_id for n in launched}).put(inst)
         self.save()
         if plan.configure:
-            state.status = "configuring"  # an interruption from here on can be finished with `ddpctl configure`
+            state.status = (
+                ClusterPhase.CONFIGURING
+            )  # an interruption from here on can be finished with `ddpctl configure`
             self.save()
 
             step = only(state, "configure")
@@ -229,7 +231,7 @@ class Up(Steps):
                 f"skipping configuration (--no-configure): the nodes are not prepared for jobs; configure them "
                 f"with `ddpctl configure --name {plan.cluster}`, or by hand with: {command}"
             )
-        state.status = "up"
+        state.status = ClusterPhase.UP
         self.save()
         where = ", ".join(sorted({n.zone for n in launched}))
         self.progress(

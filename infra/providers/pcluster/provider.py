@@ -9,7 +9,7 @@ subnet), the key pair, the configuration file, and ``pcluster create-cluster``; 
 describe-cluster is polled until CREATE_COMPLETE (or a failure, reported in one line), the static
 compute nodes are waited for (``waits.py``; describe-cluster-instances; ``compute.py``: a fleet
 that never starts ends the wait with one line on what to check), and the head node is recorded as
-the cluster's login node with ``launcher = "sbatch"``. Last, playbooks/site.yml configures the head
+the cluster's login node with ``launcher = Launcher.SBATCH``. Last, playbooks/site.yml configures the head
 node (``up.configure_head``): the Python env with PyTorch's CUDA wheels, the env file and the
 training bundle go to its /home, which ParallelCluster NFS-exports to every compute node, so that
 sbatch jobs find them there.
@@ -37,7 +37,7 @@ from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError
 from ...model.spec import ClusterSpec
-from ...model.state import ClusterState, NodeInfo, StateStore
+from ...model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, ResourcePhase, StateStore
 from .. import checked_spec
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
@@ -102,12 +102,12 @@ class PclusterProvider(Waits, Provider):
         return ClusterState(
             spec=spec,
             cluster_id=cluster_id,
-            status="planned",
+            status=ClusterPhase.PLANNED,
             shared_dir=plan.shared_dir,
             nodes=[head],
             resources=plan.resources(),
             ephemeral=ephemeral,
-            launcher="sbatch",
+            launcher=Launcher.SBATCH,
         )
 
     @staticmethod
@@ -168,15 +168,15 @@ class PclusterProvider(Waits, Provider):
         name = state.name
         persisted = store.exists(name)
         if persisted:
-            state.status = "deleting"
+            state.status = ClusterPhase.DELETING
             store.save(state)
         cluster = only(state, "cluster")
         deleted_cluster = False
-        if cluster.status != "deleted" and ClusterDetail.of(cluster).create_called:
+        if cluster.status != ResourcePhase.DELETED and ClusterDetail.of(cluster).create_called:
             install = find_pcluster(self.env)  # one line on how to install it, if missing
             with opened(install, plan.region, self.env, Path(plan.log_path)) as cli:
                 deleted_cluster = self._delete_cluster(cli, plan, state, progress)
-            cluster.status = "deleted"
+            cluster.status = ResourcePhase.DELETED
             if persisted:
                 store.save(state)
         with aws_errors(plan.region):
@@ -208,7 +208,9 @@ class PclusterProvider(Waits, Provider):
         )
         lost = ClusterDetail(region=region, create_called=True).resource(cluster)
         self.down(
-            ClusterState(spec=spec, cluster_id="", status="deleting", resources=[lost], launcher="sbatch"),
+            ClusterState(
+                spec=spec, cluster_id="", status=ClusterPhase.DELETING, resources=[lost], launcher=Launcher.SBATCH
+            ),
             store,
             progress,
         )
@@ -230,7 +232,7 @@ class PclusterProvider(Waits, Provider):
                 described = cli.describe(plan.pcluster_name)
         except DdpctlError as exc:
             error = summary = str(exc)
-            running = state.status == "up"
+            running = state.status == ClusterPhase.UP
         else:
             if described is None:
                 summary = "ParallelCluster: not found"

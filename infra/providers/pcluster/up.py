@@ -20,7 +20,7 @@ from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import record_nodes, run_site
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, StateStore, atomic_write
+from ...model.state import ClusterPhase, ClusterState, Launcher, StateStore, atomic_write
 from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
 from ..aws.steps import Steps, only
@@ -54,7 +54,7 @@ class Up(Steps):
         a = plan.aws
         config = only(state, "config")
         replace(ConfigDetail.of(config), ssh_cidr=cidr, zone=zone).put(config)
-        state.status = "creating"
+        state.status = ClusterPhase.CREATING
         self.save()
         network.claim_name(self, aws, a)  # first: where another state home holds the name, nothing is left
         if a.new_network:
@@ -109,7 +109,7 @@ class Up(Steps):
         )
         host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
         state.nodes = [replace(state.nodes[0], host=head.private_ip, python="python3", ssh=host)]
-        state.launcher = "sbatch"
+        state.launcher = Launcher.SBATCH
         self.save()
         if a.configure:
             configure_head(state, str(files.inventory), cluster_dir / "keys", self.progress, plan.head_playbook_vars())
@@ -119,7 +119,7 @@ class Up(Steps):
                 f"compute nodes; configure the head node with `ansible-playbook -i {files.inventory} --tags "
                 f"{HEAD_TAGS} -e {shlex.quote(json.dumps(plan.head_playbook_vars()))} playbooks/site.yml`"
             )
-        state.status = "up"
+        state.status = ClusterPhase.UP
         self.save()
         self.progress(
             f"pcluster cluster {plan.cluster!r} is up: head node {launched.address(a.private_ip)} (ssh -F {files.ssh_config} "
