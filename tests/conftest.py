@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.aws_env import Env
 from tests.support.moto import Moto, running_moto
 from tests.support.testbed.cluster import Testbed, exclusive, testbed_down, testbed_missing, testbed_up
+from tests.support.testbed.twin import TwinProcess
+from tests.support.twin_env import TwinEnv
 
 _skipped: list[str] = []
 
@@ -115,3 +118,24 @@ def moto(moto_server: Moto) -> Moto:
     """The moto server, reset: it holds only its defaults (a default VPC, subnets, security group...)."""
     moto_server.reset()
     return moto_server
+
+
+@pytest.fixture(scope="module")
+def twin(moto_server: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinEnv]:
+    reason = testbed_missing()
+    if reason:
+        pytest.skip(reason)
+    with exclusive():
+        testbed_up(0)  # the bridge; the twin adds a node per instance
+        tmp = tmp_path_factory.mktemp("twin")
+        proc = TwinProcess.start(moto_server.url, tmp / "twin.log")
+        try:
+            yield TwinEnv(proc, tmp)
+        finally:
+            proc.stop()
+            testbed_down()
+
+
+@pytest.fixture
+def aws(moto: Moto, home: Path, tmp_path: Path) -> Env:
+    return Env(moto, home, tmp_path)

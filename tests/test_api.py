@@ -16,7 +16,7 @@ import ddpctl
 from ddpctl.infra.model.errors import UsageError
 from tests.support.cli import ddpctl as cli
 from tests.support.processes import assert_nothing_left, spawn, wait_for_worker
-from tests.test_short_failures import FAIL
+from tests.support.scripts import FAIL
 
 
 def test_import_ddpctl_loads_no_torch_boto3_or_ansible() -> None:

@@ -7,7 +7,8 @@ import ast
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+
 DOC = REPO / "docs" / "architecture.md"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -29,10 +30,10 @@ from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.node_programs import autodown as program
 from ddpctl.infra.runs.records import RunRecord
+from tests.support.aws_env import UP, Env
 from tests.support.specs import cluster_spec
 from tests.support.testbed import cluster as test_cluster
-from tests.test_aws import UP, Env, aws  # noqa: F401 - moto, one test's state home
-from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
+from tests.support.twin_env import TwinEnv
 
 # ---- the idle time's text ----------------------------------------------------------------------
 
@@ -177,7 +178,7 @@ def _taken_down(env: Env) -> None:
     env.moto.ec2.terminate_instances(InstanceIds=ids)
 
 
-def test_down_and_up_of_the_name_delete_what_the_nodes_left(aws: Env) -> None:  # noqa: F811
+def test_down_and_up_of_the_name_delete_what_the_nodes_left(aws: Env) -> None:
     aws.ok(*UP, "--nodes", "2")
     _taken_down(aws)
     again = aws.ok(*UP, "--nodes", "1")  # the same name: the leftovers go first, said so
@@ -201,12 +202,19 @@ def node(tmp_path: Path) -> dict:
     for name in ("sudo", "ssh"):
         (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
         (bin_dir / name).chmod(0o755)
+    # an empty queue: this machine's own squeue (the test cluster's Slurm) is not this node's
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "squeue").chmod(0o755)
     settings = tmp_path / "autodown.json"
     cluster_id = f"t{os.getpid()}{time.monotonic_ns()}"
-    doc = {"cluster_id": cluster_id, "idle_s": 1, "check_s": 0.1, "peers": ["10.0.0.2", "10.0.0.3"]}
+    # the program sees only the processes a test links into its own proc folder: not the torchrun
+    # agents of other tests on this machine
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    doc = {"cluster_id": cluster_id, "idle_s": 1, "check_s": 0.1, "peers": ["10.0.0.2", "10.0.0.3"], "proc": str(proc)}
     settings.write_text(json.dumps(doc))
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    return {"bin": bin_dir, "calls": calls, "settings": settings, "id": cluster_id, "env": env}
+    return {"bin": bin_dir, "calls": calls, "settings": settings, "id": cluster_id, "env": env, "proc": proc}
 
 
 def _start(node: dict) -> subprocess.Popen:
@@ -250,6 +258,7 @@ def test_idle_it_shuts_the_peers_down_then_its_node(node: dict) -> None:
 
 def test_a_run_keeps_it_up_and_its_end_starts_the_idle_time(node: dict) -> None:
     run = subprocess.Popen(["sleep", "300"], env={**os.environ, "DDPCTL_CLUSTER_ID": node["id"]})
+    (node["proc"] / str(run.pid)).symlink_to(f"/proc/{run.pid}")
     try:
         start = time.time()
         proc = _start(node)
@@ -261,6 +270,22 @@ def test_a_run_keeps_it_up_and_its_end_starts_the_idle_time(node: dict) -> None:
         run.wait()
     assert proc.wait(timeout=60) == 0
     assert _calls(node)[-1] == "sudo -n shutdown -h now"
+
+
+def test_a_torchrun_agent_started_by_hand_keeps_it_up(node: dict) -> None:
+    (node["bin"] / "torchrun").write_text("#!/bin/sh\nsleep 300\n")  # its command line names torchrun
+    (node["bin"] / "torchrun").chmod(0o755)
+    agent = subprocess.Popen([str(node["bin"] / "torchrun")], env=node["env"], start_new_session=True)
+    (node["proc"] / str(agent.pid)).symlink_to(f"/proc/{agent.pid}")  # no marker: not ddpctl's
+    try:
+        start = time.time()
+        proc = _start(node)
+        assert _looked_past_idle(node, start)["activity"] == f"a torchrun agent (pid {agent.pid})"
+        assert proc.poll() is None and _calls(node) == []
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+    assert proc.wait(timeout=60) == 0
 
 
 def test_a_slurm_job_keeps_it_up_and_off_ends_it(node: dict) -> None:
@@ -297,7 +322,7 @@ def _instance_states(env: TwinEnv) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def autodown_env(twin: TwinEnv) -> TwinEnv:  # noqa: F811 - the fixture imported above
+def autodown_env(twin: TwinEnv) -> TwinEnv:
     twin.env["DDPCTL_AUTODOWN_CHECK_S"] = "1"
     twin.env["COLUMNS"] = "250"  # the status table's cells uncut
     return twin

@@ -45,67 +45,11 @@ from typing import Any
 import pytest
 
 from bench import aws_calls
+from tests.support import REPO
+from tests.support.aws_env import CONFIGURED_UP, UP, Env, error_line, line_with, only_line
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import CANONICAL, NEWEST_DLAMI, NEWEST_UBUNTU, REGION, SSH_CIDR, Moto
 from tests.support.specs import cluster_spec
-
-UP = ("up", "--provider", "aws", "--name", "c1", "--ssh-cidr", SSH_CIDR, "--yes", "--no-configure")
-CONFIGURED_UP = UP[:-1]  # with the configure step: only a dry run can have it here
-
-
-class Env:
-    """One test's ddpctl invocations: state home, environment, and the server's baseline."""
-
-    def __init__(self, moto: Moto, home: Path, tmp: Path) -> None:
-        self.moto, self.home, self.tmp = moto, home, tmp
-        self.baseline = moto.inventory()
-
-    def run(
-        self, *args: str, fault: str = "", timeout: float = 120, stdin: Any = None, **extra: str
-    ) -> subprocess.CompletedProcess:
-        env = self.moto.env(self.home, self.tmp, **extra)
-        if fault:
-            env["DDPCTL_FAULT"] = fault
-        return ddpctl(*args, env=env, timeout=timeout, stdin=stdin)
-
-    def ok(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
-        result = self.run(*args, **kw)
-        assert result.returncode == 0, result.stderr
-        return result
-
-    def added(self) -> dict[str, set[str]]:
-        now = self.moto.inventory()
-        return {k: now[k] - self.baseline[k] for k in now if now[k] - self.baseline[k]}
-
-    def assert_clean(self) -> None:
-        now = self.moto.inventory()
-        assert now == self.baseline, {k: (now[k] ^ self.baseline[k]) for k in now if now[k] != self.baseline[k]}
-        assert not (self.home / "clusters" / "c1.json").exists()
-        assert not (self.home / "clusters" / "c1").exists()
-
-
-@pytest.fixture
-def aws(moto: Moto, home: Path, tmp_path: Path) -> Env:
-    return Env(moto, home, tmp_path)
-
-
-def line_with(text: str, prefix: str) -> str:
-    lines = [line for line in text.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1, text
-    return lines[0]
-
-
-def error_line(result: subprocess.CompletedProcess) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("Error: "), result.stderr
-    return lines[-1]
-
-
-def only_line(result: subprocess.CompletedProcess) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return error_line(result)
-
 
 # ---- pure planning: no server ------------------------------------------------------------------
 
@@ -295,7 +239,7 @@ def test_the_plan_predicts_the_nvidia_roles_defaults() -> None:
 
     from ddpctl.infra.providers.aws import images as plan
 
-    defaults = yaml.safe_load((Path(__file__).parents[1] / "playbooks/roles/nvidia/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((REPO / "playbooks/roles/nvidia/defaults/main.yml").read_text())
     assert defaults["nvidia_driver_branch"] == plan.NVIDIA_DRIVER_BRANCH
     assert defaults["nvidia_cuda_version"] == plan.NVIDIA_CUDA_VERSION
     assert defaults["nvidia_legacy_gpu_cuda_version"] == plan.NVIDIA_LEGACY_GPU_CUDA_VERSION

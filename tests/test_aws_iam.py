@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.cli import ddpctl
 from tests.support.moto import REGION, SSH_CIDR, Moto, running_moto
 
-REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "docs" / "aws-iam-policy.json"
 AWS = REPO / "infra" / "providers" / "aws"
 #: Calls of infra/providers/aws/network.py that only the pcluster provider makes (DNS hostnames

@@ -6,14 +6,13 @@ about 30-60 s on 2 cores, most of it one compile."""
 import importlib.util
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-TRAINING = Path(__file__).parents[1] / "training"
+from tests.support import TRAINING
 
 
 def load_module(name, path):

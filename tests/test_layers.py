@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-INFRA = Path(__file__).resolve().parents[1] / "infra"
-if not INFRA.is_dir():
-    INFRA = Path(__file__).resolve().parents[2] / "infra"
+from tests.support import REPO
+
+INFRA = REPO / "infra"
 
 #: each package of infra/ and the packages it may import from (itself included)
 FLOORS: dict[str, set[str]] = {

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.runs import metrics
+from tests.support import TRAINING
 from tests.support.cli import ddpctl
 from tests.support.specs import cluster_spec
-
-TRAINING = Path(__file__).resolve().parents[1] / "training"
 
 LINES = [
     {"kind": "step", "step": 1, "epoch": 1, "loss": 2.3, "samples_per_s": 100.0},

@@ -18,7 +18,6 @@ import pytest
 from tests.support.cli import ddpctl, tree
 from tests.support.specs import cluster_spec
 
-REPO = Path(__file__).resolve().parent.parent
 TAKEN = "taken1"  # the run id of the recorded run that the `recorded` rows start from
 
 

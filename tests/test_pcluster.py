@@ -541,7 +541,7 @@ def test_the_waits_are_the_activity_going_on() -> None:
     """Each wait is what a terminal shows live with its time (``infra/model/progress.py``), its status in
     brackets (the same step while only that moves), and over when the wait ends."""
     from ddpctl.infra.model.state import ClusterState
-    from tests.test_progress import Recorder
+    from tests.support.progress import Recorder
 
     provider, plan, progress = _recorded_provider(), _plan(), Recorder()
     head = {"instanceId": "i-1", "privateIpAddress": "10.77.0.10", "state": "running"}
@@ -1199,7 +1199,7 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     from ddpctl.infra.hosts.connections import connect
     from ddpctl.infra.model.errors import DdpctlError
     from ddpctl.infra.model.host import Host
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.state import ClusterPhase, StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up
@@ -1235,10 +1235,12 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
         fleet_status="RUNNING",
         head=head,
     )
-    _Up(state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider, provider.env).finish(
-        info
-    )
-    assert state.status == "up"
+    said = _Up(
+        state, store, lambda line: None, Console(testbed, "10.77.0.10"), plan, None, provider, provider.env
+    ).finish(info)
+    assert said.startswith("pcluster cluster 'pc' is up: head node 10.77.0.10")
+    state.status = ClusterPhase.UP  # what Provider.up records once the steps are done
+    store.save(state)
 
     ips = [ip for _, ip in testbed.nodes[1:]]
     listed = {"instances": [_instance(ips[1]), _instance("10.77.0.13", "pending"), _instance(ips[0])]}

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ddpctl.infra.launch.plan import plan_torchrun
+from ddpctl.infra.launch.plan import LaunchPlan, plan_torchrun
 from ddpctl.infra.launch.project import Project
 from ddpctl.infra.launch.torchrun import RANK_PREFIX_TEMPLATE, RANK_PREFIX_VAR
 from ddpctl.infra.model.errors import UsageError
@@ -27,32 +27,58 @@ def flag(argv: tuple[str, ...], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-@pytest.mark.parametrize("nodes,nproc,restarts", [(1, 1, 0), (2, 1, 0), (2, 4, 3), (4, 8, 1)])
-def test_argv_per_node(nodes: int, nproc: int, restarts: int) -> None:
+SHAPES = pytest.mark.parametrize("nodes,nproc,restarts", [(1, 1, 0), (2, 1, 0), (2, 4, 3), (4, 8, 1)])
+
+
+def planned(nodes: int, nproc: int, restarts: int) -> LaunchPlan:
     run = RunSpec(
         job="mnist", args=("--epochs", "3"), nodes=nodes, nproc_per_node=nproc, max_restarts=restarts, run_id="r1"
     )
-    plan = plan_torchrun(cluster(4), run, script="/b/mnist.py", port=29400)
+    return plan_torchrun(cluster(4), run, script="/b/mnist.py", port=29400)
+
+
+@SHAPES
+def test_the_plan_has_one_agent_per_node_and_the_whole_world(nodes: int, nproc: int, restarts: int) -> None:
+    plan = planned(nodes, nproc, restarts)
     assert len(plan.nodes) == nodes
     assert plan.world_size == nodes * nproc
     assert plan.rdzv_endpoint == "10.0.0.10:29400"
-    for rank, node in enumerate(plan.nodes):
+    assert [(n.node, n.node_rank) for n in plan.nodes] == [(f"node{rank}", rank) for rank in range(nodes)]
+
+
+@SHAPES
+def test_every_agent_joins_the_heads_store_by_c10d(nodes: int, nproc: int, restarts: int) -> None:
+    for rank, node in enumerate(planned(nodes, nproc, restarts).nodes):
         argv = node.argv
         assert argv[:3] == ("/opt/venv/bin/python", "-m", "torch.distributed.run")
-        assert flag(argv, "--nnodes") == str(nodes)
-        assert flag(argv, "--nproc-per-node") == str(nproc)
         assert flag(argv, "--rdzv-backend") == "c10d"
         assert flag(argv, "--rdzv-endpoint") == "10.0.0.10:29400"  # the head node, on every node
         assert flag(argv, "--rdzv-id") == "r1"
-        assert flag(argv, "--max-restarts") == str(restarts)
         assert flag(argv, "--rdzv-conf") == "is_host=0"  # every agent joins the run's own store
         assert flag(argv, "--local-addr") == f"10.0.0.{10 + rank}"
-        assert "--log-line-prefix-template" not in argv  # a flag only torch 2.14 and later have
-        assert node.env[RANK_PREFIX_VAR] == RANK_PREFIX_TEMPLATE  # read by every supported torch
-        assert argv[-3:] == ("/b/mnist.py", "--epochs", "3")  # job args after the script
-        assert node.node == f"node{rank}" and node.node_rank == rank
-        assert node.cwd == f"/work/node{rank}"
+
+
+@SHAPES
+def test_every_agent_gets_the_runs_shape(nodes: int, nproc: int, restarts: int) -> None:
+    for node in planned(nodes, nproc, restarts).nodes:
+        assert flag(node.argv, "--nnodes") == str(nodes)
+        assert flag(node.argv, "--nproc-per-node") == str(nproc)
+        assert flag(node.argv, "--max-restarts") == str(restarts)
         assert node.env["OMP_NUM_THREADS"] == str(max(1, 8 // nproc))
+
+
+@SHAPES
+def test_the_job_runs_from_the_nodes_dir_with_its_args_after_the_script(nodes: int, nproc: int, restarts: int) -> None:
+    for rank, node in enumerate(planned(nodes, nproc, restarts).nodes):
+        assert node.argv[-3:] == ("/b/mnist.py", "--epochs", "3")
+        assert node.cwd == f"/work/node{rank}"
+
+
+@SHAPES
+def test_the_rank_prefix_is_set_the_way_every_supported_torch_reads_it(nodes: int, nproc: int, restarts: int) -> None:
+    for node in planned(nodes, nproc, restarts).nodes:
+        assert "--log-line-prefix-template" not in node.argv  # a flag only torch 2.14 and later have
+        assert node.env[RANK_PREFIX_VAR] == RANK_PREFIX_TEMPLATE
 
 
 def test_the_head_node_hosts_the_store_apart_from_its_agent() -> None:

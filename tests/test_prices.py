@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.providers.aws import prices, pricing
+from tests.support import GOLDEN
 from tests.support.moto import Moto
 from tests.support.specs import cluster_spec
 
-GOLDEN = Path(__file__).parent / "golden" / "price_list_p3.2xlarge_us-west-2.json"
+PRICE_LIST = GOLDEN / "price_list_p3.2xlarge_us-west-2.json"
 
 
 def test_the_filters_ask_for_linux_on_demand_in_the_region() -> None:
@@ -38,7 +39,7 @@ def test_the_filters_ask_for_linux_on_demand_in_the_region() -> None:
 
 
 def test_a_price_list_document_is_read_on_demand_not_reserved() -> None:
-    answer = json.loads(GOLDEN.read_text())
+    answer = json.loads(PRICE_LIST.read_text())
     assert prices.on_demand_usd(answer["PriceList"]) == 3.06  # not the reserved 1.074, nor the upfront fee
     assert prices.on_demand_usd([]) is None
 

@@ -11,21 +11,8 @@ from rich.console import Console
 from ddpctl.infra.hosts.ansible import PlayReport, TaskLines
 from ddpctl.infra.model.progress import activity, step
 from ddpctl.output import ProgressLines
+from tests.support.progress import Recorder
 from tests.support.specs import cluster_spec
-
-
-class Recorder:
-    """A progress callback that can show activity, as the CLI's does."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.activities: list[str | None] = []
-
-    def __call__(self, message: str) -> None:
-        self.lines.append(message)
-
-    def activity(self, text: str | None) -> None:
-        self.activities.append(text)
 
 
 def event(kind: str, **data) -> dict:

@@ -6,14 +6,15 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.hosts.ansible import Play
-from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.state import ClusterState, StateStore
+from ddpctl.infra.model.errors import DdpctlError, UsageError
+from ddpctl.infra.model.state import ClusterPhase, ClusterState, Resource, ResourcePhase, StateStore
 from ddpctl.infra.providers import NAMES, all_options, declared_options, get_provider, provider_class
 from ddpctl.infra.providers.base import LiveStatus, Provider
+from tests.support import REPO
 from tests.support.specs import cluster_spec
 
-REPO = Path(__file__).resolve().parent.parent
-REQUIRED = ("plan", "up", "down", "executor")
+REQUIRED = ("plan", "ready", "delete", "executor")
+TEMPLATES = ("up", "down")  # written once, in the base
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -21,6 +22,7 @@ def test_every_provider_implements_the_required_verbs(name):
     cls = provider_class(name)
     assert issubclass(cls, Provider) and cls.name == name
     assert [verb for verb in REQUIRED if getattr(cls, verb) is getattr(Provider, verb)] == []
+    assert [verb for verb in TEMPLATES if getattr(cls, verb) is not getattr(Provider, verb)] == []
 
 
 def test_no_module_outside_the_providers_compares_a_provider_name():
@@ -172,3 +174,78 @@ def test_cost_so_far_and_age_in_words() -> None:
         "3 h 05 min",
         "2 d 4 h",
     ]
+
+
+class Scripted(Provider):
+    """A provider whose steps say when they run and what the state file held then."""
+
+    name = "scripted"
+
+    def __init__(self, store: StateStore, *, check_fails: bool = False, delete_fails: bool = False) -> None:
+        self.store, self.check_fails, self.delete_fails = store, check_fails, delete_fails
+        self.seen: list[str] = []
+
+    def _recorded(self) -> str:
+        return self.store.load("c").status if self.store.exists("c") else "none"
+
+    def ready(self, state, store, progress):
+        self.seen.append(f"ready (recorded: {self._recorded()})")
+        if self.check_fails:
+            raise UsageError("no")
+
+        def create() -> str:
+            self.seen.append(f"create (recorded: {self._recorded()})")
+            state.resources[0].status = ResourcePhase.CREATED
+            return "it is up"
+
+        return create
+
+    def delete(self, state, store, progress, *, persisted):
+        self.seen.append(f"delete (recorded: {self._recorded()}, persisted: {persisted})")
+        if self.delete_fails:
+            raise DdpctlError("could not delete 1 resource: run `ddpctl down` again")
+        return "it is down"
+
+
+def planned() -> ClusterState:
+    return ClusterState(
+        spec=cluster_spec(name="c"), cluster_id="x", status=ClusterPhase.PLANNED, resources=[Resource("dir", "/d")]
+    )
+
+
+def test_up_is_one_template_checks_then_record_then_create_then_up(tmp_path: Path) -> None:
+    store, said = StateStore(tmp_path), []
+    provider = Scripted(store)
+    state = provider.up(planned(), store, said.append)
+    assert provider.seen == ["ready (recorded: none)", "create (recorded: creating)"]
+    assert state.status is ClusterPhase.UP and store.load("c").status is ClusterPhase.UP
+    assert store.load("c").resources[0].status is ResourcePhase.CREATED and said == ["it is up"]
+
+
+def test_up_records_nothing_when_a_check_fails(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    with pytest.raises(UsageError):
+        Scripted(store, check_fails=True).up(planned(), store, print)
+    assert not store.exists("c")
+
+
+def test_down_is_one_template_mark_deleting_then_delete_then_forget(tmp_path: Path) -> None:
+    store, said = StateStore(tmp_path), []
+    provider = Scripted(store)
+    state = provider.up(planned(), store, print)
+    store.cluster_dir("c").mkdir(parents=True)
+    provider.down(state, store, said.append)
+    assert provider.seen[-1] == "delete (recorded: deleting, persisted: True)"
+    assert not store.exists("c") and not store.cluster_dir("c").exists() and said == ["it is down"]
+    provider.down(planned(), store, said.append)  # a lost cluster's: nothing recorded, nothing to mark
+    assert provider.seen[-1] == "delete (recorded: none, persisted: False)"
+
+
+def test_a_down_that_could_not_delete_everything_keeps_the_record(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    provider = Scripted(store)
+    state = provider.up(planned(), store, print)
+    provider.delete_fails = True
+    with pytest.raises(DdpctlError, match="again"):
+        provider.down(state, store, print)
+    assert store.load("c").status is ClusterPhase.DELETING  # the next `down` finds it

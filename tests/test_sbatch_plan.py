@@ -17,10 +17,9 @@ from ddpctl.infra.launch.sbatch import plan_sbatch
 from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.runs.jobs import BUNDLE_DIR
 from ddpctl.infra.tools.procs import RUN_KEY, STORE_KEY, find_tagged, stop_tagged
+from tests.support import GOLDEN
 from tests.support.fake_slurm import start_batch
 from tests.support.processes import run_processes
-
-GOLDEN = Path(__file__).parent / "golden"
 
 
 def mnist_plan():

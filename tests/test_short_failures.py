@@ -16,9 +16,10 @@ from ddpctl.failures import SecondaryTraces
 from ddpctl.infra.launch.nodes import OutputLine
 from ddpctl.infra.runs.logs import parse
 from ddpctl.output import Output
+from tests.support import GOLDEN
 from tests.support.cli import ddpctl
+from tests.support.scripts import FAIL
 
-GOLDEN = Path(__file__).parent / "golden"
 TB = "Traceback (most recent call last):"
 NOTE = re.compile(r"^ddpctl: (\d+) lines? of other ranks' and torchrun's traces left out \(`ddpctl logs (\w+)` has")
 
@@ -161,17 +162,6 @@ def test_output_wiring_and_all_lines(capsys: pytest.CaptureFixture[str]) -> None
         everything.line(line)
     everything.end_lines()
     assert capsys.readouterr().out.splitlines() == [label(x) for x in lines]
-
-
-FAIL = """\
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-if dist.get_rank() == 1:
-    raise ValueError("rank 1 fails on purpose")
-dist.barrier()
-dist.destroy_process_group()
-"""
 
 
 def test_a_failing_script_end_to_end(home: Path, tmp_path: Path) -> None:

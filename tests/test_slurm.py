@@ -164,7 +164,7 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     the home its compute nodes share; then `ddpctl run` submits through sbatch there. No
     CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
     ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.state import ClusterPhase, StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up
@@ -199,11 +199,12 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
         head=HeadNode("i-0123456789abcdef0", "running", "", "10.77.0.10", "t3.large"),
     )
     lines: list[str] = []
-    _Up(state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider, provider.env).finish(
-        info
-    )
-
-    assert state.status == "up" and state.launcher == "sbatch", lines
+    said = _Up(
+        state, store, lines.append, _Console(slurm_testbed, "10.77.0.10"), plan, None, provider, provider.env
+    ).finish(info)
+    assert " is up: head node 10.77.0.10" in said and state.launcher == "sbatch", lines
+    state.status = ClusterPhase.UP  # what Provider.up records once the steps are done
+    store.save(state)
     head = state.nodes[0]
     assert head.python == f"{GROUP_VARS['python_env_path']}/bin/python"
     assert head.bundle_dir == f"{shared_home}/ddpctl/training" and head.workdir == f"{shared_home}/ddpctl/work"

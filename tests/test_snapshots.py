@@ -25,11 +25,11 @@ from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.runs.records import RunOptions
+from tests.support import TRAINING
 from tests.support.cli import ddpctl, tree
 from tests.support.moto import Moto
 from tests.support.specs import cluster_spec
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
 BUCKET = "ddpctl-snapshots"
 
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from tests.support.cli import Output
-from tests.test_aws_twin import TwinEnv, twin  # noqa: F401 - the module's EC2 twin
+from tests.support.twin_env import TwinEnv
 
 #: rounds of all-reduce, one every half second, until the nodes change; it ends in the first round
 #: after a failure's restart (TORCHELASTIC_RESTART_COUNT counts those, not a node joining) in which
@@ -45,7 +45,7 @@ dist.destroy_process_group()
 """
 
 
-def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: TwinEnv, tmp_path: Path) -> None:  # noqa: F811
+def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: TwinEnv, tmp_path: Path) -> None:
     twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "spot", "--spot")
     before = twin.state("spot")
     [instances] = [r for r in before["resources"] if r["kind"] == "instances"]

@@ -22,12 +22,12 @@ from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
 from ddpctl.infra.model.torch_versions import FLOOR, OLDER_TESTED, check_torch, release
 from ddpctl.infra.runs.prepare import prepare
 from ddpctl.infra.runs.records import RunOptions
+from tests.support import REPO
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, start_run
 from tests.support.processes import assert_nothing_left, wait_for_worker
 from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import Testbed, run_procs, worker_pid
 
-REPO = Path(__file__).resolve().parent.parent
 ROLE_DEFAULTS = REPO / "playbooks" / "roles" / "python_env" / "defaults" / "main.yml"
 
 

@@ -7,13 +7,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-TRAINING = Path(__file__).parents[1] / "training"
+from tests.support import TRAINING
 
 
 def load_module(name, path):

@@ -183,7 +183,7 @@ def plan_torchrun(
         min_nodes=run.min_nodes if run.elastic else 0,
         project=project if any(launch.project_dir for launch in launches) else None,
         store=store_launch(cluster, run, head, port),
-        writable=run.snapshot_path,
+        writable=run.node_snapshot_dir,
     )
 
 

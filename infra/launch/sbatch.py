@@ -147,4 +147,4 @@ def plan_sbatch(
     ]
     text = "\n".join(header + [""] + body) + "\n"
     script_path = f"{output_dir}/ddpctl-{run.run_id}.sbatch"
-    return SbatchPlan(run.run_id, run.nodes, text, script_path, output_dir, writable=run.snapshot_path)
+    return SbatchPlan(run.run_id, run.nodes, text, script_path, output_dir, writable=run.node_snapshot_dir)

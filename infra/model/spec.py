@@ -131,7 +131,7 @@ class RunSpec:
         return 0 < self.min_nodes < self.nodes
 
     @property
-    def snapshot_path(self) -> str:
+    def node_snapshot_dir(self) -> str:
         """``snapshot_dir`` when it is a directory on the nodes (what they must be able to write); "" for
         s3:// or none given."""
         return "" if self.snapshot_dir.startswith("s3://") else self.snapshot_dir

@@ -3,7 +3,8 @@
 Started by ddpctl (``ddpctl up --autodown``, ``ddpctl autodown``) as a systemd service where systemd
 runs, else in a session of its own; it runs as the nodes' SSH user and needs no AWS credentials.
 Every ``check_s`` seconds it reads its settings file (argv[1], JSON: ``cluster_id``, ``idle_s``,
-``check_s``, ``peers``) and looks for activity on this node:
+``check_s``, ``peers``; ``proc``, where to read the processes, is ``/proc`` unless a test shows it
+only its own) and looks for activity on this node:
 
 - a process that carries the cluster's run marker (``DDPCTL_CLUSTER_ID=<id>``: a run's agents,
   workers and rendezvous store);
@@ -35,7 +36,7 @@ SHUTDOWN = ["sudo", "-n", "shutdown", "-h", "now"]
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
 
 
-def activity(cluster_id: str, me: int) -> str:
+def activity(cluster_id: str, me: int, proc: str = "/proc") -> str:
     """What keeps the cluster busy now, in a few words ("": nothing): the Slurm queue first (one
     answer for every node), then this node's processes."""
     if shutil.which("squeue"):
@@ -48,19 +49,19 @@ def activity(cluster_id: str, me: int) -> str:
             return f"{len(jobs)} Slurm job(s) in the queue"
     marker = f"{MARKER}={cluster_id}".encode()
     uid = os.getuid()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in filter(str.isdigit, os.listdir(proc)):
         if int(pid) == me:
             continue
         try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
+            if os.stat(f"{proc}/{pid}").st_uid != uid:
                 continue
-            with open(f"/proc/{pid}/stat") as f:
+            with open(f"{proc}/{pid}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
+            with open(f"{proc}/{pid}/environ", "rb") as f:
                 if marker in f.read().split(b"\0"):
                     return f"a run of the cluster (pid {pid})"
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
+            with open(f"{proc}/{pid}/cmdline", "rb") as f:
                 argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
             if any(os.path.basename(a) in TORCHRUN or a in TORCHRUN for a in argv[:3]):
                 return f"a torchrun agent (pid {pid})"
@@ -137,7 +138,7 @@ def main(argv: list | None = None) -> int:
             time.sleep(10)
             continue
         now = time.time()
-        doing = activity(str(settings["cluster_id"]), me)
+        doing = activity(str(settings["cluster_id"]), me, str(settings.get("proc", "/proc")))
         if doing:
             last_active = now
         when = fires_at(float(settings["idle_s"]), last_active, set_at)

@@ -6,9 +6,11 @@ its class attributes (``runs_playbooks``, ``remote_nodes``, ``billed``, ``disks_
 ``takes_inventory``, ``options``), never by comparing its name: nothing outside ``infra/providers/`` looks at a
 provider's name.
 
-``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up``
-records that plan before creating anything, then creates resource by resource; ``down`` deletes
-whatever the state (and, for clouds, the tags) says may exist.
+``plan`` is pure: it returns the state ``up`` would record, which ``--dry-run`` prints. ``up`` and
+``down`` are written once, here, as templates: ``up`` runs the provider's checks (``ready``), records
+the plan before creating anything, lets the provider create resource by resource (recording each),
+and marks the cluster up; ``down`` marks it deleting, lets the provider delete whatever the state
+(and, for clouds, the tags) says may exist (``delete``), and removes its record.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..model.errors import UsageError
 from ..model.progress import Progress
+from ..model.state import ClusterPhase
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
@@ -71,8 +74,9 @@ class DryRunReport(Protocol):
 
 
 class Provider:
-    """Base of every provider. Subclasses set ``name`` and implement ``plan``, ``up``, ``down`` and
-    ``executor``; every other verb has a default here."""
+    """Base of every provider. Subclasses set ``name`` and implement ``plan``, ``ready`` and ``delete``
+    (the steps of ``up`` and ``down``, which are written here) and ``executor``; every other verb has a
+    default here."""
 
     name: ClassVar[str]
     #: Its nodes are configured by playbooks/site.yml (``--playbook-var``, ``ddpctl configure``).
@@ -108,11 +112,44 @@ class Provider:
         raise NotImplementedError
 
     def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
-        """Create what ``state`` plans, recording each resource before it is created."""
-        raise NotImplementedError
+        """Create what ``state`` plans, the same way for every provider: the checks that need the world
+        first (``ready``: nothing is recorded or created before they pass); then the cluster is recorded
+        as ``creating`` with every resource it plans; the provider's steps create them one by one, each
+        recorded as made (what ``ready`` returned); last the cluster is recorded ``up`` and that is said."""
+        create = self.ready(state, store, progress)
+        state.status = ClusterPhase.CREATING
+        store.save(state)
+        said = create()
+        state.status = ClusterPhase.UP
+        store.save(state)
+        progress(said)
+        return state
 
     def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
-        """Delete everything the cluster may have created; safe to repeat."""
+        """Delete everything the cluster may have created, the same way for every provider; safe to
+        repeat. It is recorded as ``deleting`` (where it has a state file: ``down`` of a lost cluster has
+        none); the provider deletes what it made, in order (``delete``: where something could not be
+        deleted it raises, and the record stays for the next ``down``); last the cluster's folder under
+        the state home and its state file go, and that is said."""
+        persisted = store.exists(state.name)
+        if persisted:
+            state.status = ClusterPhase.DELETING
+            store.save(state)
+        said = self.delete(state, store, progress, persisted=persisted)
+        store.remove_tree(state.name, store.cluster_dir(state.name))
+        store.delete(state.name)
+        progress(said)
+
+    def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
+        """``up``'s checks, before anything is recorded or created (a check may fill in the plan's
+        details). Returns the steps that create every resource (each recorded as made, the cluster's
+        state saved as they go), which return the line that says the cluster is up."""
+        raise NotImplementedError
+
+    def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
+        """``down``'s steps: delete whatever the cluster may have made, in order, marking each resource
+        deleted (and saving the state where it is ``persisted``); raise with what could not be deleted
+        and how to try again. Returns the line that says the cluster is down."""
         raise NotImplementedError
 
     def hourly_cost(self, spec: ClusterSpec) -> float | None:

@@ -49,7 +49,7 @@ class LocalProvider(Provider):
 
     def check_run(self, cluster: ClusterState, run: RunSpec, python: str | None, *, cluster_exists: bool) -> None:
         check_local_ranks(run.nodes, run.nprocs())
-        check_local_snapshot_dir(run.snapshot_path)
+        check_local_snapshot_dir(run.node_snapshot_dir)
         if python and cluster_exists and python != cluster.spec.python:
             raise UsageError(
                 f"--python {python}: cluster {cluster.name!r} is up with {cluster.spec.python}, and a run uses its "
@@ -78,23 +78,19 @@ class LocalProvider(Provider):
             ephemeral=ephemeral,
         )
 
-    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
-        state.status = ClusterPhase.CREATING
-        store.save(state)  # every resource recorded before any is created
-        for res in state.resources:
-            if res.kind == "dir":
-                Path(res.id).mkdir(parents=True, exist_ok=True)
-            res.status = ResourcePhase.CREATED
-        state.status = ClusterPhase.UP
-        store.save(state)
-        progress(
-            f"local cluster {state.name!r} is up: {len(state.nodes)} node(s) under {store.cluster_dir(state.name)}"
-        )
-        return state
+    def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
+        def create() -> str:
+            for res in state.resources:
+                if res.kind == "dir":
+                    Path(res.id).mkdir(parents=True, exist_ok=True)
+                res.status = ResourcePhase.CREATED
+            return (
+                f"local cluster {state.name!r} is up: {len(state.nodes)} node(s) under {store.cluster_dir(state.name)}"
+            )
 
-    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
-        state.status = ClusterPhase.DELETING
-        store.save(state)
+        return create
+
+    def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
         stopped = stop_tagged(CLUSTER_KEY, state.cluster_id)
         if stopped:
             progress(f"stopped {stopped} process(es) of cluster {state.name!r}")
@@ -103,9 +99,7 @@ class LocalProvider(Provider):
             if res.kind == "dir" and not store.remove_tree(state.name, res.id) and Path(res.id).exists():
                 progress(f"left {res.id}: not inside {root}, which is all `down` removes")
             res.status = ResourcePhase.DELETED
-        store.remove_tree(state.name, root)  # the cluster's own folder, whatever the record says
-        store.delete(state.name)
-        progress(f"local cluster {state.name!r} is down")
+        return f"local cluster {state.name!r} is down"  # its own folder goes next, whatever the record says
 
     def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
         """Stop the processes by their marker (the cluster id, else the shared directory every

@@ -74,38 +74,33 @@ class OnpremProvider(Provider):
             ephemeral=ephemeral,
         )
 
-    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
+    def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
         hosts = [_host(n) for n in state.nodes]
         progress(f"checking SSH to {len(hosts)} host(s)")
         cpus = check_reachable(hosts)  # nothing is recorded or changed before every host answers
-        state.status = ClusterPhase.CREATING
-        store.save(state)
-        root = store.cluster_dir(state.name)
-        for res in state.resources:
-            if res.kind == "dir":
-                Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
-                res.status = ResourcePhase.CREATED
-        store.save(state)
-        report = run_site(state.spec.inventory, state.nodes, root / "keys", progress, state.spec.playbook_vars)
-        nodes = record_nodes(state.nodes, report, cpus)
-        state.nodes = nodes
-        state.launcher = Launcher.SBATCH if slurm_answers(hosts[0]) else Launcher.TORCHRUN
-        if state.launcher == Launcher.SBATCH:
-            progress(f"Slurm answers on {hosts[0].name}: jobs go through sbatch (--launcher torchrun to bypass it)")
-        for res in state.resources:
-            res.status = ResourcePhase.CREATED
-        state.status = ClusterPhase.UP
-        store.save(state)
-        progress(f"on-prem cluster {state.name!r} is up: {', '.join(n.name for n in nodes)}")
-        return state
 
-    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
-        state.status = ClusterPhase.DELETING
-        store.save(state)
+        def create() -> str:
+            root = store.cluster_dir(state.name)
+            for res in state.resources:
+                if res.kind == "dir":
+                    Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
+                    res.status = ResourcePhase.CREATED
+            store.save(state)
+            report = run_site(state.spec.inventory, state.nodes, root / "keys", progress, state.spec.playbook_vars)
+            nodes = record_nodes(state.nodes, report, cpus)
+            state.nodes = nodes
+            state.launcher = Launcher.SBATCH if slurm_answers(hosts[0]) else Launcher.TORCHRUN
+            if state.launcher == Launcher.SBATCH:
+                progress(f"Slurm answers on {hosts[0].name}: jobs go through sbatch (--launcher torchrun to bypass it)")
+            for res in state.resources:
+                res.status = ResourcePhase.CREATED
+            return f"on-prem cluster {state.name!r} is up: {', '.join(n.name for n in nodes)}"
+
+        return create
+
+    def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
         _clean_hosts([(_host(n), n.workdir) for n in state.nodes], state.cluster_id, progress)
-        store.remove_tree(state.name, store.cluster_dir(state.name))
-        store.delete(state.name)
-        progress(f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)")
+        return f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)"
 
     def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
         """Stop the cluster's processes on the inventory's hosts by their marker, if the damaged

@@ -105,46 +105,44 @@ class AwsProvider(Provider):
 
     # ---- up ------------------------------------------------------------------------------------
 
-    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
+    def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
         plan = self.aws_plan(state, store)
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             pre = preflight.check(aws, plan, self.caller_address)  # nothing recorded or created before this passes
-            # what EC2 says the type takes; the id of this state home, made with its first cluster
-            plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces, home_id=store.make_home_id())
-            group = state.resource("security-group", plan.unique_name)
-            replace(SecurityGroupDetail.of(group), ssh_cidr=pre.ssh_cidr).put(group)
-            inst = only(state, "instances")
-            replace(
-                InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones), efa_interfaces=plan.efa_attached
-            ).put(inst)
-            state.status = ClusterPhase.CREATING
-            store.save(state)
-            steps = Up(state, store, progress, aws, plan, pre)
-            steps.claim()  # the cluster's name in the region: another home's `up` of it stops here
-            for warning in pre.warnings:
-                progress(f"warning: {warning}")
-            if plan.spot:
-                progress(SPOT_NOTE)
-            progress(
-                f"creating aws cluster {plan.cluster!r}: {plan.count} x {plan.instance_type} in {plan.region}, "
-                f"AMI {pre.ami} ({pre.ami_name or pre.ami_source}), {pricing.format_usd(plan.hourly_usd)}"
-            )
-            if pre.image is not None and pre.image.source is not None:
-                progress(f"image: {pre.image.reason}; {pre.image.driver}")
-            progress(plan.describe_efa().strip())
-            steps.run()
-        return state
+        # what EC2 says the type takes; the id of this state home, made with its first cluster
+        plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces, home_id=store.make_home_id())
+        group = state.resource("security-group", plan.unique_name)
+        replace(SecurityGroupDetail.of(group), ssh_cidr=pre.ssh_cidr).put(group)
+        inst = only(state, "instances")
+        replace(InstancesDetail.of(inst), ami=pre.ami, zones=tuple(pre.zones), efa_interfaces=plan.efa_attached).put(
+            inst
+        )
+
+        def create() -> str:
+            with aws_errors(plan.region):
+                steps = Up(state, store, progress, aws, plan, pre)
+                steps.claim()  # the cluster's name in the region: another home's `up` of it stops here
+                for warning in pre.warnings:
+                    progress(f"warning: {warning}")
+                if plan.spot:
+                    progress(SPOT_NOTE)
+                progress(
+                    f"creating aws cluster {plan.cluster!r}: {plan.count} x {plan.instance_type} in {plan.region}, "
+                    f"AMI {pre.ami} ({pre.ami_name or pre.ami_source}), {pricing.format_usd(plan.hourly_usd)}"
+                )
+                if pre.image is not None and pre.image.source is not None:
+                    progress(f"image: {pre.image.reason}; {pre.image.driver}")
+                progress(plan.describe_efa().strip())
+                return steps.run()
+
+        return create
 
     # ---- down ----------------------------------------------------------------------------------
 
-    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+    def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
         name = state.name
         region = state.spec.options["region"] or DEFAULT_REGION
-        persisted = store.exists(name)
-        if persisted:
-            state.status = ClusterPhase.DELETING
-            store.save(state)
         problems: list[str] = []
         with aws_errors(region):
             aws = Aws(region)
@@ -184,15 +182,11 @@ class AwsProvider(Provider):
             raise DdpctlError(
                 f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `{again}` again"
             )
-        cluster_dir = store.cluster_dir(name)
-        keys.remove_key(cluster_dir / "id_ed25519")
-        store.remove_tree(name, cluster_dir)
-        store.delete(name)
+        keys.remove_key(store.cluster_dir(name) / "id_ed25519")
         made = len(alive) + len(steps)
         others = foreign_note(name, region, found.foreign)
-        progress(
-            f"aws cluster {name!r} is down: {made} resource(s) deleted, nothing of it is left in {region}"
-            + (f"; {others}" if others else "")
+        return f"aws cluster {name!r} is down: {made} resource(s) deleted, nothing of it is left in {region}" + (
+            f"; {others}" if others else ""
         )
 
     def down_lost(self, name: str, region: str, store: StateStore, progress: Progress) -> None:

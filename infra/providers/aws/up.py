@@ -47,8 +47,8 @@ class Up(Steps):
         (``network.claim_name``: where another cluster holds it, nothing is left of this ``up``)."""
         network.claim_name(self, self.aws, self.plan)
 
-    def run(self) -> None:
-        """Everything after ``claim``."""
+    def run(self) -> str:
+        """Everything after ``claim``; returns the line that says the cluster is up."""
         plan, aws, state = self.plan, self.aws, self.state
         if plan.new_network:
             vpc_id, subnet_id = network.create_network(self, aws, plan, self.pre.zones[0])
@@ -76,7 +76,7 @@ class Up(Steps):
         )
         placement = self.placement_group()
         ids = self.launch(subnet_id, group_id, placement)
-        self.finish(ids)
+        return self.finish(ids)
 
     def placement_group(self) -> str | None:
         if not self.plan.placement_group:
@@ -160,7 +160,7 @@ class Up(Steps):
             hint = f"every zone of {plan.region} tried: try later, fewer --nodes, another --region or --instance-type"
         raise DdpctlError(f"no capacity for {plan.count} x {plan.instance_type} in {', '.join(tried)} ({hint})")
 
-    def finish(self, ids: list[str]) -> None:
+    def finish(self, ids: list[str]) -> str:
         plan, aws, state = self.plan, self.aws, self.state
         instances.wait(
             aws,
@@ -209,9 +209,7 @@ class Up(Steps):
         replace(InstancesDetail.of(inst), nodes={n.name: n.instance_id for n in launched}).put(inst)
         self.save()
         if plan.configure:
-            state.status = (
-                ClusterPhase.CONFIGURING
-            )  # an interruption from here on can be finished with `ddpctl configure`
+            state.status = ClusterPhase.CONFIGURING  # an interruption from here on: `ddpctl configure` finishes it
             self.save()
 
             step = only(state, "configure")
@@ -231,10 +229,8 @@ class Up(Steps):
                 f"skipping configuration (--no-configure): the nodes are not prepared for jobs; configure them "
                 f"with `ddpctl configure --name {plan.cluster}`, or by hand with: {command}"
             )
-        state.status = ClusterPhase.UP
-        self.save()
         where = ", ".join(sorted({n.zone for n in launched}))
-        self.progress(
+        return (
             f"aws cluster {plan.cluster!r} is up: {len(launched)} x {plan.instance_type} in {where}, "
             f"{pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
         )

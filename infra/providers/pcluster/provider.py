@@ -125,7 +125,7 @@ class PclusterProvider(Waits, Provider):
 
     # ---- up --------------------------------------------------------------------------------------
 
-    def up(self, state: ClusterState, store: StateStore, progress: Progress) -> ClusterState:
+    def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
         plan = self.pcluster_plan(state, store)
         install = find_pcluster(self.env)
         _ = self.poll(), self.compute_timeout()  # a bad wait setting is one line, before anything is made
@@ -153,23 +153,23 @@ class PclusterProvider(Waits, Provider):
             # Nothing recorded or created before this point. The id of this state home, made with its
             # first cluster, tags everything the cluster is made of (the stack too).
             plan = replace(plan, aws=replace(plan.aws, home_id=store.make_home_id()))
+
+        def create() -> str:
             progress(
                 f"creating pcluster cluster {plan.cluster!r} ({plan.pcluster_name}, aws-parallelcluster {verdict.version}): "
                 f"{plan.aws.count} x {plan.aws.instance_type} + a {plan.settings.head_instance_type} head node in "
                 f"{plan.region}, {pricing.format_usd(plan.hourly_usd)}"
             )
-            Up(state, store, progress, aws, plan, install, self, self.env).run(zone, cidr)
-        return state
+            with aws_errors(plan.region):
+                return Up(state, store, progress, aws, plan, install, self, self.env).run(zone, cidr)
+
+        return create
 
     # ---- down ------------------------------------------------------------------------------------
 
-    def down(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+    def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
         plan = self.pcluster_plan(state, store)
         name = state.name
-        persisted = store.exists(name)
-        if persisted:
-            state.status = ClusterPhase.DELETING
-            store.save(state)
         cluster = only(state, "cluster")
         deleted_cluster = False
         if cluster.status != ResourcePhase.DELETED and ClusterDetail.of(cluster).create_called:
@@ -187,12 +187,9 @@ class PclusterProvider(Waits, Provider):
             raise DdpctlError(
                 f"could not delete {len(problems)} resource(s) ({'; '.join(problems)}): run `ddpctl down --name {name}` again"
             )
-        cluster_dir = store.cluster_dir(name)
-        keys.remove_key(cluster_dir / "id_ed25519")
-        store.remove_tree(name, cluster_dir)
-        store.delete(name)
+        keys.remove_key(store.cluster_dir(name) / "id_ed25519")
         what = f"{plan.pcluster_name} and {made}" if deleted_cluster else f"{made}"
-        progress(
+        return (
             f"pcluster cluster {name!r} is down: {what} resource(s) deleted, nothing of it is left in {plan.region}"
             + (f"; {others}" if others else "")
         )

@@ -20,7 +20,7 @@ from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import record_nodes, run_site
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterPhase, ClusterState, Launcher, StateStore, atomic_write
+from ...model.state import ClusterState, Launcher, StateStore, atomic_write
 from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
 from ..aws.steps import Steps, only
@@ -49,12 +49,12 @@ class Up(Steps):
         super().__init__(state, store, progress)
         self.aws, self.plan, self.install, self.waits, self.env = aws, plan, install, waits, env
 
-    def run(self, zone: str, cidr: str) -> None:
+    def run(self, zone: str, cidr: str) -> str:
+        """Every step, the cluster already recorded as creating; returns the line that says it is up."""
         plan, aws, state = self.plan, self.aws, self.state
         a = plan.aws
         config = only(state, "config")
         replace(ConfigDetail.of(config), ssh_cidr=cidr, zone=zone).put(config)
-        state.status = ClusterPhase.CREATING
         self.save()
         network.claim_name(self, aws, a)  # first: where another state home holds the name, nothing is left
         if a.new_network:
@@ -89,9 +89,9 @@ class Up(Steps):
             self.step(cluster, create)
             info = self.waits.wait_created(cli, plan, self.progress)
             self.waits.wait_compute(cli, plan, self.progress)
-        self.finish(info)
+        return self.finish(info)
 
-    def finish(self, info: ClusterInfo) -> None:
+    def finish(self, info: ClusterInfo) -> str:
         plan, state = self.plan, self.state
         a = plan.aws
         head = info.head
@@ -119,9 +119,7 @@ class Up(Steps):
                 f"compute nodes; configure the head node with `ansible-playbook -i {files.inventory} --tags "
                 f"{HEAD_TAGS} -e {shlex.quote(json.dumps(plan.head_playbook_vars()))} playbooks/site.yml`"
             )
-        state.status = ClusterPhase.UP
-        self.save()
-        self.progress(
+        return (
             f"pcluster cluster {plan.cluster!r} is up: head node {launched.address(a.private_ip)} (ssh -F {files.ssh_config} "
             f"{launched.address(a.private_ip)}), {a.count} x {a.instance_type} in Slurm queue 'gpu'; jobs go through "
             f"sbatch; {pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
