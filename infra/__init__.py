@@ -1,4 +1,4 @@
-"""ddpctl's library, in floors; a floor imports only from the floors below it (tests/test_layers.py
+"""ddpctl's library, in floors; a floor imports only from the floors below it (tests/unit/test_layers.py
 walks the imports so this stays true), and nothing here imports torch, boto3 or ansible at module level:
 
 - ``model/`` and ``tools/``: typed values (specs, state, records, errors) and small system tools; no floor below.

@@ -89,7 +89,7 @@ def slurm_testbed() -> Iterator[Testbed]:
 
 @pytest.fixture(scope="module")
 def testbed16() -> Iterator[Testbed]:
-    """Sixteen nodes (tests/test_scale.py), Slurm on the first four (slurmctld on node0)."""
+    """Sixteen nodes (tests/integration/test_scale.py), Slurm on the first four (slurmctld on node0)."""
     reason = testbed_missing() or (
         None if shutil.which("slurmd") else "the scale tests need slurmd (apt-get install slurmd)"
     )

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..tools.procs import RUN_KEY, stop_tagged
+from ..node_programs import source
+from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, stop_tagged
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .store import RdzvStore, stop_process
@@ -33,6 +34,25 @@ def _die_with(parent: int) -> Callable[[], None]:
                 os.kill(os.getpid(), signal.SIGTERM)
 
     return die_with_parent
+
+
+#: how long the agents of a run whose controller was killed have to stop before the sweeper kills
+#: what is left (torchrun gives its workers 30 s at most; one that hangs on its way out never ends)
+SWEEP_GRACE_S = 20.0
+
+
+def _start_sweeper(run_id: str) -> subprocess.Popen:
+    """The ``stop`` node program in its ``orphan`` mode: if this process dies (SIGKILL too), it stops
+    whatever of the run is left once the agents had their grace. Without the run's markers itself."""
+    env = {k: v for k, v in os.environ.items() if k not in (RUN_KEY, CLUSTER_KEY, NODE_KEY)}
+    return subprocess.Popen(
+        [sys.executable, "-c", source("stop"), RUN_KEY, run_id, "orphan", str(SWEEP_GRACE_S), str(os.getpid())],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in this terminal's process group: Ctrl-C is ours to handle
+    )
 
 
 class LocalNodeProcess:
@@ -89,6 +109,7 @@ class LocalExecutor:
         procs = []
         if plan.stop_first:
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)
+        sweeper = _start_sweeper(plan.run_id)
         store = self._start_store(plan)  # first: the agents start once it listens, and join it
         try:
             for launch in plan.nodes:
@@ -100,12 +121,15 @@ class LocalExecutor:
                 proc.kill()
             if store is not None:
                 store.stop()
+            sweeper.kill()
             raise
 
         def cleanup() -> None:  # the agents are gone: the store goes, then anything else of the run
             if store is not None:
                 store.stop()
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s, exclude_children=True)
+            sweeper.kill()  # the run ended with this process alive: nothing for it to sweep
+            sweeper.wait()
 
         result = supervise(
             plan.run_id,

@@ -8,6 +8,11 @@ argv: KEY VALUE MODE GRACE [KEY VALUE]... MODE is ``term`` (SIGTERM, no wait), `
 or ``stop`` (SIGTERM, then SIGKILL what is left after GRACE seconds). More KEY VALUE pairs narrow the
 search: a process must carry every one (one node's processes: the run's marker and the node's).
 Prints how many processes it signalled.
+
+``KEY VALUE orphan GRACE PARENT``: wait while PARENT (a pid) is this process's parent, then ``stop``.
+A run's controller starts it beside the run's agents and ends it with the run; if the controller is
+killed, the agents get SIGTERM (their parent-death signal) and this sweeps what they leave behind: a
+torchrun agent that hangs on its way out, a worker it did not stop.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def send(pids: list[int], sig: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     key, value, mode, grace = args[0], args[1], args[2], float(args[3])
+    if mode == "orphan":
+        parent = int(args[4])
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        mode, args = "stop", args[:4]
     pairs = [(key, value), *zip(args[4::2], args[5::2])]
     marker, me = {f"{k}={v}".encode() for k, v in pairs}, os.getpid()
     pids = tagged(marker, me)

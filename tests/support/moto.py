@@ -1,4 +1,4 @@
-"""A moto server for the AWS tests: one per test session, on a loopback port (see tests/test_aws.py),
+"""A moto server for the AWS tests: one per test session, on a loopback port (see tests/{unit,integration}/test_aws.py),
 seeded with a realistic list of images; and the constants the AWS tests share.
 
 The fixtures ``moto_server`` (the process) and ``moto`` (reset before each test) are in conftest.py,

@@ -19,7 +19,7 @@ patched (ddpctl only gets AWS_ENDPOINT_URL). The twin watches what passes:
 - ``GetConsoleOutput``: the node's boot console, with cloud-init's host-key block as Ubuntu prints it.
 - ``TerminateInstances`` / ``StopInstances``: the node goes down (terminate also deletes its disk);
   ``StartInstances``: it comes up again. A TerminateInstances that ddpctl did not send stands for
-  EC2 taking a spot instance back (tests/test_spot_twin.py): its processes are killed, its
+  EC2 taking a spot instance back (tests/integration/test_spot_twin.py): its processes are killed, its
   connections close, the instance is terminated; the next instance gets another address, as on
   EC2. ``POST /moto-api/reset``: every node goes down.
 - a node that shuts itself down (``shutdown``, ``poweroff``, ``halt``: stand-ins in the node's own
@@ -32,7 +32,7 @@ Not faithful (say so where it matters): security groups are recorded by moto but
 the bridge; placement groups and capacity are whatever moto does; instances are "running" at once
 (moto) and the node is up before RunInstances answers; /tmp and the host's packages are shared.
 
-Use: ``Twin.start(moto_url)`` in tests (tests/test_aws_twin.py), or ``./dev twin up`` by hand
+Use: ``Twin.start(moto_url)`` in tests (tests/integration/test_aws_twin.py), or ``./dev twin up`` by hand
 (``python tests/support/testbed/twin.py serve --moto URL --port P`` runs the proxy in the
 foreground). Needs root and a test cluster bridge (tests/support/testbed/up.sh with NODES=0).
 """

@@ -1,0 +1,146 @@
+"""Detached runs and `ddpctl stop` (issue 15), on the local provider with real runs: `run --detach`
+returns once the run has started, the run goes on in a session of its own (no terminal reaches it),
+`runs` shows it running, `logs --follow` reattaches, and `stop` stops it everywhere as Ctrl-C does.
+
+Its pure tests (no process beyond Python) are in tests/unit/test_detach.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.support.cli import ddpctl, tree
+from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
+
+
+def run_result(run_id: str) -> str:
+    return {r["run_id"]: r["result"] for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}[run_id]
+
+
+def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
+    started = time.monotonic()
+    result = ddpctl(
+        "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach001", "--", "--epochs", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["detached"] and doc["run_id"] == "rdetach001"
+    assert time.monotonic() - started < 60  # back at once, not after the training
+    controller = psutil.Process(doc["pid"])
+    assert os.getsid(controller.pid) == controller.pid  # a session of its own: no terminal's signals reach it
+    assert run_result("rdetach001") == "running"
+
+    follow = ddpctl("logs", "rdetach001", "--follow", "--rank", "0", timeout=300)
+    assert follow.returncode == 0, follow.stderr
+    controller_log = home / "runs" / "rdetach001" / "controller.log"
+    assert "held-out accuracy" in follow.stdout, controller_log.read_text()  # the whole run, to its end
+    controller.wait(timeout=60)
+    assert run_result("rdetach001") == "succeeded"
+    assert (home / "runs" / "rdetach001" / "outputs" / "mnist_snapshot.pt").is_file()
+    assert_nothing_left("rdetach001", home)
+
+
+def test_stop_stops_a_detached_run_everywhere(home: Path) -> None:
+    result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--run-id", "rdetach002", "--", "--epochs", "5")
+    assert result.returncode == 0, result.stderr
+    assert "ddpctl stop rdetach002" in result.stderr
+    wait_for_worker("rdetach002", 1)  # training on both nodes
+    stopped = ddpctl("stop", "rdetach002", timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "run rdetach002 stopped" in stopped.stderr
+    assert run_processes("rdetach002") == []
+    assert run_result("rdetach002") == "interrupted"
+    assert tree(home / "clusters") == []  # the run's own cluster went with it
+
+
+def test_stop_a_run_in_another_terminal(home: Path) -> None:
+    """`ddpctl stop` works on a run that is not detached too (it holds the same lock)."""
+    from tests.support.cli import start_run
+
+    run = start_run("rdetach003", "--epochs", "5")
+    try:
+        wait_for_worker("rdetach003", 0)
+        assert ddpctl("stop", "rdetach003", timeout=120).returncode == 0
+        assert run.wait(timeout=60) == 130  # as Ctrl-C
+        assert_nothing_left("rdetach003", home)
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGKILL)
+
+
+def test_detach_refusals(home: Path) -> None:
+    result = ddpctl("run", "nosuchjob", "--detach")
+    assert result.returncode == 2 and "unknown job" in result.stderr  # checked before anything starts
+    assert tree(home) == []
+    result = ddpctl("stop", "rnotrunning")
+    assert result.returncode == 2 and "run 'rnotrunning' is not running" in result.stderr
+
+
+def test_a_crashed_detached_run_is_cleaned_by_down(home: Path) -> None:
+    """The detached controller SIGKILLed mid-run: `stop` says in one line that it is gone and what to
+    do, `runs` offers the resume, and `down` stops what is left of the run and its cluster."""
+    result = ddpctl(
+        "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach004", "--", "--epochs", "5"
+    )
+    assert result.returncode == 0, result.stderr
+    wait_for_worker("rdetach004", 1)
+    controller = psutil.Process(json.loads(result.stdout)["pid"])
+    controller.kill()
+    controller.wait(timeout=30)
+    stopped = ddpctl("stop", "rdetach004", timeout=60)
+    assert stopped.returncode == 2 and len(stopped.stderr.strip().splitlines()) == 1, stopped.stderr
+    assert "`ddpctl down` stops what is left of it" in stopped.stderr
+    assert run_result("rdetach004").startswith("unfinished")
+    down = ddpctl("down", timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left("rdetach004", home)
+
+
+def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path) -> None:
+    """A run started with SIGINT ignored (nohup, `&` from a script): `stop` sends it SIGTERM at
+    once, which ddpctl takes as Ctrl-C, rather than waiting 60 s on a SIGINT it never sees."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "rnohup001"]
+    proc = subprocess.Popen(
+        [*argv, "--", "--epochs", "20"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        wait_for_worker("rnohup001", rank=1)
+        stop = ddpctl("stop", "rnohup001", "--json", timeout=45)  # SIGINT first would wait 60 s
+        assert stop.returncode == 0, stop.stderr
+        assert json.loads(stop.stdout)["result"] == "stopped"
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+    assert run_result("rnohup001") == "interrupted"
+    assert_nothing_left("rnohup001", home)
+
+
+def test_a_killed_controller_leaves_no_process_of_the_run(home: Path) -> None:
+    """`kill -9` of a detached run's controller: its agents get their parent-death signal and stop
+    their workers, the store stops, with no `down` (run twice: it left an agent once in 4 trials)."""
+    for trial in range(2):
+        run_id = f"rkill00{trial}"
+        result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", run_id, "--", "--epochs", "5")
+        assert result.returncode == 0, result.stderr
+        wait_for_worker(run_id, 1)
+        controller = psutil.Process(json.loads(result.stdout)["pid"])
+        controller.kill()
+        controller.wait(timeout=30)
+        deadline = time.monotonic() + 90  # a liveness bound: agents stop their workers (SIGTERM, then SIGKILL)
+        while run_processes(run_id) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert run_processes(run_id) == [], f"trial {trial}: left {run_processes(run_id)}"
+        assert ddpctl("down", timeout=120).returncode == 0

@@ -1,0 +1,92 @@
+"""Spot that recovers, on the EC2 twin (tests/support/testbed/twin.py): a `--spot` cluster's instance
+taken back by EC2 in the middle of an elastic run is replaced, and the run finishes with every node.
+
+EC2 taking a spot instance back is modelled by a TerminateInstances that ddpctl did not send (through
+the twin, as the AWS console or an interruption would): moto marks the instance terminated and the
+twin takes its host down (its processes killed, its connections closed). What the twin cannot show:
+the 2 minutes' notice on the node (there is no instance metadata service behind it) and real spot
+capacity (moto launches any spot request at once). The planning is unit-tested in
+tests/unit/test_spot_plan.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.cli import Output
+from tests.support.twin_env import TwinEnv
+
+#: rounds of all-reduce, one every half second, until the nodes change; it ends in the first round
+#: after a failure's restart (TORCHELASTIC_RESTART_COUNT counts those, not a node joining) in which
+#: all three nodes are back, so it cannot end before the replacement joins
+JOB = """
+import datetime, os, time
+import torch
+import torch.distributed as dist
+
+timeout = datetime.timedelta(seconds=float(os.environ.get("DDPCTL_COLLECTIVE_TIMEOUT_S", "60")))
+dist.init_process_group("gloo", timeout=timeout)
+rank, world = dist.get_rank(), dist.get_world_size()
+restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+if rank == 0:
+    print(f"round {restart}: {world} ranks", flush=True)
+step = 0
+while True:  # every rank stops at the same step (a new node's agent counts its restarts from 0)
+    done = torch.tensor([float(restart > 0 and world == 3 and step >= 3)])
+    dist.all_reduce(done, op=dist.ReduceOp.MAX)
+    if done.item():
+        break
+    step += 1
+    time.sleep(0.5)
+if rank == 0:
+    print(f"done: {world} ranks after {restart} restart(s)", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: TwinEnv, tmp_path: Path) -> None:
+    twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "spot", "--spot")
+    before = twin.state("spot")
+    [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
+    old_id, old_host = instances["detail"]["nodes"]["node2"], before["nodes"][2]["host"]
+    job = tmp_path / "job" / "rounds.py"
+    job.parent.mkdir()
+    job.write_text(JOB)
+    proc = twin.start("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    try:
+        out = Output(proc)
+        out.until("round 0: 3 ranks", timeout=300)
+        twin.moto.ec2.terminate_instances(InstanceIds=[old_id])  # EC2 takes node2's instance back
+        text = out.finish(timeout=900)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, text
+    assert "node2 lost" in text and "the run goes on with 2 node(s)" in text
+    assert f"node2: EC2 took its spot instance back (its instance {old_id} is terminated)" in text
+    assert "configuring 1 node(s)" in text  # site.yml limited to the new instance
+    assert "node2 started again" in text
+    assert "done: 3 ranks" in text  # the job ended with all three nodes
+
+    doc = json.loads(twin.ok("status", "--json").stdout)
+    [cluster] = doc["clusters"]
+    assert cluster["live"]["instances"] == {"running": 3}  # the replacement, billed; the old one gone
+    [instances] = [r for r in cluster["resources"] if r["kind"] == "instances"]
+    new_id = instances["detail"]["nodes"]["node2"]
+    assert new_id != old_id and old_id not in instances["detail"]["ids"] and new_id in instances["detail"]["ids"]
+    assert instances["detail"]["replacing"] == {}
+    node2 = cluster["nodes"][2]
+    assert node2["host"] != old_host and node2["python"] == "/opt/ddpctl/venv/bin/python"
+    [described] = [i for i in twin.moto.alive_instances() if i["InstanceId"] == new_id]
+    assert described["InstanceLifecycle"] == "spot" and described["SubnetId"] == instances_subnet(twin, old_id)
+    known = (twin.home / "clusters" / "spot" / "known_hosts").read_text()
+    assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
+
+    twin.ok("down", "--yes", "--name", "spot")
+    twin.assert_nothing_left("spot")
+
+
+def instances_subnet(env: TwinEnv, instance_id: str) -> str:
+    """The subnet EC2 says an instance (terminated or not) was in."""
+    reservations = env.moto.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return reservations[0]["Instances"][0]["SubnetId"]

@@ -1,0 +1,31 @@
+"""Keeps tests/unit/ true to its name: a unit test that starts a process fails, naming what it started
+(through Python's audit events, so a subprocess, a fork or an exec anywhere below the test counts)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+_STARTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.system", "os.exec", "os.spawn"})
+#: what the running unit test started (None: no unit test is running in this process)
+_started: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _started and event in _STARTS:
+        _started[-1].append(f"{event} {str(args[:2])[:120]}")
+
+
+sys.addaudithook(_audit)  # once per process: a hook cannot be removed, it acts only while a unit test runs
+
+
+@pytest.fixture(autouse=True)
+def _starts_no_process() -> Iterator[None]:
+    _started.append([])
+    try:
+        yield
+    finally:
+        started = _started.pop()
+    assert not started, f"a unit test started a process (move it to tests/integration/): {started}"

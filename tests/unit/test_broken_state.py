@@ -1,0 +1,57 @@
+"""Broken state, full disks and secrets (issue 16): what a user cannot get out of without editing
+files by hand, tested with the real CLI.
+
+- a damaged cluster state file (truncated, garbled, not ddpctl's shape): `status` shows it as
+  damaged, `run` refuses in one line, `down` cleans up from what can still be read (local: the
+  processes by their marker; aws: the resources by tag, on the moto server);
+- a damaged run record: `runs` lists it as damaged, `run --resume` refuses in one line;
+- temp files of an interrupted state write are removed;
+- the state home is private: folders 0700, records and logs 0600;
+- secrets (`run -e KEY`, `--env-file`): the ranks get the value, no record, no `--dry-run` and no
+  `--json` shows it;
+- a full disk (a small tmpfs; needs root to mount it): `run` fails in one line and leaves no
+  process behind, also when the disk fills up mid-run, and `down` still works.
+
+Its tests that start processes (real parts) are in tests/integration/test_broken_state.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.model.spec import run_env
+from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.runs.prepare import prepare
+from ddpctl.infra.runs.records import RunOptions
+from tests.support.specs import cluster_spec
+
+
+def test_env_file_syntax(tmp_path: Path) -> None:
+    path = tmp_path / "x.env"
+    path.write_text("A=1\n  # note\nB= two words \nC\n\nD=x=y\n")
+    env, secret = run_env(("E=5", "A=override"), (str(path),), environ={"C": "from-env"})
+    assert env == {"A": "override", "B": " two words ", "C": "from-env", "D": "x=y", "E": "5"}
+    assert secret == {"B", "C", "D"}  # A was given on the command line: not a secret any more
+    path.write_text("1BAD=x\n")
+    with pytest.raises(UsageError, match="invalid environment variable name '1BAD' in --env-file"):
+        run_env((), (str(path),), environ={})
+
+
+def test_secrets_are_refused_for_sbatch(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sbatch script would carry the values to the cluster's filesystem: refused."""
+    store = StateStore(home)
+    head = NodeInfo(name="login", host="10.0.0.1", workdir="/home/u/ddpctl", ssh=Host(name="login", address="10.0.0.1"))
+    spec = cluster_spec(name="slurm", provider="onprem", inventory="/dev/null")
+    store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[head], launcher="sbatch"))
+    monkeypatch.setenv("TOKEN_X", "x")
+    with pytest.raises(UsageError, match="secrets .* go with torchrun launches"):
+        prepare(RunOptions(job="mnist", name="slurm", env=("TOKEN_X",)), store)
+
+
+def test_secret_values_are_one_line() -> None:
+    with pytest.raises(UsageError, match="must be one line"):
+        run_env(("K",), (), environ={"K": "a\nb"})

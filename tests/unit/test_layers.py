@@ -1,0 +1,110 @@
+"""infra/'s floors (infra/__init__.py): each package imports only from the floors below it, and no
+module's imports, however deep in a function, lead back to itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support import REPO
+
+INFRA = REPO / "infra"
+
+#: each package of infra/ and the packages it may import from (itself included)
+FLOORS: dict[str, set[str]] = {
+    "model": set(),
+    "tools": {"model"},
+    "node_programs": set(),
+    "hosts": {"model", "tools", "node_programs"},
+    "launch": {"model", "tools", "node_programs", "hosts"},
+    "providers": {"model", "tools", "node_programs", "hosts", "launch"},
+    "lifecycle": {"model", "tools", "node_programs", "hosts", "launch", "providers"},
+    "runs": {"model", "tools", "node_programs", "hosts", "launch", "providers", "lifecycle"},
+}
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(INFRA).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["infra", *parts])
+
+
+def imports() -> dict[str, set[str]]:
+    """Every infra module -> the infra modules it imports (at the top or inside a function)."""
+    files = {module_of(p): p for p in INFRA.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                elif (node.module or "").startswith("ddpctl.infra"):
+                    target = node.module.removeprefix("ddpctl.")
+                else:
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in files else target)
+        graph[mod] = {t for t in found if t in files and t != mod}
+    return graph
+
+
+def floor(mod: str) -> str:
+    return mod.split(".")[1] if mod.count(".") >= 1 else ""
+
+
+def test_each_floor_imports_only_from_below() -> None:
+    wrong = sorted(
+        f"{mod} -> {dep}"
+        for mod, deps in imports().items()
+        if floor(mod) in FLOORS
+        for dep in deps
+        if floor(dep) != floor(mod) and floor(dep) not in FLOORS[floor(mod)] and dep != "infra"
+    )
+    assert wrong == [], "imports running up a floor:\n" + "\n".join(wrong)
+
+
+def test_no_import_circle() -> None:
+    graph = imports()
+    # a package's __init__ importing its own modules is how a package is made, not a circle
+    edges = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    circles: list[str] = []
+
+    def visit(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(edges.get(mod, ())):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[mod] = 2
+
+    for mod in sorted(edges):
+        if mod not in state:
+            visit(mod, [mod])
+    assert circles == [], "import circles:\n" + "\n".join(circles)
+
+
+def test_every_package_says_what_it_may_import() -> None:
+    for name in FLOORS:
+        doc = ast.get_docstring(ast.parse((INFRA / name / "__init__.py").read_text())) or ""
+        assert len(doc.split()) > 15, f"infra/{name}/__init__.py needs its one-paragraph docstring"
+
+
+def test_tests_import_helpers_from_support_never_from_another_test_module() -> None:
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "tests" and len(parts) > 1 and parts[1] not in ("support",):
+                    found.append(f"{path.relative_to(REPO)}: {name}")
+    assert found == []
