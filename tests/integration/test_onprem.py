@@ -14,6 +14,7 @@ import pytest
 
 from ddpctl.infra.runs import metrics as run_metrics
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, tree
+from tests.support.clusters import UpCluster, onprem_up
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs, worker_pid
 
 pytestmark = pytest.mark.slow
@@ -28,20 +29,8 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     home = tmp / "home"
     env = {"DDPCTL_HOME": str(home), "ANSIBLE_HOME": str(tmp / "ansible-home")}
     inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
-    up = ddpctl(
-        "up",
-        "--provider",
-        "onprem",
-        "-i",
-        str(inventory),
-        "--playbook-var",
-        "nccl_env_debug=INFO",
-        "--json",
-        env=_env(env),
-        timeout=600,
-    )
-    assert up.returncode == 0, up.stderr
-    yield {"env": env, "home": home, "inventory": inventory, "up": up, "tmp": tmp}
+    up = onprem_up(inventory, _env(env), "--playbook-var", "nccl_env_debug=INFO")
+    yield UpCluster(env=env, up=up, tmp=tmp, inventory=inventory)
     down = ddpctl("down", env=_env(env))
     assert down.returncode == 0, down.stderr
     # the nodes are as `up` found them, apart from what the playbooks installed
@@ -54,7 +43,7 @@ def onprem(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
 
 def start_run(onprem, *args: str) -> subprocess.Popen:
     """`ddpctl run ARGS` on the on-prem cluster, in the background, output (merged) on a pipe."""
-    return start_ddpctl("run", *args, env=_env(onprem["env"]))
+    return start_ddpctl("run", *args, env=_env(onprem.env))
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -64,7 +53,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def test_up_records_the_configured_nodes(onprem, testbed: Testbed) -> None:
-    cluster = json.loads(onprem["up"].stdout)["cluster"]
+    cluster = json.loads(onprem.up.stdout)["cluster"]
     assert cluster["status"] == "up"
     assert [n["name"] for n in cluster["nodes"]] == ["node0", "node1", "node2"]
     assert [n["host"] for n in cluster["nodes"]] == ["10.77.0.10", "10.77.0.11", "10.77.0.12"]
@@ -72,18 +61,18 @@ def test_up_records_the_configured_nodes(onprem, testbed: Testbed) -> None:
         assert Path(node["env_file"]).is_file()
         assert Path(node["bundle_dir"], "mnist.py").is_file()
     # progress was per task with each host's outcome, not Ansible's raw output
-    assert re.search(r"node0 (ok|changed), node1 (ok|changed), node2 (ok|changed)", onprem["up"].stderr)
-    key_dir = onprem["home"] / "clusters" / "default" / "keys"
+    assert re.search(r"node0 (ok|changed), node1 (ok|changed), node2 (ok|changed)", onprem.up.stderr)
+    key_dir = onprem.home / "clusters" / "default" / "keys"
     assert any(p.stat().st_mode & 0o777 == 0o600 for p in key_dir.iterdir())
 
 
 def test_message_passing_across_three_namespaces(onprem) -> None:
-    result = ddpctl("run", "message-passing", "--nodes", "3", env=_env(onprem["env"]), timeout=300)
+    result = ddpctl("run", "message-passing", "--nodes", "3", env=_env(onprem.env), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (1, 2):
         assert f"[node{rank} r{rank}] rank {rank} received 42.0 from rank 0" in result.stdout
     assert result.stdout.count("all_reduce OK (6.0 == 6.0)") == 3
-    logs = ddpctl("logs", "--node", "node2", env=_env(onprem["env"]))  # the last run, from its record
+    logs = ddpctl("logs", "--node", "node2", env=_env(onprem.env))  # the last run, from its record
     assert logs.returncode == 0 and [line for line in logs.stdout.splitlines() if "rank 2" in line] == [
         "[node2 r2] rank 2 received 42.0 from rank 0",
         "[node2 r2] rank 2: all_reduce OK (6.0 == 6.0)",
@@ -98,7 +87,7 @@ def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> No
         "print('ENV', socket.gethostname(), os.environ.get('NCCL_SOCKET_IFNAME'), os.environ.get('GLOO_SOCKET_IFNAME'),"
         " os.environ.get('NCCL_DEBUG'), os.environ.get('MASTER_ADDR'), flush=True)\n"
     )
-    result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem["env"]), timeout=300)
+    result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem.env), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for i in range(3):
         # NCCL_DEBUG from the node's env file, as `up --playbook-var nccl_env_debug=INFO` set it
@@ -109,14 +98,14 @@ def test_mnist_two_nodes_over_ssh_and_its_metrics(onprem) -> None:
     """One MNIST epoch over SSH (about 96 %; the trainer's own tests and the local run take it
     further); its metric lines come from the head node into the run's record over SSH while it runs
     (DDPCTL_METRICS_EVERY_S=1 here) and whole at its end, where `metrics --follow` and `metrics` read them."""
-    env = {**_env(onprem["env"]), "DDPCTL_METRICS_EVERY_S": "1"}
+    env = {**_env(onprem.env), "DDPCTL_METRICS_EVERY_S": "1"}
     proc = start_ddpctl("run", "mnist", "--nodes", "2", "--run-id", "sshmet", "--", "--epochs", "1", env=env)
     follow = None
     try:
         output = Output(proc)
         output.until("step 20 |", timeout=300)  # the run's record exists
         follow = start_ddpctl("metrics", "sshmet", "--follow", "--last", "0", env=env)
-        record = onprem["home"] / "runs" / "sshmet" / "metrics.jsonl"
+        record = onprem.home / "runs" / "sshmet" / "metrics.jsonl"
         while proc.poll() is None and not (record.is_file() and '"step": 20' in record.read_text()):
             time.sleep(0.2)
         assert proc.poll() is None, "the run ended before its metric lines came over SSH into its record"
@@ -145,7 +134,7 @@ def test_a_snapshot_dir_the_nodes_cannot_write_is_one_line(onprem, testbed: Test
     subprocess.run(["chattr", "+i", str(locked)], check=True)
     try:
         args = ("run", "message-passing", "--nodes", "2", "--snapshot-dir", f"{locked}/snapshots")
-        result = ddpctl(*args, env=_env(onprem["env"]), timeout=120)
+        result = ddpctl(*args, env=_env(onprem.env), timeout=120)
     finally:
         subprocess.run(["chattr", "-i", str(locked)], check=True)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -230,9 +219,7 @@ def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed)
     )
     try:
         time.sleep(1.5)
-        result = ddpctl(
-            "run", "message-passing", "--nodes", "2", "--port", "40123", env=_env(onprem["env"]), timeout=120
-        )
+        result = ddpctl("run", "message-passing", "--nodes", "2", "--port", "40123", env=_env(onprem.env), timeout=120)
     finally:
         holder.kill()
         testbed.ssh("node0", "pkill -f 40123 || true")
@@ -246,7 +233,7 @@ def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed)
 
 
 def test_check_names_the_slowest_link(onprem) -> None:
-    result = ddpctl("check", "--json", "--size-mb", "8", env=_env(onprem["env"]), timeout=300)
+    result = ddpctl("check", "--json", "--size-mb", "8", env=_env(onprem.env), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
     assert doc["ok"] is True
@@ -256,7 +243,7 @@ def test_check_names_the_slowest_link(onprem) -> None:
     slowest = doc["slowest_link"]
     assert slowest["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
     assert doc["transport"] == {"node0": "gloo", "node1": "gloo", "node2": "gloo"}  # CPU nodes: no NCCL
-    text = ddpctl("check", "--no-bandwidth", env=_env(onprem["env"]), timeout=120)
+    text = ddpctl("check", "--no-bandwidth", env=_env(onprem.env), timeout=120)
     assert text.returncode == 0 and "node0 <-> node1" in text.stdout  # the table
 
 
@@ -350,7 +337,7 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
         proc.wait(timeout=10)
     finally:
         proc.kill()
-    resumed = ddpctl("run", "--resume", "sshresume", env=_env(onprem["env"]), timeout=600)
+    resumed = ddpctl("run", "--resume", "sshresume", env=_env(onprem.env), timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # epoch 1's snapshot (or epoch 2's, if the orphaned agents got that far before they were stopped)
     assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout
@@ -413,7 +400,7 @@ def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed)
     """`ddpctl configure`: a new variable changes only what it governs, on every node, and is
     recorded with the cluster (a later configure keeps it and changes nothing). A whole no-op
     configure (changed=0 on every node) is tests/integration/test_scale.py's, on the same path at 16 nodes."""
-    env = _env(onprem["env"])
+    env = _env(onprem.env)
     trace = ddpctl(
         "configure", "--playbook-var", "nccl_env_debug=TRACE", "--tags", "nccl_env", "--json", env=env, timeout=600
     )
@@ -458,9 +445,9 @@ def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
     (project / "data" / "words.txt").write_text("one two three\n")
     (project / "helpers.py").write_text("def greeting():\n    return 'hello from helpers:'\n")
     (project / "train.py").write_text(PROJECT_TRAIN)
-    env = {**_env(onprem["env"]), "TOKEN": secret}
+    env = {**_env(onprem.env), "TOKEN": secret}
     token = hashlib.sha256(secret.encode()).hexdigest()[:12]
-    nodes = json.loads(onprem["up"].stdout)["cluster"]["nodes"]
+    nodes = json.loads(onprem.up.stdout)["cluster"]["nodes"]
 
     def copies() -> list[set[tuple[str, float]]]:
         """Each node's project copies (earlier tests' scripts shipped theirs too)."""
@@ -480,7 +467,7 @@ def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
     assert run_and_copies() == first  # unchanged: not copied again
     (project / "helpers.py").write_text("def greeting():\n    return 'hello from helpers:'  # changed\n")
     assert all(len(now - then) == 1 for now, then in zip(run_and_copies(), first))  # a new copy, for the new content
-    for path in onprem["home"].rglob("*"):
+    for path in onprem.home.rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
 
@@ -488,10 +475,10 @@ def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
 def test_ddpctl_ssh_reaches_each_node(onprem) -> None:
     """`ddpctl ssh NODE -- COMMAND` with OpenSSH and the inventory's connection details."""
     for node, address in (("node0", "10.77.0.10"), ("node2", "10.77.0.12")):
-        result = ddpctl("ssh", node, "--", "sh", "-c", "echo $SSH_CONNECTION", env=_env(onprem["env"]), timeout=60)
+        result = ddpctl("ssh", node, "--", "sh", "-c", "echo $SSH_CONNECTION", env=_env(onprem.env), timeout=60)
         assert result.returncode == 0, result.stderr
         assert result.stdout.split()[2] == address  # the server's end of the connection
-    default = ddpctl("ssh", "--", "true", env=_env(onprem["env"]), timeout=60)
+    default = ddpctl("ssh", "--", "true", env=_env(onprem.env), timeout=60)
     assert default.returncode == 0, default.stderr  # the head node
 
 
@@ -499,7 +486,7 @@ def test_configure_check_diff_shows_and_changes_nothing(onprem) -> None:
     """`ddpctl configure --check --diff`: the play in check mode shows, per node, the env file's
     line that a new variable would change, and changes nothing: not the nodes' files, not the
     variables recorded with the cluster."""
-    env = _env(onprem["env"])
+    env = _env(onprem.env)
     before = json.loads(ddpctl("status", "--json", env=env).stdout)
     args = ("configure", "--check", "--diff", "--playbook-var", "nccl_env_debug=WARN", "--tags", "nccl_env")
     shown = ddpctl(*args, env=env, timeout=600)
@@ -516,7 +503,7 @@ def test_configure_check_diff_shows_and_changes_nothing(onprem) -> None:
         for cluster in doc["clusters"]:
             cluster.pop("age_s", None)
     assert after["clusters"] == before["clusters"]  # nothing recorded (not the variable, not the nodes)
-    for node in json.loads(onprem["up"].stdout)["cluster"]["nodes"]:
+    for node in json.loads(onprem.up.stdout)["cluster"]["nodes"]:
         assert "NCCL_DEBUG=INFO\n" in Path(node["env_file"]).read_text()
 
 
@@ -531,7 +518,7 @@ def test_every_gpu_of_every_node_by_default(onprem, testbed: Testbed) -> None:
     """Nodes whose nvidia-smi lists 2 and 4 GPUs (a stand-in first on the node's PATH), one with none:
     `configure` records 2, 4 and 0, and a run with neither --nodes nor --nproc-per-node runs on every
     node, one process per GPU and one on the node without: world size 7. The nodes are as before after."""
-    env = _env(onprem["env"])
+    env = _env(onprem.env)
     smis = []
     for node, count in (("node0", 2), ("node1", 4)):
         smi = testbed.node_dir(node) / "bin" / "nvidia-smi"

@@ -1,7 +1,7 @@
 """Sixteen nodes (issue 18): the on-prem path on 16 namespace nodes of the test cluster, with Slurm
 on four of them, through the `ddpctl` command: up (configure included), a no-op configure,
 message-passing on all 16, MNIST on 8, check over every link, a killed rank on node13 and a Ctrl-C
-each stopping all 16 (within 20 s: see STOP_BOUND_S), an elastic 12:16 run that loses two
+each stopping all 16 (by waves that reach every node at once; how long is not asserted: a time is a benchmark's), an elastic 12:16 run that loses two
 non-head nodes and goes on, sbatch on the 4 Slurm nodes, and down leaving nothing on any node.
 
 The round trips ddpctl makes in series are counted, not timed (``DDPCTL_TRACE``): every phase
@@ -25,17 +25,13 @@ import pytest
 
 from ddpctl.infra.tools.trace import sequential_steps
 from tests.support.cli import Output, ddpctl, start_ddpctl
+from tests.support.clusters import UpCluster, onprem_up
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
 
 NODES = 16
 ALL = [f"node{i}" for i in range(NODES)]
-#: how soon a killed rank or Ctrl-C must have stopped every node. The 3-node tests allow 10 s; here
-#: the 2 shared cores also carry 16 nodes' agents and workers (32 Python processes with torch), and
-#: stopping took 8-11 s in trials, so 20 s. The stop itself reaches all 16 nodes at once (a wave of
-#: round trips, counted below), so what grows with the nodes is the machine's work, not ddpctl's.
-STOP_BOUND_S = 20
 TORCHRUN = ("--launcher", "torchrun")  # Slurm answers on node0: these runs go over SSH on purpose
 
 STEPS = """\
@@ -57,7 +53,7 @@ dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
-def big(testbed16: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def big(testbed16: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpCluster]:
     """`ddpctl up --provider onprem` on a 16-host inventory (the configure step included)."""
     tmp = tmp_path_factory.mktemp("scale")
     env = {
@@ -67,12 +63,11 @@ def big(testbed16: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "DDPCTL_TRACE": str(tmp / "up.trace"),
     }
     inventory = testbed16.inventory(tmp / "hosts.ini", **GROUP_VARS)
-    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=env, timeout=1200)
-    assert up.returncode == 0, up.stderr
+    up = onprem_up(inventory, env, timeout=1200)
     env.pop("DDPCTL_TRACE")
     script = tmp / "steps.py"  # all-reduces in a loop: STEPS of them, a quarter of a second apart
     script.write_text(STEPS)
-    yield {"env": env, "up": up, "tmp": tmp, "steps": str(script)}
+    yield UpCluster(env=env, up=up, tmp=tmp, inventory=inventory, steps=str(script))
     down = ddpctl("down", env=traced(env, tmp / "down.trace"), timeout=600)
     assert down.returncode == 0, down.stderr
     assert steps(tmp / "down.trace") <= 3  # the head (the runs' outputs kept), then every node at once
@@ -94,21 +89,21 @@ def steps(path: Path, op: str = "connect") -> int:
 
 
 def test_up_configures_and_records_sixteen_nodes(big) -> None:
-    cluster = json.loads(big["up"].stdout)["cluster"]
+    cluster = json.loads(big.up.stdout)["cluster"]
     assert [n["name"] for n in cluster["nodes"]] == ALL
     assert [n["host"] for n in cluster["nodes"]] == [f"10.77.0.{10 + i}" for i in range(NODES)]
-    assert steps(big["tmp"] / "up.trace") <= 2  # the reachability check: all 16 at once
-    line = re.search(r"^Gathering Facts: (.*)$", big["up"].stderr, re.MULTILINE)
+    assert steps(big.tmp / "up.trace") <= 2  # the reachability check: all 16 at once
+    line = re.search(r"^Gathering Facts: (.*)$", big.up.stderr, re.MULTILINE)
     assert line and line.group(1).count(" ok") == NODES  # one line per task, every host on it
 
 
 def test_configure_again_changes_nothing(big) -> None:
-    doc = json.loads(ddpctl("configure", "--json", env=big["env"], timeout=900).stdout)
+    doc = json.loads(ddpctl("configure", "--json", env=big.env, timeout=900).stdout)
     assert doc["changed"] == dict.fromkeys(ALL, 0)
 
 
 def test_message_passing_on_sixteen_nodes(big) -> None:
-    env = traced(big["env"], big["tmp"] / "run.trace")
+    env = traced(big.env, big.tmp / "run.trace")
     result = ddpctl("run", "message-passing", "--nodes", str(NODES), *TORCHRUN, env=env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(1, NODES):
@@ -116,18 +111,18 @@ def test_message_passing_on_sixteen_nodes(big) -> None:
     total = float(sum(range(1, NODES + 1)))
     assert result.stdout.count(f"all_reduce OK ({total} == {total})") == NODES
     assert "recvVector" not in result.stdout + result.stderr  # the store outlives every agent
-    assert steps(big["tmp"] / "run.trace") <= 3  # precheck, launch, clean-up: each on all nodes at once
+    assert steps(big.tmp / "run.trace") <= 3  # precheck, launch, clean-up: each on all nodes at once
 
 
 def test_mnist_on_eight_nodes(big) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "8", *TORCHRUN, "--", "--epochs", "1", env=big["env"], timeout=900)
+    result = ddpctl("run", "mnist", "--nodes", "8", *TORCHRUN, "--", "--epochs", "1", env=big.env, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
     assert accuracies and accuracies[-1] >= 80.0, result.stdout  # one epoch over 8 ranks
 
 
 def test_check_names_every_link_and_the_slowest(big) -> None:
-    env = traced(big["env"], big["tmp"] / "check.trace")
+    env = traced(big.env, big.tmp / "check.trace")
     result = ddpctl("check", "--json", "--size-mb", "1", env=env, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
@@ -138,15 +133,15 @@ def test_check_names_every_link_and_the_slowest(big) -> None:
 
 
 def start(big, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return start_ddpctl("run", big["steps"], *args, env=env or big["env"])
+    return start_ddpctl("run", big.steps, *args, env=env or big.env)
 
 
 @pytest.mark.parametrize("stop", ["a killed rank on node13", "ctrl-c"])
 def test_a_stop_reaches_all_sixteen(big, testbed16: Testbed, stop: str) -> None:
     """A rank SIGKILLed on node13 fails the run, Ctrl-C interrupts it: either way every node is
-    stopped within STOP_BOUND_S, by waves of stops that reach all 16 nodes at once."""
-    trace = big["tmp"] / "stop.trace"
-    proc = start(big, "--nodes", str(NODES), *TORCHRUN, "-e", "STEPS=2000", env=traced(big["env"], trace))
+    stopped, by waves of stops that reach all 16 nodes at once (how long is not asserted here)."""
+    trace = big.tmp / "stop.trace"
+    proc = start(big, "--nodes", str(NODES), *TORCHRUN, "-e", "STEPS=2000", env=traced(big.env, trace))
     try:
         output = Output(proc)
         output.until("[node13 r13] rank 13 of 16 ready", timeout=300)
@@ -156,9 +151,7 @@ def test_a_stop_reaches_all_sixteen(big, testbed16: Testbed, stop: str) -> None:
             procs = run_procs(testbed16, "node13")
             victim = next(int(p.split(":")[0]) for p in procs if "torch.distributed.run" not in p)
             subprocess.run(["kill", "-9", str(victim)], check=True)
-        sent = time.monotonic()
-        out = output.finish(timeout=120)
-        assert time.monotonic() - sent < STOP_BOUND_S, f"{stop}: the run was not stopped within {STOP_BOUND_S} s"
+        out = output.finish(timeout=120)  # a liveness bound, not a measure
     finally:
         proc.kill()
     if stop == "ctrl-c":
@@ -194,8 +187,8 @@ def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> Non
 
 def test_sbatch_on_four_slurm_nodes(big) -> None:
     """Slurm answers on node0 (slurmd on node0-node3): with no --launcher, a run goes through sbatch."""
-    assert "jobs go through sbatch" in big["up"].stderr
-    result = ddpctl("run", "message-passing", "--nodes", "4", env=big["env"], timeout=600)
+    assert "jobs go through sbatch" in big.up.stderr
+    result = ddpctl("run", "message-passing", "--nodes", "4", env=big.env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "through sbatch" in result.stderr
     for rank in range(1, 4):

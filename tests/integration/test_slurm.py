@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.clusters import UpCluster, onprem_up
 from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
@@ -31,31 +32,30 @@ def slurm_cluster(slurm_testbed: Testbed, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("slurm")
     env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home")}
     inventory = slurm_testbed.inventory(tmp / "hosts.ini", n=2, **GROUP_VARS)
-    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=env, timeout=600)
-    assert up.returncode == 0, up.stderr
-    yield {"env": env, "up": up}
+    up = onprem_up(inventory, env)
+    yield UpCluster(env=env, up=up, tmp=tmp, inventory=inventory)
     assert ddpctl("down", env=env).returncode == 0
 
 
 def test_slurm_is_detected(slurm_cluster) -> None:
-    assert json.loads(slurm_cluster["up"].stdout)["cluster"]["launcher"] == "sbatch"
-    assert "jobs go through sbatch" in slurm_cluster["up"].stderr
+    assert json.loads(slurm_cluster.up.stdout)["cluster"]["launcher"] == "sbatch"
+    assert "jobs go through sbatch" in slurm_cluster.up.stderr
 
 
 def test_dry_run_prints_the_script(slurm_cluster) -> None:
-    result = ddpctl("run", "message-passing", "--nodes", "2", "--dry-run", env=slurm_cluster["env"])
+    result = ddpctl("run", "message-passing", "--nodes", "2", "--dry-run", env=slurm_cluster.env)
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout and "srun --kill-on-bad-exit=1" in result.stdout
 
 
 def test_message_passing_through_sbatch(slurm_cluster, slurm_testbed: Testbed) -> None:
-    result = ddpctl("run", "message-passing", "--nodes", "2", env=slurm_cluster["env"], timeout=300)
+    result = ddpctl("run", "message-passing", "--nodes", "2", env=slurm_cluster.env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[node1 r1] rank 1 received 42.0 from rank 0" in result.stdout
     assert result.stdout.count("all_reduce OK (3.0 == 3.0)") == 2
     assert "through sbatch" in result.stderr
     assert squeue(slurm_testbed) == ""
-    logs = json.loads(ddpctl("logs", "--rank", "1", "--json", env=slurm_cluster["env"]).stdout)  # the job's node files
+    logs = json.loads(ddpctl("logs", "--rank", "1", "--json", env=slurm_cluster.env).stdout)  # the job's node files
     assert {line["node"] for line in logs["lines"]} == {"node1"}
     assert [line["text"] for line in logs["lines"] if line["text"].startswith("rank 1")] == [
         "rank 1 received 42.0 from rank 0",
@@ -64,7 +64,7 @@ def test_message_passing_through_sbatch(slurm_cluster, slurm_testbed: Testbed) -
 
 
 def test_mnist_through_sbatch(slurm_cluster) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "1", env=slurm_cluster["env"], timeout=600)
+    result = ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "1", env=slurm_cluster.env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
     assert accuracies and accuracies[-1] >= 90.0, result.stdout
@@ -86,7 +86,7 @@ def wait_for_worker(testbed: Testbed, node: str) -> int:
 
 
 def test_failing_rank_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
-    proc = start(slurm_cluster["env"])
+    proc = start(slurm_cluster.env)
     try:
         os.kill(wait_for_worker(slurm_testbed, "node1"), signal.SIGKILL)
         out, _ = proc.communicate(timeout=90)
@@ -100,7 +100,7 @@ def test_failing_rank_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> 
 
 
 def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
-    proc = start(slurm_cluster["env"])
+    proc = start(slurm_cluster.env)
     try:
         wait_for_worker(slurm_testbed, "node0")
         proc.send_signal(signal.SIGINT)
@@ -120,7 +120,7 @@ def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
 
 def test_unschedulable_job_is_one_line(slurm_cluster, slurm_testbed: Testbed) -> None:
     """More nodes than Slurm has: one line, right away, and nothing queued."""
-    result = ddpctl("run", "message-passing", "--nodes", "3", env=slurm_cluster["env"], timeout=120)
+    result = ddpctl("run", "message-passing", "--nodes", "3", env=slurm_cluster.env, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error == "Error: --nodes 3 but Slurm on 10.77.0.10 has 2 node(s): use --nodes 2 or fewer"
@@ -134,7 +134,7 @@ def test_a_snapshot_dir_the_login_node_cannot_write_is_one_line(slurm_cluster, s
     subprocess.run(["chattr", "+i", str(locked)], check=True)
     try:
         args = ("run", "message-passing", "--nodes", "2", "--snapshot-dir", f"{locked}/snap")
-        result = ddpctl(*args, env=slurm_cluster["env"], timeout=120)
+        result = ddpctl(*args, env=slurm_cluster.env, timeout=120)
     finally:
         subprocess.run(["chattr", "-i", str(locked)], check=True)
     assert result.returncode == 2, result.stdout + result.stderr

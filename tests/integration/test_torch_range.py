@@ -21,6 +21,7 @@ import pytest
 from ddpctl.infra.model.torch_versions import OLDER_TESTED
 from tests.support import REPO
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, start_run
+from tests.support.clusters import UpCluster, onprem_up
 from tests.support.processes import assert_nothing_left, wait_for_worker
 from tests.support.testbed.cluster import Testbed, run_procs, worker_pid
 
@@ -90,22 +91,21 @@ def old_cluster(testbed: Testbed, old_python: str, tmp_path_factory: pytest.Temp
     env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home")}
     venv = str(Path(old_python).parent.parent)
     inventory = testbed.inventory(tmp / "hosts.ini", 2, python_env_mode="existing", python_env_path=venv)
-    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), "--json", env=env, timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
-    yield {"env": env, "up": up}
+    up = onprem_up(inventory, env)
+    yield UpCluster(env=env, up=up, tmp=tmp, inventory=inventory)
     down = ddpctl("down", env=env)
     assert down.returncode == 0, down.stderr
 
 
 @pytest.mark.slow
 def test_existing_mode_accepts_the_nodes_torch_and_records_it(old_cluster) -> None:
-    nodes = json.loads(old_cluster["up"].stdout)["cluster"]["nodes"]
+    nodes = json.loads(old_cluster.up.stdout)["cluster"]["nodes"]
     assert [n["torch"].split("+")[0] for n in nodes] == [OLDER_TESTED, OLDER_TESTED]
 
 
 @pytest.mark.slow
 def test_message_passing_over_ssh_on_the_older_torch(old_cluster) -> None:
-    result = ddpctl("run", "message-passing", "--nodes", "2", env=old_cluster["env"], timeout=300)
+    result = ddpctl("run", "message-passing", "--nodes", "2", env=old_cluster.env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[node1 r1] rank 1 received 42.0 from rank 0" in result.stdout
 
@@ -113,7 +113,7 @@ def test_message_passing_over_ssh_on_the_older_torch(old_cluster) -> None:
 @pytest.mark.slow
 def test_mnist_over_ssh_on_the_older_torch_restarts_and_resumes(old_cluster, testbed: Testbed) -> None:
     args = ("run", "mnist", "--nodes", "2", "--max-restarts", "1", "--run-id", "oldssh", "--", "--epochs", "2")
-    proc = start_ddpctl(*args, env=old_cluster["env"])
+    proc = start_ddpctl(*args, env=old_cluster.env)
     try:
         output = Output(proc)
         output.until("snapshot saved", timeout=300)
@@ -130,7 +130,7 @@ def test_mnist_over_ssh_on_the_older_torch_restarts_and_resumes(old_cluster, tes
 
 @pytest.mark.slow
 def test_ctrl_c_over_ssh_on_the_older_torch(old_cluster, testbed: Testbed) -> None:
-    proc = start_ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "20", env=old_cluster["env"])
+    proc = start_ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "20", env=old_cluster.env)
     try:
         worker_pid(testbed, "node1")
         time.sleep(2)
