@@ -122,7 +122,7 @@ def runs(as_json) -> int:
     for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
         table.add_column(col.removesuffix("_s").removesuffix("_usd"), min_width=10 if col == "result" else None)
     for r in records:
-        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.result == "unfinished" else "")
+        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.state == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
         shown = {
             "duration_s": "" if r.duration_s is None else _duration(r.duration_s),

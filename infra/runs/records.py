@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..model import costs, locks
 from ..model.errors import UsageError
-from ..model.state import StateStore
+from ..model.state import StateStore, Word
 from . import metrics
 
 #: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
@@ -80,6 +80,18 @@ class RunOptions:
         return cls(**doc)
 
 
+class RunState(Word):
+    """Where a recorded run is (``runs``' ``state``; its ``result`` says it in words, with the detail)."""
+
+    QUEUED = "queued"  # waiting for the run ahead of it on its cluster
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    UNFINISHED = "unfinished"  # its ddpctl stopped before the end: `run --resume` goes on
+    DAMAGED = "damaged"  # its record cannot be read
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """A run as recorded under the state home (``ddpctl runs``)."""
@@ -95,6 +107,10 @@ class RunRecord:
     loss: float | None = None  # the last loss and held-out accuracy of its metrics.jsonl (None: none given)
     accuracy: float | None = None
     cost_usd: float | None = None  # nodes used x a node's $/h x duration, list price (None: not billed, not known)
+    state: RunState = RunState.UNFINISHED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunState(self.state))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +128,15 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 wait = json.loads(queued.read_text())
                 said = f"queued (behind {wait['ahead']})"
                 records.append(
-                    RunRecord(run_dir.name, wait["job"], wait["nodes"], wait["cluster"], _mtime(queued), said)
+                    RunRecord(
+                        run_dir.name,
+                        wait["job"],
+                        wait["nodes"],
+                        wait["cluster"],
+                        _mtime(queued),
+                        said,
+                        state=RunState.QUEUED,
+                    )
                 )
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # written as it is read: listed on the next call
@@ -124,25 +148,30 @@ def list_runs(store: StateStore) -> list[RunRecord]:
         except UsageError as exc:
             records.append(
                 RunRecord(
-                    run_dir.name, "?", "?", "?", _mtime(path), f"damaged (options.json: {_reason(exc.__cause__)})"
+                    run_dir.name,
+                    "?",
+                    "?",
+                    "?",
+                    _mtime(path),
+                    f"damaged (options.json: {_reason(exc.__cause__)})",
+                    state=RunState.DAMAGED,
                 )
             )
             continue
-        result = "running" if locks.run_alive(store, run_dir.name) else "unfinished"
+        state = RunState.RUNNING if locks.run_alive(store, run_dir.name) else RunState.UNFINISHED
+        result = str(state)
         done, duration = path.with_name("run.json"), None
         if done.is_file():
             try:
                 outcome = json.loads(done.read_text())["result"]
                 code, duration = outcome.get("exit_code"), outcome.get("wall_s")
-                result = (
-                    "interrupted"
-                    if outcome.get("interrupted")
-                    else "succeeded"
-                    if code == 0
-                    else f"failed (exit {code})"
-                )
+                if outcome.get("interrupted"):
+                    state = RunState.INTERRUPTED
+                else:
+                    state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
+                result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                result = f"damaged (run.json: {_reason(exc)})"
+                state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
         nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
         kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
         last = metrics.summary(metrics.read(run_dir, tail=1 << 20))  # a long run's file: its end will do
@@ -159,6 +188,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 last["loss"],
                 last["accuracy"],
                 run_cost(doc, duration),
+                state,
             )
         )
     return sorted(records, key=lambda r: r.started)

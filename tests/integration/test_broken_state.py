@@ -181,7 +181,13 @@ def test_damaged_run_records(home: Path) -> None:
     (home / "runs" / "rbad000001" / "options.json").write_text('{"options": {"job": ')
     (home / "runs" / "rbad000002" / "run.json").write_text("[1, 2]")
 
-    listed = {r["run_id"]: r["result"] for r in json.loads(ok("runs", "--json").stdout)["runs"]}
+    runs = json.loads(ok("runs", "--json").stdout)["runs"]
+    assert {r["run_id"]: r["state"] for r in runs} == {
+        "rgood00001": "succeeded",
+        "rbad000001": "damaged",
+        "rbad000002": "damaged",
+    }
+    listed = {r["run_id"]: r["result"] for r in runs}
     assert listed["rgood00001"] == "succeeded"
     assert listed["rbad000001"].startswith("damaged (options.json")
     assert listed["rbad000002"].startswith("damaged (run.json")

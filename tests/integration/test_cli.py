@@ -172,36 +172,48 @@ def test_run_dry_run_json(home: Path) -> None:
     assert tree(home) == []
 
 
-def test_up_status_down(home: Path) -> None:
+def local_up(*args: str) -> dict:
+    up = ddpctl("up", "--nodes", "2", *args, "--json")
+    assert up.returncode == 0, up.stderr
+    return json.loads(up.stdout)["cluster"]
+
+
+def test_a_dry_run_of_up_plans_and_creates_nothing(home: Path) -> None:
     dry = ddpctl("up", "--nodes", "2", "--dry-run", "--json")
     assert dry.returncode == 0 and json.loads(dry.stdout)["cluster"]["status"] == "planned"
     assert tree(home) == []
 
-    up = ddpctl("up", "--nodes", "2", "--nproc-per-node", "2", "--json")
-    assert up.returncode == 0, up.stderr
-    cluster = json.loads(up.stdout)["cluster"]
+
+def test_up_creates_every_resource_and_status_lists_the_cluster(home: Path) -> None:
+    cluster = local_up("--nproc-per-node", "2")
     assert cluster["status"] == "up" and len(cluster["nodes"]) == 2
     assert all(r["status"] == "created" for r in cluster["resources"])
     for node in cluster["nodes"]:
         assert Path(node["workdir"]).is_dir()
+    doc = json.loads(ddpctl("status", "--json").stdout)
+    assert [c["spec"]["name"] for c in doc["clusters"]] == ["default"]
+    assert "default" in ddpctl("status").stdout
 
+
+def test_up_again_and_configure_of_a_local_cluster_are_one_line(home: Path) -> None:
+    local_up()
     again = ddpctl("up", "--nodes", "2")
     assert again.returncode == 1 and "already exists" in one_line_error(again)
     local = ddpctl("configure")
     assert local.returncode == 2 and "local clusters run no playbooks" in one_line_error(local)
 
-    status = ddpctl("status", "--json")
-    doc = json.loads(status.stdout)
-    assert [c["spec"]["name"] for c in doc["clusters"]] == ["default"]
-    assert "default" in ddpctl("status").stdout
 
-    # a run on the cluster that is up: too many nodes is a usage error, nothing started
-    too_many = ddpctl("run", "message-passing", "--nodes", "3")
+def test_a_run_on_a_cluster_that_is_up_is_checked_and_planned_against_it(home: Path) -> None:
+    local_up("--nproc-per-node", "2")
+    too_many = ddpctl("run", "message-passing", "--nodes", "3")  # a usage error, nothing started
     assert too_many.returncode == 2 and "cluster 'default' has 2 node(s)" in one_line_error(too_many)
     dry = json.loads(ddpctl("run", "mnist", "--nodes", "2", "--dry-run", "--json").stdout)
     assert "cluster" not in dry  # nothing to create: the cluster is up
     assert dry["plan"]["world_size"] == 4  # the cluster's nproc-per-node
 
+
+def test_down_removes_everything_and_a_second_down_does_nothing(home: Path) -> None:
+    local_up()
     down = ddpctl("down", "--json")
     assert down.returncode == 0, down.stderr
     assert json.loads(down.stdout)["down"] == ["default"]

@@ -64,8 +64,9 @@ def test_runs_on_one_cluster_take_turns(home: Path) -> None:
     third = start("run", "message-passing", "--nodes", "2", "--run-id", "turn3")
     Output(third).until("waits its turn", timeout=120)
     runs = {r["run_id"]: r for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
-    assert runs["turn1"]["result"] == "running"
+    assert runs["turn1"]["result"] == runs["turn1"]["state"] == "running"
     assert runs["turn2"]["result"].startswith("queued (behind `ddpctl run turn1 (mnist)`")
+    assert runs["turn2"]["state"] == "queued"
     stop = ddpctl("stop", "turn3", timeout=60)
     assert stop.returncode == 0, stop.stderr
     assert third.wait(timeout=60) == 130

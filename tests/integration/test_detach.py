@@ -20,7 +20,10 @@ from tests.support.processes import assert_nothing_left, run_processes, wait_for
 
 
 def run_result(run_id: str) -> str:
-    return {r["run_id"]: r["result"] for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}[run_id]
+    """The run's ``result`` as ``runs --json`` says it; its ``state`` is that result's first word."""
+    [run] = [r for r in json.loads(ddpctl("runs", "--json").stdout)["runs"] if r["run_id"] == run_id]
+    assert run["state"] == run["result"].split()[0], run
+    return run["result"]
 
 
 def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:

@@ -15,10 +15,8 @@ from tests.support.specs import cluster_spec
 # ---- pure planning: no server ------------------------------------------------------------------
 
 
-def test_plan_and_requests_are_pure_values() -> None:
-    from ddpctl.infra.providers.aws import pricing
-    from ddpctl.infra.providers.aws.ec2_requests import client_token, ingress_rules, run_instances_request
-    from ddpctl.infra.providers.aws.plan import STEPS, plan_from_spec
+def p3_plan():
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
 
     spec = cluster_spec(
         name="c1",
@@ -32,13 +30,14 @@ def test_plan_and_requests_are_pure_values() -> None:
             "ssh_cidr": SSH_CIDR,
         },
     )
-    plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
-    kinds = [r.kind for r in plan.resources()]
-    assert kinds == [k for k in STEPS if k != "configure"] + ["configure"]
-    assert all(r.status == "planned" for r in plan.resources())
-    assert plan.hourly_usd == pytest.approx(6.12)
-    req = run_instances_request(
-        plan,
+    return plan_from_spec(spec, "abc123", "/h/clusters/c1")
+
+
+def p3_request() -> dict:
+    from ddpctl.infra.providers.aws.ec2_requests import client_token, run_instances_request
+
+    return run_instances_request(
+        p3_plan(),
         ami="ami-1",
         root_device="/dev/sda1",
         subnet_id="subnet-1",
@@ -49,6 +48,19 @@ def test_plan_and_requests_are_pure_values() -> None:
         placement_group="pg",
         client_token=client_token("abc123", "us-east-1a", 2),
     )
+
+
+def test_the_plan_lists_every_step_planned_in_order_with_its_price() -> None:
+    from ddpctl.infra.providers.aws.plan import STEPS
+
+    plan = p3_plan()
+    assert [r.kind for r in plan.resources()] == [k for k in STEPS if k != "configure"] + ["configure"]
+    assert all(r.status == "planned" for r in plan.resources())
+    assert plan.hourly_usd == pytest.approx(6.12)
+
+
+def test_run_instances_launches_all_at_once_locked_down() -> None:
+    req = p3_request()
     assert (req["MinCount"], req["MaxCount"]) == (2, 2)
     assert req["MetadataOptions"]["HttpTokens"] == "required" and req["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert req["BlockDeviceMappings"][0]["Ebs"] == {
@@ -58,12 +70,28 @@ def test_plan_and_requests_are_pure_values() -> None:
         "DeleteOnTermination": True,
     }
     assert "IamInstanceProfile" not in req and "UserData" not in req  # no AWS credential reaches a node
+
+
+def test_run_instances_tags_everything_and_its_token_fits() -> None:
+    req = p3_request()
     tags = {t["Key"] for spec_ in req["TagSpecifications"] for t in spec_["Tags"]}
     assert {"ddpctl:cluster", "ddpctl:created-by", "Name"} <= tags
     assert len(req["ClientToken"]) <= 64
+
+
+def test_ssh_only_from_the_caller_and_all_traffic_inside_the_group() -> None:
+    from ddpctl.infra.providers.aws.ec2_requests import ingress_rules
+
     rules = ingress_rules(SSH_CIDR, "sg-1")
     assert rules[0]["IpRanges"][0]["CidrIp"] == SSH_CIDR and rules[1]["UserIdGroupPairs"][0]["GroupId"] == "sg-1"
+
+
+def test_the_quota_and_the_placement_group_follow_the_instance_type() -> None:
+    from ddpctl.infra.providers.aws import pricing
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
+
     assert pricing.vcpu_quota("p3.2xlarge", spot=False).code == "L-417A185B"
+    assert p3_plan().placement_group
     assert not plan_from_spec(
         cluster_spec(name="c1", provider="aws", nodes=2, options={"instance_type": "t3.micro"}), "x", "/d"
     ).placement_group

@@ -380,7 +380,7 @@ def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_npro
     return ClusterState(spec=spec, cluster_id="cid", status="up", shared_dir="/shared", nodes=nodes)
 
 
-def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
+def test_each_node_runs_one_process_per_gpu_and_one_without() -> None:
     from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
 
     c = gpu_cluster((4, 2, 0))
@@ -390,15 +390,25 @@ def test_each_node_runs_one_process_per_gpu_unless_told() -> None:
     assert node_nprocs(c, 2, "gpu") == (4, 2)
     with pytest.raises(UsageError, match=r"^--nproc-per-node gpu: node node2 of cluster 'g' has no GPU .*or auto$"):
         node_nprocs(c, 3, "gpu")
-    assert node_nprocs(c, 3, 3) == (3, 3, 3) and node_nprocs(c, 3, (1, 2, 1)) == (1, 2, 1)  # a flag wins
+    # one listed node standing for a fleet (ParallelCluster's head): its count for every node
+    assert node_nprocs(gpu_cluster((8,)), 3, None) == (8, 8, 8)
+
+
+def test_a_number_given_to_run_wins_over_the_gpus() -> None:
+    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
+
+    c = gpu_cluster((4, 2, 0))
+    assert node_nprocs(c, 3, 3) == (3, 3, 3) and node_nprocs(c, 3, (1, 2, 1)) == (1, 2, 1)
     assert nproc_source(c, 3, 3) == ""
-    # the inventory's ddpctl_nproc_per_node wins over the GPU count, `up --nproc-per-node` too
+
+
+def test_the_inventorys_count_and_ups_win_over_the_gpus_but_not_over_a_word() -> None:
+    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
+
     assert node_nprocs(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == (2, 4)
     assert nproc_source(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == "ddpctl_nproc_per_node, one per GPU"
     assert node_nprocs(gpu_cluster((4, 4), nproc=(2, 0), spec_nproc=3), 2, None) == (2, 3)
-    assert node_nprocs(gpu_cluster((4, 4)), 2, "auto") == (4, 4)  # a word wins over the inventory's count too
-    # one listed node standing for a fleet (ParallelCluster's head): its count for every node
-    assert node_nprocs(gpu_cluster((8,)), 3, None) == (8, 8, 8)
+    assert node_nprocs(gpu_cluster((4, 4)), 2, "auto") == (4, 4)
 
 
 def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None:
