@@ -22,6 +22,7 @@ from ..hosts.connections import connect, remote_stop, writable_problem
 from ..model.errors import UsageError
 from ..model.host import Host
 from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
+from . import head
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .project import pack
@@ -33,6 +34,13 @@ if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
     from .plan import Renew
+
+
+def on_head() -> bool:
+    """Runs are supervised on the head node (``head.py``) with ``DDPCTL_SUPERVISOR=head``; by this
+    process otherwise, until the suite's SSH tests (test_onprem, test_faults, test_aws_twin) have run
+    with the head's."""
+    return os.environ.get("DDPCTL_SUPERVISOR", "local") == "head"
 
 
 class SshNodeProcess:
@@ -90,8 +98,11 @@ def check_writable(path: str, conns: dict[str, fabric.Connection]) -> None:
 class SshExecutor:
     """Carries out a ``LaunchPlan`` on remote nodes, one SSH connection per node."""
 
-    def __init__(self, hosts: dict[str, Host], sink: Callable[[OutputLine], None], grace_s: float = 3.0) -> None:
+    def __init__(
+        self, hosts: dict[str, Host], sink: Callable[[OutputLine], None], grace_s: float = 3.0, mesh_config: str = ""
+    ) -> None:
         self.hosts = hosts
+        self.mesh_config = mesh_config  # the head's SSH client config for the cluster's mesh
         self.sink = sink
         self.grace_s = grace_s
 
@@ -131,6 +142,13 @@ class SshExecutor:
                     else:
                         self.sink(line)
 
+            if on_head():  # the supervisor on the head node; this process attaches to it
+                names = [self.hosts[n.node].name for n in plan.nodes]
+                doc = head.spec(plan, commands, names, self.mesh_config, self.grace_s)
+                result = head.run(conns[0], doc, sink)
+                if plan.precheck is not None and not result.ok and not result.interrupted:
+                    raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
+                return result
             store = self._start_store(plan, conns[0], sink)  # first: the agents start once it listens
             procs: list[SshNodeProcess] = []
 

@@ -19,6 +19,10 @@ OUTPUTS = "outputs"
 #: a run waiting for its turn on a busy cluster (``run_execute``): the run ahead, its job, its cluster
 QUEUED = "queued.json"
 
+#: in a run's folder here while its supervisor on the head runs on without a ddpctl here (`runs`: running;
+#: written by `head_runs.py`)
+ON_HEAD = "on-head"
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -128,7 +132,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 )
             )
             continue
-        result = "running" if locks.run_alive(store, run_dir.name) else "unfinished"
+        result = "running" if locks.run_alive(store, run_dir.name) or (run_dir / ON_HEAD).exists() else "unfinished"
         done, duration = path.with_name("run.json"), None
         if done.is_file():
             try:
