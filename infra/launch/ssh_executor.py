@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..hosts.connections import connect, remote_stop, writable_problem
 from ..model.errors import UsageError
 from ..model.host import Host
+from ..model.state import NodeInfo
 from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
 from . import head
 from .diagnose import Agent
@@ -99,10 +100,14 @@ class SshExecutor:
     """Carries out a ``LaunchPlan`` on remote nodes, one SSH connection per node."""
 
     def __init__(
-        self, hosts: dict[str, Host], sink: Callable[[OutputLine], None], grace_s: float = 3.0, mesh_config: str = ""
+        self,
+        hosts: dict[str, Host],
+        sink: Callable[[OutputLine], None],
+        grace_s: float = 3.0,
+        head_node: NodeInfo | None = None,
     ) -> None:
         self.hosts = hosts
-        self.mesh_config = mesh_config  # the head's SSH client config for the cluster's mesh
+        self.head_node = head_node  # its work dir and SSH client config for the mesh: the supervisor there
         self.sink = sink
         self.grace_s = grace_s
 
@@ -144,8 +149,9 @@ class SshExecutor:
 
             if on_head():  # the supervisor on the head node; this process attaches to it
                 names = [self.hosts[n.node].name for n in plan.nodes]
-                doc = head.spec(plan, commands, names, self.mesh_config, self.grace_s)
-                result = head.run(conns[0], doc, sink)
+                node = self.head_node or NodeInfo(plan.nodes[0].node, "", "")
+                doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
+                result = head.run(conns[0], doc, head.folder(node.workdir, plan.run_id), sink)
                 if plan.precheck is not None and not result.ok and not result.interrupted:
                     raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
                 return result

@@ -26,14 +26,22 @@ def unfinished(store: StateStore, run_id: str) -> str | None:
     return cluster if store.exists(cluster) else None
 
 
-def _head(store: StateStore, cluster: str):
-    """An open connection to the cluster's head node, or None (no such node, unreachable)."""
+def _head(store: StateStore, run_id: str):
+    """For a run recorded here without a result and held by no ddpctl here: its cluster's name, an
+    open connection to the head node and the run's folder there; None where there is none to reach
+    (no such run or node, an unreachable head, runs supervised here: without ``DDPCTL_SUPERVISOR=head``)."""
     from ..hosts.connections import connect
+    from ..launch.ssh_executor import on_head
 
+    cluster = unfinished(store, run_id) if on_head() else None
+    if cluster is None:
+        return None
     try:
         state = store.load(cluster)
-        host = state.nodes[0].ssh if state.nodes else None
-        return None if host is None else connect(host)
+        node = state.nodes[0] if state.nodes else None
+        if node is None or node.ssh is None:
+            return None
+        return cluster, connect(node.ssh), head.folder(node.workdir, run_id)
     except Exception:  # an unreachable head, a damaged state: the record stays as it is
         return None
 
@@ -41,20 +49,20 @@ def _head(store: StateStore, cluster: str):
 def bring_up_to_date(store: StateStore, run_id: str) -> bool:
     """Copy the head's output.log (and run.json, once written) of ``run_id`` here. True where the
     head's supervisor has written the record; False where there is nothing to do or reach."""
-    cluster = unfinished(store, run_id)
-    conn = None if cluster is None else _head(store, cluster)
-    if conn is None:
+    found = _head(store, run_id)
+    if found is None:
         return False
+    cluster, conn, where = found
     try:
-        doc = head.read_record(conn, run_id)
-        got = conn.run(f"cat {shlex.quote(head.folder(run_id))}/output.log", hide=True, warn=True, in_stream=False)
+        doc = head.read_record(conn, where)
+        got = conn.run(f"cat {shlex.quote(where)}/output.log", hide=True, warn=True, in_stream=False)
         if not got.ok:
             return False
         run_dir = store.run_dir(run_id)
         atomic_write(run_dir / "output.log", got.stdout)
         (run_dir / ON_HEAD).unlink(missing_ok=True)
         if doc is None:
-            if head.pid_alive(conn, run_id):
+            if head.pid_alive(conn, where):
                 atomic_write(run_dir / ON_HEAD, "")
             return False
         doc["cluster"] = cluster
@@ -72,14 +80,15 @@ def bring_all_up_to_date(store: StateStore) -> None:
 def stop_on_head(store: StateStore, run_id: str) -> bool:
     """Ask the head's supervisor of a run that no ddpctl here holds to stop it (SIGINT, as Ctrl-C),
     and wait for its record. False where the run does not run on its head node."""
-    cluster = unfinished(store, run_id)
-    conn = None if cluster is None else _head(store, cluster)
-    if conn is None:
+    found = _head(store, run_id)
+    if found is None:
         return False
+    _, conn, where = found
     try:
-        if not head.pid_alive(conn, run_id):
+        pid = head.pid_alive(conn, where)
+        if not pid:
             return False
-        head.attach(conn, run_id, head.pid_alive(conn, run_id), lambda line: None, interrupt=True)
+        head.attach(conn, where, pid, lambda line: None, interrupt=True)
     finally:
         conn.close()
     bring_up_to_date(store, run_id)
