@@ -95,7 +95,7 @@ def start(head: fabric.Connection, doc: dict, where: str) -> int:
     still there (a resumed run's) is stopped first."""
     q = shlex.quote(where)
     old = (
-        f"p=$(cat {q}/pid 2>/dev/null) && kill -TERM $p 2>/dev/null && "
+        f"p=$(cat {q}/pid 2>/dev/null) && grep -qs head.pyz /proc/$p/cmdline && kill -TERM $p 2>/dev/null && "
         f"for i in $(seq {START_TIMEOUT_S * 10}); do kill -0 $p 2>/dev/null || break; sleep 0.1; done"
     )
     head.run(
@@ -131,7 +131,9 @@ def wait_pid(head: fabric.Connection, where: str) -> int:
 def pid_alive(head: fabric.Connection, where: str) -> int:
     """The pid of the run's supervisor on the head while it runs (0: it does not)."""
     q = shlex.quote(where)
-    got = head.run(f"p=$(cat {q}/pid) && kill -0 $p && echo $p", hide=True, warn=True, in_stream=False)
+    got = head.run(
+        f"p=$(cat {q}/pid) && grep -qs head.pyz /proc/$p/cmdline && echo $p", hide=True, warn=True, in_stream=False
+    )
     return int(got.stdout.split()[0]) if got.ok and got.stdout.split() else 0
 
 
