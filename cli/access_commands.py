@@ -120,6 +120,9 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
     out = Output(as_json)
     store = open_store()
     run_id, path = run_logs.log_path(store, run_id)
+    from ddpctl.infra.runs.head_runs import bring_up_to_date
+
+    bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the head node
     run_logs.check_filter(store, run_id, run_logs.LogFilter(node, rank))
     lines = run_logs.read(store, run_id, path, run_logs.LogFilter(node, rank), tail=tail, follow=follow)
     if as_json:

@@ -132,6 +132,7 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
                 python=facts["python"],
                 env_file=facts["env_file"],
                 bundle_dir=facts["bundle_dir"],
+                ssh_config=facts.get("ssh_config", ""),
                 gpus=_counted(facts.get("gpus"), node.gpus),
                 torch=facts.get("torch") or node.torch,  # "": the play ran without python_env (--tags)
             )

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 from ..hosts.connections import connect, remote_stop, writable_problem
 from ..model.errors import UsageError
 from ..model.host import Host
+from ..model.state import NodeInfo
 from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
+from . import head
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .project import pack
@@ -33,6 +35,13 @@ if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
     from .plan import Renew
+
+
+def on_head() -> bool:
+    """Runs are supervised on the head node (``head.py``) with ``DDPCTL_SUPERVISOR=head``; by this
+    process otherwise, until the suite's SSH tests (test_onprem, test_faults, test_aws_twin) have run
+    with the head's."""
+    return os.environ.get("DDPCTL_SUPERVISOR", "local") == "head"
 
 
 class SshNodeProcess:
@@ -90,8 +99,15 @@ def check_writable(path: str, conns: dict[str, fabric.Connection]) -> None:
 class SshExecutor:
     """Carries out a ``LaunchPlan`` on remote nodes, one SSH connection per node."""
 
-    def __init__(self, hosts: dict[str, Host], sink: Callable[[OutputLine], None], grace_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        hosts: dict[str, Host],
+        sink: Callable[[OutputLine], None],
+        grace_s: float = 3.0,
+        head_node: NodeInfo | None = None,
+    ) -> None:
         self.hosts = hosts
+        self.head_node = head_node  # its work dir and SSH client config for the mesh: the supervisor there
         self.sink = sink
         self.grace_s = grace_s
 
@@ -131,6 +147,14 @@ class SshExecutor:
                     else:
                         self.sink(line)
 
+            if on_head():  # the supervisor on the head node; this process attaches to it
+                names = [self.hosts[n.node].name for n in plan.nodes]
+                node = self.head_node or NodeInfo(plan.nodes[0].node, "", "")
+                doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
+                result = head.run(conns[0], doc, head.folder(node.workdir, plan.run_id), sink)
+                if plan.precheck is not None and not result.ok and not result.interrupted:
+                    raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
+                return result
             store = self._start_store(plan, conns[0], sink)  # first: the agents start once it listens
             procs: list[SshNodeProcess] = []
 

@@ -156,6 +156,8 @@ class NodeInfo:
     #: processes (ranks) this node runs when `run` gives no --nproc-per-node; 0: the cluster's count, else
     #: one per GPU (onprem: the inventory's ddpctl_nproc_per_node host variable)
     nproc: int = 0
+    #: the node's SSH client config for the cluster's mesh (the ssh_mesh role's; "": the user's own)
+    ssh_config: str = ""
 
 
 @dataclass

@@ -133,7 +133,7 @@ class OnpremProvider(Provider):
         """site.yml verified every node's Python env; `run` checks reachability as it connects."""
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
-        return SshExecutor({n.name: _host(n) for n in state.nodes}, sink)
+        return SshExecutor({n.name: _host(n) for n in state.nodes}, sink, head_node=state.nodes[0])
 
 
 def _clean_hosts(hosts: list[tuple[Host, str]], cluster_id: str, progress: Progress) -> None:

@@ -19,6 +19,10 @@ OUTPUTS = "outputs"
 #: a run waiting for its turn on a busy cluster (``run_execute``): the run ahead, its job, its cluster
 QUEUED = "queued.json"
 
+#: in a run's folder here while its supervisor on the head runs on without a ddpctl here (`runs`: running;
+#: written by `head_runs.py`)
+ON_HEAD = "on-head"
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -158,7 +162,8 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 )
             )
             continue
-        state = RunState.RUNNING if locks.run_alive(store, run_dir.name) else RunState.UNFINISHED
+        alive = locks.run_alive(store, run_dir.name) or (run_dir / ON_HEAD).exists()  # or on its head node
+        state = RunState.RUNNING if alive else RunState.UNFINISHED
         result = str(state)
         done, duration = path.with_name("run.json"), None
         if done.is_file():

@@ -339,7 +339,7 @@ class AwsProvider(Provider):
             return spot.replace_lost(state, store, plan, nodes, progress)
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
-        return SshExecutor({n.name: n.ssh for n in state.nodes}, sink)
+        return SshExecutor({n.name: n.ssh for n in state.nodes}, sink, head_node=state.nodes[0])
 
 
 PROVIDER = AwsProvider()

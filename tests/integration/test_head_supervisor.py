@@ -1,0 +1,248 @@
+"""The run's supervisor on the head node (issue 28), on the on-prem test cluster: a run goes on and
+finishes when every ddpctl here is SIGKILLed, and its record, log and exit status read later through
+the head are right; fail fast and Ctrl-C behave as with the supervisor here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"started rank {rank}", flush=True)
+time.sleep(float(os.environ.get("SLEEP_S", "6")))
+if rank == int(os.environ.get("FAIL_RANK", "-1")):
+    sys.exit(3)
+dist.barrier()
+print(f"done rank {rank}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("head")
+    env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home")}
+    env["DDPCTL_SUPERVISOR"] = "head"
+    inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
+    up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), env=env, timeout=600)
+    assert up.returncode == 0, up.stderr
+    script = tmp / "job" / "slow.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    state = {"env": env, "home": tmp / "home", "script": str(script), "up": True}
+    yield state
+    if state["up"]:
+        assert ddpctl("down", env=env).returncode == 0
+
+
+def results(cluster) -> dict[str, str]:
+    doc = json.loads(ddpctl("runs", "--json", env=cluster["env"]).stdout)
+    return {r["run_id"]: r["result"] for r in doc["runs"]}
+
+
+def wait_for_line(proc, text: str) -> list[str]:
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError("".join(seen))
+
+
+def ended(cluster, run_id: str) -> str:
+    """The run's result as `runs` reads it (through the head), once it is not running any more."""
+    for _ in range(240):
+        result = results(cluster).get(run_id, "?")
+        if result not in ("running", "unfinished", "?") and not result.startswith("killed"):
+            return result
+        time.sleep(0.5)
+    return results(cluster).get(run_id, "?")
+
+
+def test_attached_run_survives_its_ddpctl_killed(cluster) -> None:
+    run = start_ddpctl("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00001", env=cluster["env"])
+    wait_for_line(run, "started rank")
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    assert ended(cluster, "rhead00001") == "succeeded"
+    logs = ddpctl("logs", "rhead00001", env=cluster["env"])
+    assert "done rank 0" in logs.stdout and "done rank 1" in logs.stdout, logs.stdout + logs.stderr
+    record = json.loads((Path(cluster["home"]) / "runs" / "rhead00001" / "run.json").read_text())
+    assert record["result"]["exit_code"] == 0 and record["cluster"] == "default"
+    # the killed ddpctl's hold on the cluster and its run slot went with it: the next run is not refused
+    again = ddpctl("run", cluster["script"], "--nodes", "2", "-e", "SLEEP_S=0", env=cluster["env"], timeout=300)
+    assert again.returncode == 0, again.stderr
+
+
+def test_detached_run_survives_its_ddpctl_killed(cluster) -> None:
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00002", "--detach", "--json")
+    started = ddpctl(*args, "-e", "SLEEP_S=10", env=cluster["env"])
+    assert started.returncode == 0, started.stderr
+    log = Path(cluster["home"]) / "runs" / "rhead00002" / "output.log"
+    while "started rank" not in (log.read_text() if log.exists() else ""):  # on the head, attached to
+        time.sleep(0.2)
+    os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)
+    assert ended(cluster, "rhead00002") == "succeeded"
+    assert "done rank 1" in ddpctl("logs", "rhead00002", env=cluster["env"]).stdout
+
+
+def test_fail_fast_on_the_head(cluster) -> None:
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00003", "-e", "FAIL_RANK=1", "-e", "SLEEP_S=1")
+    result = ddpctl(*args, env=cluster["env"])
+    assert result.returncode == 1, result.stderr
+    assert results(cluster)["rhead00003"].startswith("failed")
+
+
+def test_ctrl_c_stops_the_run_on_the_head(cluster, testbed: Testbed) -> None:
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00004", "-e", "SLEEP_S=60")
+    run = start_ddpctl(*args, env=cluster["env"])
+    wait_for_line(run, "started rank")
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=120) == 130
+    assert results(cluster)["rhead00004"] == "interrupted"
+    for node in ("node0", "node1"):  # every rank stopped (the head's supervisor may still be exiting)
+        assert [p for p in run_procs(testbed, node) if "head.pyz" not in p] == [], f"survivors on {node}"
+
+
+def test_stop_through_the_head_once_ddpctl_was_killed(cluster) -> None:
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00005", "-e", "SLEEP_S=60")
+    run = start_ddpctl(*args, env=cluster["env"])
+    wait_for_line(run, "started rank")
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    assert results(cluster)["rhead00005"] == "running"  # on the head, with no ddpctl here
+    stopped = ddpctl("stop", "rhead00005", env=cluster["env"], timeout=120)
+    assert stopped.returncode == 0 and "run rhead00005 stopped" in stopped.stderr, stopped.stderr
+    assert results(cluster)["rhead00005"] == "interrupted"
+
+
+def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:
+    """The head's run folders (in its work dir) go with `down`, where the nodes stay (onprem)."""
+    runs_on_head = testbed.node_dir("node0") / "work" / "head-runs"
+    assert (runs_on_head / "rhead00001" / "run.json").is_file()
+    down = ddpctl("down", env=cluster["env"])
+    assert down.returncode == 0, down.stderr
+    cluster["up"] = False
+    assert not runs_on_head.exists()
+
+
+def test_the_head_bundle_needs_only_the_standard_library(tmp_path: Path) -> None:
+    """What runs on the head imports nothing but the standard library (a node's system Python)."""
+    import subprocess
+
+    from ddpctl.infra.launch import head
+
+    bundle = tmp_path / "head.pyz"
+    bundle.write_bytes(head.bundle())
+    check = f"import sys; sys.path.insert(0, {str(bundle)!r}); import ddpctl_head.head_agent"
+    result = subprocess.run(["/usr/bin/python3", "-I", "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+FAKE_SSH = """#!/bin/bash
+# ssh [-T] [-F CONFIG] HOST COMMAND, run here
+while [[ "$1" == -* ]]; do if [[ "$1" == -F ]]; then shift; fi; shift; done
+exec bash -c "$2"
+"""
+
+
+def head_program(tmp_path: Path, run_id: str, commands: list[str]) -> tuple[list[str], dict, Path]:
+    """The head's program, ready to run here (argv, env, its folder), with ``ssh`` a local stand-in
+    and each node's command run under the run's markers."""
+    from ddpctl.infra.launch import head
+    from ddpctl.infra.node_programs import source
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ssh").write_text(FAKE_SSH)
+    (tmp_path / "bin" / "ssh").chmod(0o755)
+    (tmp_path / "head.pyz").write_bytes(head.bundle())
+    marker = f"DDPCTL_RUN_ID={run_id}"
+    nodes = [
+        {"node": f"n{i}", "host": f"n{i}", "command": f"exec env {marker} DDPCTL_NODE=n{i} bash -c {c!r}", "secret": ""}
+        for i, c in enumerate(commands)
+    ]
+    spec = {"run_id": run_id, "cluster": "", "plan": {}, "ssh_config": "", "store": None, "min_nodes": 0}
+    spec |= {"grace_s": 1, "stop_source": source("stop"), "nodes": nodes}
+    spec |= {"run_key": "DDPCTL_RUN_ID", "node_key": "DDPCTL_NODE", "store_key": "DDPCTL_RDZV_STORE"}
+    folder = tmp_path / run_id
+    folder.mkdir()
+    (folder / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    return ["/usr/bin/python3", str(tmp_path / "head.pyz"), str(folder)], env, folder
+
+
+def marked(run_id: str) -> list[int]:
+    """Processes here that carry the run's marker (alive, not zombies)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (proc / "environ").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"\0DDPCTL_RUN_ID={run_id}\0".encode() in b"\0" + environ + b"\0" and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("run_id", "commands", "exit_code", "statuses"),
+    [
+        ("rheadok", ["echo '[rank0]:hi'", "echo '[rank1]:hi'"], 0, ["ok", "ok"]),
+        ("rheadfail", ["sleep 60", "sleep 1; exit 3"], 1, ["stopped", "failed"]),  # fail fast on the head
+    ],
+)
+def test_the_head_agent_supervises_over_ssh(tmp_path: Path, run_id, commands, exit_code, statuses) -> None:
+    """The head's program itself, with ``ssh`` a local stand-in: the agents' lines in its
+    output.log, and its run.json, for a run that succeeds and one where a node fails."""
+    import subprocess
+
+    argv, env, folder = head_program(tmp_path, run_id, commands)
+    done = subprocess.run(argv, env=env, timeout=120)
+    assert done.returncode == 0
+    result = json.loads((folder / "run.json").read_text())["result"]
+    assert result["exit_code"] == exit_code and [n["status"] for n in result["nodes"]] == statuses
+    assert not (folder / "spec.json").exists()  # it held the secrets' values
+    if exit_code == 0:
+        assert sorted((folder / "output.log").read_text().splitlines()) == ["[n0 r0] hi", "[n1 r1] hi"]
+
+
+def test_the_head_agent_stops_the_run_on_sigint(tmp_path: Path) -> None:
+    """Ctrl-C of an attached ``ddpctl run`` reaches the head's program as SIGINT (``head.attach``):
+    every node's processes stopped, exit 130 and interrupted in its run.json."""
+    import subprocess
+
+    commands = ["echo '[rank0]:started'; sleep 600", "echo '[rank1]:started'; sleep 600"]
+    argv, env, folder = head_program(tmp_path, "rheadint", commands)
+    # started in a session of its own with SIGINT ignored, as `setsid nohup ... &` starts it on the head
+    agent = subprocess.Popen(
+        argv, env=env, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    )
+    try:
+        log = folder / "output.log"
+        deadline = time.monotonic() + 120
+        while (log.read_text() if log.exists() else "").count("started") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(marked("rheadint")) >= 2  # both nodes' commands run
+        os.kill(int((folder / "pid").read_text()), signal.SIGINT)
+        assert agent.wait(timeout=120) == 0
+    finally:
+        agent.kill()
+    result = json.loads((folder / "run.json").read_text())["result"]
+    assert result["exit_code"] == 130 and result["interrupted"], result
+    assert [n["status"] for n in result["nodes"]] == ["stopped", "stopped"]
+    assert marked("rheadint") == []
