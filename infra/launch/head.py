@@ -27,9 +27,10 @@ from .plan import LaunchPlan
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
-#: the modules the head runs, as the package ``ddpctl_head``
-MODULES = ("nodes", "diagnose", "supervise", "head_agent")
-MAIN = "import sys\nfrom ddpctl_head.head_agent import main\nmain(sys.argv[1:])\n"
+#: the modules the head runs, in the package ``ddpctl_head`` laid out as ``infra`` (their relative
+#: imports hold): standard library only
+MODULES = ("model/errors", "launch/nodes", "launch/diagnose", "launch/supervise", "launch/store", "launch/head_agent")
+MAIN = "import sys\nfrom ddpctl_head.launch.head_agent import main\nmain(sys.argv[1:])\n"
 START_TIMEOUT_S = 30
 
 
@@ -40,20 +41,21 @@ def folder(workdir: str, run_id: str) -> str:
 
 def bundle() -> bytes:
     """The zip ``python3`` runs on the head: ``__main__.py`` and the package ``ddpctl_head``."""
-    here = Path(__file__).parent
+    infra = Path(__file__).parent.parent
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
         z.writestr("__main__.py", MAIN)
-        z.writestr("ddpctl_head/__init__.py", "")
+        for package in ("", "/model", "/launch"):
+            z.writestr(f"ddpctl_head{package}/__init__.py", "")
         for name in MODULES:
-            z.writestr(f"ddpctl_head/{name}.py", (here / f"{name}.py").read_text(encoding="utf-8"))
+            z.writestr(f"ddpctl_head/{name}.py", (infra / f"{name}.py").read_text(encoding="utf-8"))
     return out.getvalue()
 
 
 def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: str, grace_s: float) -> dict:
     """What the head's supervisor reads: each node's launch line and its name on the mesh (``hosts``)."""
     nodes = [
-        {"node": n.node, "host": h, "command": c, "secret": n.secret_input().decode()}
+        {"node": n.node, "host": h, "address": n.host, "command": c, "secret": n.secret_input().decode()}
         for n, c, h in zip(plan.nodes, commands, hosts)
     ]
     store = None
@@ -166,6 +168,8 @@ def attach(
     doc = read_record(head, where)
     if doc is None:
         raise DdpctlError(f"the run's supervisor on the head node ended without a record: see {where} there")
+    if doc.get("error"):  # it could not start the run
+        raise DdpctlError(doc["error"])
     return result_of(doc)
 
 

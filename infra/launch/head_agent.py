@@ -1,36 +1,36 @@
 """The run's supervisor on the head node: the same ``supervise()`` as on the controller, run there.
 
-Shipped to the head as a zip with ``supervise.py``, ``nodes.py`` and ``diagnose.py`` (``head.py``
-packs it; those modules and this one import nothing but the standard library and each other) and
+Shipped to the head as a zip with ``supervise.py``, ``store.py``, ``nodes.py``, ``diagnose.py`` and
+``model/errors.py`` (``head.py`` packs it; those modules and this one import nothing but the standard
+library and each other) and
 started there so that it outlives the SSH session that started it. It reads ``spec.json`` from its
 folder (and removes it: it holds the secrets' values), starts the run's rendezvous store and every
 node's agent over the cluster's own SSH mesh (``ssh NODE``: the ssh_mesh role's keys and client
 config), supervises them (fail fast; elastic: a lost node started again), and writes, in its folder,
 ``pid``, ``output.log`` (``[node rRANK] text`` lines, as ``runs/<id>/output.log``) and, last,
-``run.json`` (the run's record). SIGINT or SIGTERM stops the run as Ctrl-C does.
+``run.json`` (the run's record; with ``error``, one line, where the run could not start: the rendezvous
+port taken). SIGINT or SIGTERM stops the run as Ctrl-C does.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..model.errors import DdpctlError
+from .diagnose import Agent
 from .nodes import Elastic, NodeResult, OutputLine, RunResult
+from .store import RdzvStore
 from .supervise import supervise
 
-LISTENING = re.compile(r"^LISTENING \S+$")
-READY = re.compile(r"^READY \S+$")
-STORE_TIMEOUT_S = 120.0
 #: a line of ``output.log``, as ``runs/<id>/output.log`` has them (``runs/logs.py``)
 LOG_LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
 
@@ -94,32 +94,16 @@ def ssh(spec: dict) -> list[str]:
     return ["ssh", "-T", *(["-F", config] if config else [])]
 
 
-def _wait_for(lines: queue.Queue, pattern: re.Pattern[str], node: str, sink) -> None:
-    deadline = time.monotonic() + STORE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            text = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        if text is None:
-            raise RuntimeError(f"the rendezvous store on the head node {node} ended before it served")
-        if pattern.match(text):
-            return
-        if not (LISTENING.match(text) or READY.match(text)):
-            sink(OutputLine(node, None, text))
-    raise RuntimeError(f"the rendezvous store on the head node {node} did not start within {STORE_TIMEOUT_S:.0f} s")
-
-
 def run(spec: dict, sink) -> RunResult:
-    """Start the store, then the agents, and supervise them (``spec``: what ``head.py`` wrote)."""
+    """Start the store, then the agents, and supervise them (``spec``: what ``head.py`` wrote), as
+    the SSH executor does from the controller: a store that cannot start is ``StoreFailed``."""
     run_id, nodes, grace = spec["run_id"], spec["nodes"], float(spec["grace_s"])
-    started = time.monotonic()
-    store = None
+    store: RdzvStore | None = None
     procs: list[MeshProcess] = []
 
     def cleanup() -> None:
         if store is not None:
-            stop(spec, spec["store"]["host"], "stop", marker=spec["store_key"])
+            store.stop()
         if procs and all(p.poll() == 0 for p in procs):
             return
         for n in nodes:
@@ -128,27 +112,18 @@ def run(spec: dict, sink) -> RunResult:
     try:
         if spec["store"] is not None:
             s = spec["store"]
-            store = MeshProcess(spec, s["host"], s["node"], s["command"])
-            store_lines: queue.Queue = queue.Queue()
-
-            def pump() -> None:
-                for line in store.lines():
-                    store_lines.put(line.rstrip("\n"))
-                store_lines.put(None)
-
-            threading.Thread(target=pump, daemon=True).start()
-            _wait_for(store_lines, LISTENING, s["node"], sink)
+            proc = MeshProcess(spec, s["host"], s["node"], s["command"])
+            store = RdzvStore.start(
+                s["node"], proc, sink, lambda: stop(spec, s["host"], "stop", marker=spec["store_key"])
+            )
         for n in nodes:
             procs.append(MeshProcess(spec, n["host"], n["node"], n["command"], n["secret"]))
         if store is not None:
-            _wait_for(store_lines, READY, spec["store"]["node"], sink)
-    except KeyboardInterrupt:
+            store.ready()  # it imports torch as the agents do: their clients wait in its backlog
+    except BaseException:  # an agent that did start, and the store, do not outlive this
+        procs.clear()
         cleanup()
-        return RunResult(run_id, 130, time.monotonic() - started, interrupted=True)
-    except Exception as exc:
-        sink(OutputLine(nodes[0]["node"], None, f"ddpctl: {exc}"))
-        cleanup()
-        return RunResult(run_id, 1, time.monotonic() - started, failed_node=nodes[0]["node"])
+        raise
 
     def relaunch(i: int) -> MeshProcess:
         n = nodes[i]
@@ -157,10 +132,11 @@ def run(spec: dict, sink) -> RunResult:
 
     elastic = None
     if spec["min_nodes"]:
-        elastic = Elastic(
-            spec["min_nodes"], relaunch=relaunch, store_alive=None if store is None else (lambda: store.poll() is None)
-        )
-    return supervise(run_id, procs, sink, cleanup=cleanup, grace_s=grace, elastic=elastic)
+        elastic = Elastic(spec["min_nodes"], relaunch=relaunch, store_alive=None if store is None else store.alive)
+    result = supervise(run_id, procs, sink, cleanup=cleanup, grace_s=grace, elastic=elastic)
+    if store is None:
+        return result
+    return store.explain(result, [Agent(n["node"], n.get("address", "")) for n in nodes])
 
 
 def _interrupt(signum, frame) -> None:
@@ -180,14 +156,20 @@ def main(argv: list[str] | None = None) -> None:
         def sink(line: OutputLine) -> None:
             log.write(log_line(line))
 
+        started, error = time.monotonic(), ""
         try:
             result = run(spec, sink)
         except KeyboardInterrupt:
-            result = RunResult(spec["run_id"], 130, 0.0, interrupted=True)
+            result = RunResult(spec["run_id"], 130, time.monotonic() - started, interrupted=True)
+        except Exception as exc:  # the run did not start: the controller says why, in one line
+            error = str(exc) if isinstance(exc, DdpctlError) else f"{type(exc).__name__}: {exc}"
+            result = RunResult(spec["run_id"], 1, time.monotonic() - started, failed_node=spec["nodes"][0]["node"])
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its record is written whatever comes
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     result.nodes = [r if isinstance(r, NodeResult) else NodeResult(**r) for r in result.nodes]
     doc = {"cluster": spec["cluster"], "plan": spec["plan"], "result": asdict(result)}
+    if error:
+        doc["error"] = error
     tmp = folder / "run.json.tmp"
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, folder / "run.json")

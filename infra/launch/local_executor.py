@@ -104,6 +104,9 @@ class LocalExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
+    def on_head(self, renew: Renew | None = None) -> bool:
+        return False  # this machine is the cluster: its supervisor is this process
+
     def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
         """``renew`` is left unused: this machine's nodes are never taken back."""
         procs = []

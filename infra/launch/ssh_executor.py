@@ -37,13 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plan import Renew
 
 
-def on_head() -> bool:
-    """Runs are supervised on the head node (``head.py``) with ``DDPCTL_SUPERVISOR=head``; by this
-    process otherwise, until the suite's SSH tests (test_onprem, test_faults, test_aws_twin) have run
-    with the head's."""
-    return os.environ.get("DDPCTL_SUPERVISOR", "local") == "head"
-
-
 class SshNodeProcess:
     def __init__(self, conn: fabric.Connection, launch: NodeLaunch, run_id: str, command: str | None = None) -> None:
         self.node = launch.node
@@ -111,9 +104,17 @@ class SshExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
+    def on_head(self, renew: Renew | None = None) -> bool:
+        """The run's supervisor runs on the head node (``head.py``): the run outlives this process
+        (a closed laptop, a SIGKILL). Here instead where lost nodes may be replaced (``renew``: the
+        cloud's credentials stay on this machine), where the nodes have no SSH mesh of ddpctl's
+        (``head_node`` None: pcluster's compute nodes), or with ``DDPCTL_SUPERVISOR=here``."""
+        return renew is None and self.head_node is not None and os.environ.get("DDPCTL_SUPERVISOR", "head") != "here"
+
     def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
-        was replaced (a spot instance taken back), and then for its new host and launch."""
+        was replaced (a spot instance taken back), and then for its new host and launch. Supervised
+        on the head node where ``on_head(renew)``."""
         launches = list(plan.nodes)  # a replaced node's launch is its new machine's
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
@@ -147,9 +148,10 @@ class SshExecutor:
                     else:
                         self.sink(line)
 
-            if on_head():  # the supervisor on the head node; this process attaches to it
+            if self.on_head(renew):  # the supervisor on the head node; this process attaches to it
                 names = [self.hosts[n.node].name for n in plan.nodes]
-                node = self.head_node or NodeInfo(plan.nodes[0].node, "", "")
+                node = self.head_node
+                assert node is not None  # on_head
                 doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
                 result = head.run(conns[0], doc, head.folder(node.workdir, plan.run_id), sink)
                 if plan.precheck is not None and not result.ok and not result.interrupted:

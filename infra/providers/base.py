@@ -38,6 +38,10 @@ Sink = Callable[["OutputLine"], None]
 class Executor(Protocol):
     def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult: ...
 
+    def on_head(self, renew: Renew | None = None) -> bool:
+        """The run's supervisor runs on the head node (it outlives this process), not here."""
+        ...
+
 
 ExecutorFor = Callable[[Sink], Executor]
 
@@ -290,6 +294,11 @@ class Provider:
         the cluster's state with them, recorded; None: none was replaced (the run tries their hosts
         again as they are). Default: None."""
         return None
+
+    def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
+        """An elastic run's lost node may be replaced by a new machine (``replace_lost_nodes``): its
+        supervisor then runs here, where the credentials are, not on the head node. Default: False."""
+        return False
 
     def check_targets(self, state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
         """The nodes jobs run on and the executor that reaches them: what ``ddpctl check`` tests, and

@@ -109,7 +109,7 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
     provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance), its new
     host and its launch there; None: not replaced (started again where it was)."""
     replan = prep.replan
-    if replan is None or not prep.run.elastic:
+    if replan is None or not prep.run.elastic or not prep.provider.replaces_lost_nodes(prep.cluster, store):
         return None
 
     def renew(node: str) -> tuple[Host, NodeLaunch] | None:
@@ -160,7 +160,10 @@ def _execute(
                     result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
                 else:
                     renew = _renew(prep, store, progress)
-                    result = prep.provider.executor(prep.cluster, tee).run(prep.plan, renew=renew)
+                    executor = prep.provider.executor(prep.cluster, tee)
+                    if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
+                        atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
+                    result = executor.run(prep.plan, renew=renew)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

@@ -15,25 +15,26 @@ from .records import ON_HEAD
 
 
 def unfinished(store: StateStore, run_id: str) -> str | None:
-    """The cluster of a run recorded here without a result and with no ddpctl here holding it."""
+    """The cluster of a run supervised on its head node (``on_head`` in its options.json), recorded
+    here without a result and with no ddpctl here holding it."""
     run_dir = store.run_dir(run_id)
     if (run_dir / "run.json").exists() or not (run_dir / "options.json").exists() or locks.run_alive(store, run_id):
         return None
     try:
-        cluster = json.loads((run_dir / "options.json").read_text())["cluster"]
+        options = json.loads((run_dir / "options.json").read_text())
+        cluster, on_head = options["cluster"], options.get("on_head") is True
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return cluster if store.exists(cluster) else None
+    return cluster if on_head and store.exists(cluster) else None
 
 
 def _head(store: StateStore, run_id: str):
-    """For a run recorded here without a result and held by no ddpctl here: its cluster's name, an
-    open connection to the head node and the run's folder there; None where there is none to reach
-    (no such run or node, an unreachable head, runs supervised here: without ``DDPCTL_SUPERVISOR=head``)."""
+    """For a run supervised on its head node, recorded here without a result and held by no ddpctl
+    here: its cluster's name, an open connection to the head node and the run's folder there; None
+    where there is none to reach (no such run or node, an unreachable head)."""
     from ..hosts.connections import connect
-    from ..launch.ssh_executor import on_head
 
-    cluster = unfinished(store, run_id) if on_head() else None
+    cluster = unfinished(store, run_id)
     if cluster is None:
         return None
     try:

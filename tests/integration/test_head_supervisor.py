@@ -148,7 +148,7 @@ def test_the_head_bundle_needs_only_the_standard_library(tmp_path: Path) -> None
 
     bundle = tmp_path / "head.pyz"
     bundle.write_bytes(head.bundle())
-    check = f"import sys; sys.path.insert(0, {str(bundle)!r}); import ddpctl_head.head_agent"
+    check = f"import sys; sys.path.insert(0, {str(bundle)!r}); import ddpctl_head.launch.head_agent"
     result = subprocess.run(["/usr/bin/python3", "-I", "-c", check], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

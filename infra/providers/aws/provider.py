@@ -338,6 +338,9 @@ class AwsProvider(Provider):
         with aws_errors(plan.region):
             return spot.replace_lost(state, store, plan, nodes, progress)
 
+    def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
+        return self.aws_plan(state, store).spot
+
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: n.ssh for n in state.nodes}, sink, head_node=state.nodes[0])
 
