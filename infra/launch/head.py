@@ -78,22 +78,30 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
     }
 
 
-def run(head: fabric.Connection, doc: dict, where: str, sink: Callable[[OutputLine], None]) -> RunResult:
-    """Start the run's supervisor on the head and attach to it until the run ends. Ctrl-C while it
-    starts stops it as soon as it runs."""
+def run(
+    head: fabric.Connection,
+    doc: dict,
+    where: str,
+    sink: Callable[[OutputLine], None],
+    reconnect: Callable[[], fabric.Connection] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Start the run's supervisor on the head and attach to it until the run ends (``reconnect``:
+    a new connection to the head, where this one is lost). Ctrl-C while it starts stops it as soon
+    as it runs."""
     try:
         pid = start(head, doc, where)
     except KeyboardInterrupt:
         pid = wait_pid(head, where)
         if not pid:  # it never started: nothing runs on the head
             raise
-        return attach(head, where, pid, sink, interrupt=True)
-    return attach(head, where, pid, sink)
+        return attach(head, where, pid, sink, interrupt=True, reconnect=reconnect, progress=progress)
+    return attach(head, where, pid, sink, reconnect=reconnect, progress=progress)
 
 
 def start(head: fabric.Connection, doc: dict, where: str) -> int:
-    """Start the supervisor on the head in a session of its own (nohup: a hang-up does not reach
-    it), in ``where``, with the cluster's marker; its pid once it runs. A supervisor of the same run
+    """Start the supervisor on the head (``start_line``: a systemd user unit, else a session of its
+    own), in ``where``, with the cluster's marker; its pid once it runs. A supervisor of the same run
     still there (a resumed run's) is stopped first."""
     q = shlex.quote(where)
     old = (
@@ -106,16 +114,29 @@ def start(head: fabric.Connection, doc: dict, where: str) -> int:
     head.put(io.BytesIO(bundle()), f"{where}/head.pyz")
     head.put(io.BytesIO(json.dumps(doc).encode()), f"{where}/spec.json")  # umask'd folder: 0700
     head.run(
-        f"cd {q} && chmod 600 spec.json && (env {CLUSTER_KEY}={shlex.quote(doc['cluster_id'])} "
-        "setsid nohup python3 head.pyz . > supervisor.log 2>&1 < /dev/null &)",
-        hide=True,
-        in_stream=False,
+        f"cd {q} && chmod 600 spec.json && {start_line(doc['cluster_id'], doc['run_id'])}", hide=True, in_stream=False
     )
     pid = wait_pid(head, where)
     if not pid:
         got = head.run(f"cat {q}/supervisor.log", hide=True, warn=True, in_stream=False)
         raise DdpctlError(f"the run's supervisor did not start on the head node: {got.stdout.strip()[-300:]}")
     return pid
+
+
+def start_line(cluster_id: str, run_id: str) -> str:
+    """The shell line, run in the run's folder on the head, that starts its supervisor so that it
+    outlives the SSH session: ``systemd-run --user`` where the account has a systemd user manager
+    that lingers (the common role enables it; logind may kill a session's processes when it ends),
+    else ``setsid nohup`` (a hang-up does not reach it). It carries the cluster's marker."""
+    marker = f"{CLUSTER_KEY}={shlex.quote(cluster_id)}"
+    log = '"$PWD"/supervisor.log'
+    systemd = (
+        f'systemd-run --user --quiet --collect --unit=ddpctl-{run_id} --working-directory="$PWD" --setenv={marker} '
+        f"-p StandardOutput=append:{log} -p StandardError=append:{log} python3 head.pyz ."
+    )
+    nohup = f"(env {marker} setsid nohup python3 head.pyz . > supervisor.log 2>&1 < /dev/null &)"
+    lingers = 'test "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes'
+    return f"if {lingers} && systemctl --user show-environment >/dev/null 2>&1; then {systemd}; else {nohup}; fi"
 
 
 def wait_pid(head: fabric.Connection, where: str) -> int:
@@ -139,38 +160,141 @@ def pid_alive(head: fabric.Connection, where: str) -> int:
     return int(got.stdout.split()[0]) if got.ok and got.stdout.split() else 0
 
 
+class Lost(Exception):
+    """The connection to the head node is gone (a cut route, a sleep, a new network)."""
+
+
 def attach(
-    head: fabric.Connection, where: str, pid: int, sink: Callable[[OutputLine], None], interrupt: bool = False
+    head: fabric.Connection,
+    where: str,
+    pid: int,
+    sink: Callable[[OutputLine], None],
+    interrupt: bool = False,
+    reconnect: Callable[[], fabric.Connection] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Stream the head's output.log to ``sink`` until its supervisor ends, then its result. Ctrl-C
     here (or ``interrupt``: at once), wherever it lands, asks the supervisor to stop the run (a
     second one: to kill it at once, as the supervisor here does), and the stream goes on until it
-    has stopped."""
-    q = shlex.quote(where)
-    if interrupt:
-        stop(head, pid)
-    chan = head.client.get_transport().open_session()
-    chan.exec_command(f"tail -n +1 -F --pid={pid} {q}/output.log 2>/dev/null")
-    pending, ended = b"", False
-    while not ended:
-        try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    ended = True
-                    break
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    sink(read_log_line(raw.decode(errors="replace")))
-        except KeyboardInterrupt:  # in recv or in the sink: the run on the head stops either way
-            stop(head, pid)
-    doc = read_record(head, where)
+    has stopped. A lost connection (no answer within ``LIVENESS_S``) is made again with
+    ``reconnect`` (every ``RECONNECT_S`` until the head answers; the run goes on there meanwhile)
+    and the stream goes on from the line it had reached; without ``reconnect`` it is an error."""
+    say = progress or (lambda text: None)
+    seen, conn, made = [0], head, []
+    stopping = interrupt
+    try:
+        while True:
+            try:
+                if stopping:
+                    try:
+                        stop(conn, pid)
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as exc:  # could not be sent: the connection is gone
+                        raise Lost from exc
+                    stopping = False
+                _stream(conn, where, pid, seen, sink)
+                break
+            except KeyboardInterrupt:  # in recv or in the sink: the run on the head stops either way
+                stopping = True
+            except Lost:
+                if reconnect is None:
+                    raise DdpctlError(
+                        "lost the connection to the head node; the run goes on there: `ddpctl logs --follow` "
+                        "follows it, `ddpctl stop` stops it"
+                    ) from None
+                say("lost the connection to the head node (the run goes on there): reconnecting")
+                conn = _reconnected(reconnect, stopping)
+                made.append(conn)
+                say("reconnected to the head node: following the run again")
+        doc = read_record(conn, where)
+    finally:
+        for each in made:
+            each.close()
     if doc is None:
         raise DdpctlError(f"the run's supervisor on the head node ended without a record: see {where} there")
     if doc.get("error"):  # it could not start the run
         raise DdpctlError(doc["error"])
     return result_of(doc)
+
+
+#: No line and no answer to a keepalive within this long: the connection is lost.
+LIVENESS_S = 10.0
+RECONNECT_S = 3.0
+
+
+def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink: Callable[[OutputLine], None]) -> None:
+    """The lines of ``output.log`` after the first ``seen[0]`` to ``sink`` until the supervisor
+    ``pid`` has ended, counted in ``seen[0]``. ``Lost`` where the connection goes first."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise Lost
+    try:
+        chan = transport.open_session(timeout=LIVENESS_S)
+        chan.exec_command(f"tail -n +{seen[0] + 1} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+    except Exception as exc:  # paramiko's SSHException, EOFError, a socket error: the connection
+        raise Lost from exc
+    chan.settimeout(LIVENESS_S)
+    pending = b""
+    while True:
+        try:
+            data = chan.recv(65536)
+        except TimeoutError:  # a quiet run, or a dead link: ask the head
+            if not _answers(transport):
+                chan.close()
+                raise Lost from None
+            continue
+        except OSError as exc:
+            raise Lost from exc
+        if not data:
+            if not chan.exit_status_ready() or not transport.is_active():
+                raise Lost  # the stream broke, not ended: tail's exit status never came
+            return
+        pending += data
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            seen[0] += 1
+            sink(read_log_line(raw.decode(errors="replace")))
+
+
+def _answers(transport) -> bool:
+    """The head answers a keepalive within ``LIVENESS_S`` (paramiko's own wait has no time limit)."""
+    import threading
+
+    answer: list[object] = []
+
+    def ask() -> None:
+        try:
+            answer.append(transport.global_request("keepalive@openssh.com", wait=True))
+        except Exception:  # the transport died meanwhile
+            answer.append(None)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(LIVENESS_S)
+    return bool(answer) and transport.is_active()
+
+
+def _reconnected(reconnect: Callable[[], fabric.Connection], stopping: bool) -> fabric.Connection:
+    """A new connection to the head, tried every ``RECONNECT_S`` until it is made. Ctrl-C meanwhile:
+    the run cannot be told to stop from here, so say how to stop it later."""
+    import time
+
+    while True:
+        try:
+            return reconnect()
+        except DdpctlError:
+            try:
+                time.sleep(RECONNECT_S)
+            except KeyboardInterrupt:
+                stopping = True
+        except KeyboardInterrupt:
+            stopping = True
+        if stopping:
+            raise DdpctlError(
+                "the head node cannot be reached, so the run could not be stopped: it goes on there; "
+                "`ddpctl stop RUN_ID` once the head node can be reached again"
+            )
 
 
 def stop(head: fabric.Connection, pid: int) -> None:

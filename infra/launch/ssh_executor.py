@@ -153,7 +153,15 @@ class SshExecutor:
                 node = self.head_node
                 assert node is not None  # on_head
                 doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
-                result = head.run(conns[0], doc, head.folder(node.workdir, plan.run_id), sink)
+                first = plan.nodes[0].node
+                result = head.run(
+                    conns[0],
+                    doc,
+                    head.folder(node.workdir, plan.run_id),
+                    sink,
+                    reconnect=lambda: connect(self.hosts[first]),  # a lost connection: the run goes on there
+                    progress=lambda text: sink(OutputLine(first, None, f"ddpctl: {text}")),
+                )
                 if plan.precheck is not None and not result.ok and not result.interrupted:
                     raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
                 return result

@@ -22,6 +22,7 @@ Where the twin is not faithful, and what that leaves untested:
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from ddpctl.infra.hosts.site_play import SITE
 from tests.support.cli import Output
+from tests.support.scripts import SLOW
 from tests.support.testbed import cluster as test_cluster
 from tests.support.testbed.twin import TwinProcess, in_test_range
 from tests.support.twin_env import CALLER, TwinEnv, leftover_ansible
@@ -122,6 +124,42 @@ def test_check_names_every_link(twin: TwinEnv) -> None:
 def test_message_passing(twin: TwinEnv) -> None:
     result = twin.ok("run", "message-passing", "--nodes", "3")
     assert "rank 1 received 42.0 from rank 0" in result.stdout and "rank 2 received 42.0 from rank 0" in result.stdout
+
+
+def test_runs_outlive_every_ddpctl_here(twin: TwinEnv, tmp_path: Path) -> None:
+    """The run's supervisor is on the head instance: an attached run, then a detached one, each
+    with every ddpctl here SIGKILLed once its ranks have started, finish there; `runs`, `logs` and
+    the record read afterwards through the head are right."""
+    script = tmp_path / "job" / "slow.py"
+    script.parent.mkdir()
+    script.write_text(SLOW)
+    attached = twin.start("run", str(script), "--nodes", "2", "--run-id", "rtwin00001", "-e", "SLEEP_S=8")
+    Output(attached).until("started rank", timeout=600)
+    attached.send_signal(signal.SIGKILL)
+    attached.wait(timeout=30)
+    args = ("run", str(script), "--nodes", "2", "--run-id", "rtwin00002", "--detach", "--json", "-e", "SLEEP_S=8")
+    detached = json.loads(twin.ok(*args).stdout)
+    log = twin.home / "runs" / "rtwin00002" / "output.log"
+    deadline = time.monotonic() + 600
+    while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(detached["pid"], signal.SIGKILL)
+    for run_id in ("rtwin00001", "rtwin00002"):
+        assert ended(twin, run_id) == "succeeded"
+        logs = twin.ok("logs", run_id).stdout
+        assert "done rank 0" in logs and "done rank 1" in logs, logs
+        record = json.loads((twin.home / "runs" / run_id / "run.json").read_text())
+        assert record["result"]["exit_code"] == 0 and record["cluster"] == "default"
+
+
+def ended(twin: TwinEnv, run_id: str) -> str:
+    """The run's result as `runs` reads it (through the head), once it is not running any more."""
+    deadline = time.monotonic() + 300
+    while True:
+        result = {r["run_id"]: r["result"] for r in json.loads(twin.ok("runs", "--json").stdout)["runs"]}[run_id]
+        if (result not in ("running", "unfinished") and not result.startswith("killed")) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
 
 
 def test_ssh_reaches_each_node(twin: TwinEnv) -> None:

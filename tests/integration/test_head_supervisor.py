@@ -13,23 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.scripts import SLOW
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
-
-SCRIPT = """
-import os, sys, time
-import torch.distributed as dist
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-print(f"started rank {rank}", flush=True)
-time.sleep(float(os.environ.get("SLEEP_S", "6")))
-if rank == int(os.environ.get("FAIL_RANK", "-1")):
-    sys.exit(3)
-dist.barrier()
-print(f"done rank {rank}", flush=True)
-dist.destroy_process_group()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +29,7 @@ def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     assert up.returncode == 0, up.stderr
     script = tmp / "job" / "slow.py"
     script.parent.mkdir()
-    script.write_text(SCRIPT)
+    script.write_text(SLOW)
     state = {"env": env, "home": tmp / "home", "script": str(script), "up": True}
     yield state
     if state["up"]:
@@ -128,6 +115,24 @@ def test_stop_through_the_head_once_ddpctl_was_killed(cluster) -> None:
     stopped = ddpctl("stop", "rhead00005", env=cluster["env"], timeout=120)
     assert stopped.returncode == 0 and "run rhead00005 stopped" in stopped.stderr, stopped.stderr
     assert results(cluster)["rhead00005"] == "interrupted"
+
+
+def test_a_run_goes_on_while_the_route_to_the_cluster_is_cut(cluster, testbed: Testbed) -> None:
+    """The controller cut off from the cluster for a minute mid-run (a sleeping laptop, a new
+    network): the run goes on on the head, the attached ddpctl connects again once it can, follows
+    the run to its end and exits with its status; the record is complete."""
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00006", "-e", "SLEEP_S=70")
+    run = start_ddpctl(*args, env=cluster["env"])
+    seen = wait_for_line(run, "started rank")
+    with testbed.route_cut():
+        time.sleep(60)
+    rest, _ = run.communicate(timeout=600)
+    output = "".join(seen) + rest
+    assert run.returncode == 0, output
+    assert "lost the connection to the head node" in output and "reconnected to the head node" in output
+    assert "done rank 0" in output and "done rank 1" in output  # the lines written meanwhile, once each
+    assert output.count("done rank 1") == 1
+    assert results(cluster)["rhead00006"] == "succeeded"
 
 
 def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:

@@ -10,3 +10,19 @@ if dist.get_rank() == 1:
 dist.barrier()
 dist.destroy_process_group()
 """
+
+#: every rank says it started, sleeps SLEEP_S (default 6), exits 3 if it is FAIL_RANK, else meets the
+#: others and says it is done: a run that lasts long enough to be killed, stopped or cut off
+SLOW = """\
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"started rank {rank}", flush=True)
+time.sleep(float(os.environ.get("SLEEP_S", "6")))
+if rank == int(os.environ.get("FAIL_RANK", "-1")):
+    sys.exit(3)
+dist.barrier()
+print(f"done rank {rank}", flush=True)
+dist.destroy_process_group()
+"""

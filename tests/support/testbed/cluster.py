@@ -35,6 +35,9 @@ GROUP_VARS = {
 }
 
 
+BRIDGE, CONTROLLER = "ddpbr0", "10.77.0.1/24"  # as up.sh makes them
+
+
 class Testbed:
     """N nodes (node0.. at 10.77.0.10+i) reachable over SSH with the testbed's key and known_hosts."""
 
@@ -83,6 +86,17 @@ class Testbed:
         finally:
             for ip in behind:
                 subprocess.run(["ip", "route", "del", "prohibit", f"{ip}/32"], check=False)
+
+    @contextmanager
+    def route_cut(self) -> Iterator[None]:
+        """This machine (the controller) cut off from the nodes, as a laptop that sleeps or moves to
+        another network: its address on the bridge removed, the nodes' traffic between them untouched;
+        back on leaving. (Routes through the bridge, as the twin's, are not put back.)"""
+        subprocess.run(["ip", "addr", "del", CONTROLLER, "dev", BRIDGE], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["ip", "addr", "add", CONTROLLER, "dev", BRIDGE], check=True)
 
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout
