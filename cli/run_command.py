@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from typing import Any
 
 import click
 
@@ -173,6 +171,7 @@ def run(
     from ddpctl.infra.runs.execute import execute
     from ddpctl.infra.runs.prepare import prepare, prepare_resume
     from ddpctl.infra.runs.records import RunOptions
+    from ddpctl.infra.tools.signals import terminate_as_interrupt
 
     from .output import Output
 
@@ -238,11 +237,10 @@ def run(
         return 0
     if not all_lines:
         out.hide_repeats(prep.run.run_id)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = execute(prep, store, out.line, out.progress, wait=not no_wait)
+        with terminate_as_interrupt():  # `ddpctl stop` of a run where SIGINT is ignored: as Ctrl-C
+            result = execute(prep, store, out.line, out.progress, wait=not no_wait)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         out.end_lines()
     out.run_summary(result)
     if as_json:
@@ -261,7 +259,3 @@ def _detached_argv(argv: list[str], new_run_id: str | None) -> list[str]:
         at = head.index("run") + 1
         head[at:at] = ["--run-id", new_run_id]
     return head + argv[end:]
-
-
-def _raise_interrupt(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 from ..model.errors import DdpctlError
 from ..model.progress import activity
 from ..tools import procs
+from ..tools.signals import terminate_as_interrupt
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 ANSIBLE_CFG = Path(__file__).resolve().parents[2] / "ansible.cfg"
@@ -207,7 +205,7 @@ def run_playbook(
         marker = secrets.token_hex(8)
         envvars[PLAY_KEY] = marker
         try:
-            with _terminate_as_interrupt():
+            with terminate_as_interrupt():
                 result = ansible_runner.run(
                     private_data_dir=tmp,
                     playbook=str(PLAYBOOKS / playbook),
@@ -235,24 +233,6 @@ def run_playbook(
             detail = "; ".join(report.failures[:3]) or _last_line(result)
             raise DdpctlError(f"{playbook} failed ({result.status}, rc {result.rc}): {detail}")
     return report
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """While a play runs, SIGTERM stops it as Ctrl-C does (its processes go too); the handler that was
-    there before is put back after (only the main thread may set one)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _last_line(result: Any) -> str:
