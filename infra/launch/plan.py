@@ -20,6 +20,9 @@ from ..tools.procs import NODE_KEY, STORE_KEY
 from .project import Project
 from .torchrun import RankEnv, literal, rank_env, run_markers, torchrun_argv
 
+#: how --dry-run names the store's program in its argv (infra/node_programs/rdzv_store.py)
+STORE_PROGRAM = "node program rdzv_store.py"
+
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
 SECRET_SHOWN = "<secret>"
 
@@ -45,6 +48,11 @@ class NodeLaunch:
     def shown_env(self) -> dict[str, str]:
         """``env`` as records and ``--dry-run`` show it: secrets by name only."""
         return {k: SECRET_SHOWN if k in self.secret else v for k, v in self.env.items()}
+
+    def dry_run_lines(self, what: str, argv: list[str] | tuple[str, ...]) -> list[str]:
+        """This launch as ``--dry-run`` shows it, under the heading ``what``."""
+        env = [f"    env:  {key}={value}" for key, value in self.shown_env().items()]
+        return [f"  {what} ({self.host}):", f"    cwd:  {self.cwd}", *env, f"    argv: {shlex.join(argv)}"]
 
     def shell(self, *, last: bool = True) -> str:
         """The same launch as one shell line (what the SSH executor runs; what --dry-run shows).
@@ -93,6 +101,27 @@ class LaunchPlan:
     #: nodes see it): the SSH executor checks it on its connections before anything starts
     #: (``node_programs/writable.py``; this machine's nodes are checked by the local provider)
     writable: str = ""
+
+    @property
+    def where(self) -> str:
+        """How the run meets, for the run's first line."""
+        return f"rendezvous {self.rdzv_endpoint}"
+
+    def dry_run_lines(self) -> list[str]:
+        """What ``run --dry-run`` prints: each process it would start, where, with what (secrets by
+        name; a node program's long text by its name)."""
+        lines = [
+            f"Would run {self.job} as run {self.run_id}: world size {self.world_size}, rendezvous {self.rdzv_endpoint}"
+        ]
+        if self.store is not None:
+            argv = [
+                f"<{STORE_PROGRAM}>" if i == 2 and self.store.argv[1] == "-c" else a
+                for i, a in enumerate(self.store.argv)
+            ]
+            lines += self.store.dry_run_lines(f"rendezvous store on {self.store.node}", argv)
+        for node in self.nodes:
+            lines += node.dry_run_lines(node.node, node.argv)
+        return lines
 
     def to_dict(self) -> dict:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""

@@ -33,6 +33,17 @@ class SbatchPlan:
     output_dir: str  # per-job and per-node output files live here
     #: the user's ``--snapshot-dir`` (a path, not s3://): checked on the login node before sbatch
     writable: str = ""
+    #: no project is shipped: the job's files are where the cluster's shared /home has them
+    project: None = None
+
+    @property
+    def where(self) -> str:
+        """How the run meets, for the run's first line."""
+        return "through sbatch"
+
+    def dry_run_lines(self) -> list[str]:
+        """What ``run --dry-run`` prints: the script it would submit."""
+        return [f"Would submit run {self.run_id} with sbatch as {self.script_path}:", *self.script.splitlines()]
 
     def to_dict(self) -> dict:
         return {

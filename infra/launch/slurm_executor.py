@@ -28,6 +28,8 @@ from .supervise import NodeResult, OutputLine, RunResult, parse_line
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
+    from .plan import Renew
+
 #: Slurm job state -> ddpctl's (pending, running, succeeded, failed, cancelled).
 SLURM_STATES = {
     "PENDING": "pending",
@@ -74,7 +76,11 @@ class SlurmExecutor:
         self.poll_s = poll_s
         self.pending_timeout_s = pending_timeout_s
 
-    def run(self, plan: SbatchPlan) -> RunResult:
+    def on_head(self, renew: Renew | None = None) -> bool:
+        return False  # Slurm keeps the job; this process follows it
+
+    def run(self, plan: SbatchPlan, renew: Renew | None = None) -> RunResult:
+        """``renew`` is left unused: an sbatch job is not elastic."""
         conn = connect(self.login)
         start = time.monotonic()
         try:

@@ -13,8 +13,6 @@ from pathlib import Path
 
 from ..launch.plan import NodeLaunch, Renew
 from ..launch.project import LARGE_BYTES
-from ..launch.sbatch import SbatchPlan
-from ..launch.slurm_executor import SlurmExecutor
 from ..launch.supervise import OutputLine, RunResult
 from ..lifecycle import clusters
 from ..model import locks
@@ -140,12 +138,12 @@ def _execute(
         options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
         options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
         atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
-        where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
-        project = getattr(prep.plan, "project", None)
+        project = prep.plan.project
         if project is not None and project.size > LARGE_BYTES:
             progress(project.size_warning())
         progress(
-            f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {where}; output also in {run_dir / 'output.log'}"
+            f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {prep.plan.where}; output also in "
+            f"{run_dir / 'output.log'}"
         )
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(log_fd, "a", buffering=1) as log:
@@ -156,14 +154,11 @@ def _execute(
                 sink(line)
 
             with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
-                if isinstance(prep.plan, SbatchPlan):
-                    result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
-                else:
-                    renew = _renew(prep, store, progress)
-                    executor = prep.provider.executor(prep.cluster, tee)
-                    if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
-                        atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
-                    result = executor.run(prep.plan, renew=renew)
+                renew = _renew(prep, store, progress)
+                executor = prep.executor(tee)
+                if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
+                    atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
+                result = executor.run(prep.plan, renew=renew)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

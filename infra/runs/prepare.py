@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
+from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.project import locate, scan
 from ..launch.reach_plan import head_reach_plan
 from ..launch.sbatch import SbatchPlan, plan_sbatch
+from ..launch.slurm_executor import SlurmExecutor
 from ..launch.torchrun import run_snapshot_dir
 from ..lifecycle import clusters
 from ..model import locks
@@ -21,7 +24,7 @@ from ..model.spec import ClusterSpec, RunSpec, run_env
 from ..model.state import ClusterState, Launcher, NodeInfo, StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
-from ..providers.base import Provider
+from ..providers.base import Executor, ExecutorFor, Provider
 from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
 from .records import OUTPUTS, RunOptions, read_options, resume_options
 
@@ -43,6 +46,14 @@ class PreparedRun:
     summary: str = ""
     #: the same launch on the cluster as it is now (a node replaced on a new machine); None: sbatch
     replan: Callable[[ClusterState], LaunchPlan] | None = None
+    #: what carries the plan out, given where the run's lines go: the provider's executor (torchrun),
+    #: or Slurm's on the login node (sbatch); nothing above ``launch/`` asks which
+    executor_for: ExecutorFor | None = None
+
+    def executor(self, sink: Callable[[OutputLine], None]) -> Executor:
+        if self.executor_for is None:
+            return self.provider.executor(self.cluster, sink)
+        return self.executor_for(sink)
 
 
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
@@ -137,7 +148,11 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
                 "use --launcher torchrun, or keep them in the job's environment on the cluster"
             )
-        return PreparedRun(provider, cluster, run, plan_slurm(cluster, run, job.script), ephemeral, opts, summary)
+        plan = plan_slurm(cluster, run, job.script)
+        login = cluster.nodes[0].ssh
+        assert login is not None  # Slurm answers on a remote head node
+        slurm = partial(SlurmExecutor, login)
+        return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm)
     port = provider.rdzv_port(cluster, opts.port)
     project = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
