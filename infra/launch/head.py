@@ -29,7 +29,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the modules the head runs, in the package ``ddpctl_head`` laid out as ``infra`` (their relative
 #: imports hold): standard library only
-MODULES = ("model/errors", "launch/nodes", "launch/diagnose", "launch/supervise", "launch/store", "launch/head_agent")
+MODULES = (
+    "model/errors",
+    "model/words",
+    "launch/nodes",
+    "launch/diagnose",
+    "launch/supervise",
+    "launch/store",
+    "launch/head_agent",
+)
 MAIN = "import sys\nfrom ddpctl_head.launch.head_agent import main\nmain(sys.argv[1:])\n"
 START_TIMEOUT_S = 30
 

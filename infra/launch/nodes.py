@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Protocol
+
+from ..model.words import Word
 
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
 
@@ -29,20 +30,13 @@ class OutputLine:
     text: str
 
 
-class NodeStatus(str, Enum):
-    """How a node's part of a run ended: equal to, written and shown as its word, as ``model.state.Word``
-    (not imported: this module travels to the head node in the supervisor's stdlib-only bundle)."""
+class NodeStatus(Word):
+    """How a node's part of a run ended: equal to, written and shown as its word."""
 
     OK = "ok"
     FAILED = "failed"
     STOPPED = "stopped"  # ddpctl stopped it: Ctrl-C, `ddpctl stop`, another node failed first, a cancelled job
     LOST = "lost"  # elastic: the run went on without it
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 @dataclass

@@ -18,13 +18,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from .errors import ClusterNotFound, DdpctlError, UsageError
 from .host import Host
 from .spec import ClusterSpec
+from .words import Word
 
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
 #: 3: a resource's ``detail`` holds every field of its kind's typed record (``details.py``) where
@@ -37,17 +37,6 @@ STALE_TMP_S = 60.0
 #: The state home's own id (``StateStore.home_id``), in this file under the home.
 HOME_ID_FILE = "home-id"
 HOME_ID_PATTERN = r"[0-9a-f]{16}"
-
-
-class Word(str, Enum):
-    """An enum whose members are their own words: equal to the string, written to JSON and shown as it
-    (``str`` and f-strings give ``"up"``, not ``"ClusterPhase.UP"``, on every Python ddpctl supports)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 class ClusterPhase(Word):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..model import costs, locks
 from ..model.errors import UsageError
-from ..model.state import StateStore, Word
+from ..model.state import StateStore
+from ..model.words import Word
 from . import metrics
 
 #: Under a run's record: what the run wrote to its snapshot folder, kept when its cluster went.
