@@ -226,8 +226,10 @@ def attach(
     return result_of(doc)
 
 
-#: No line and no answer to a keepalive within this long: the connection is lost.
-LIVENESS_S = 10.0
+#: No line for this long, then no answer to a keepalive within as long: the connection is lost (a
+#: loss is found within 20-40 s, as OpenSSH's ServerAliveInterval 15 and ServerAliveCountMax 3 do;
+#: a busy head or laptop may take seconds to answer)
+LIVENESS_S = 20.0
 RECONNECT_S = 3.0
 
 

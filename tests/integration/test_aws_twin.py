@@ -137,11 +137,13 @@ def test_runs_outlive_every_ddpctl_here(twin: TwinEnv, tmp_path: Path) -> None:
     Output(attached).until("started rank", timeout=600)
     attached.send_signal(signal.SIGKILL)
     attached.wait(timeout=30)
+    assert ended(twin, "rtwin00001") == "succeeded"
     args = ("run", str(script), "--nodes", "2", "--run-id", "rtwin00002", "--detach", "--json", "-e", "SLEEP_S=8")
     detached = json.loads(twin.ok(*args).stdout)
     log = twin.home / "runs" / "rtwin00002" / "output.log"
     deadline = time.monotonic() + 600
     while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        assert not (log.parent / "run.json").exists(), (log.parent / "run.json").read_text()  # it ended at once
         time.sleep(0.2)
     os.kill(detached["pid"], signal.SIGKILL)
     for run_id in ("rtwin00001", "rtwin00002"):
