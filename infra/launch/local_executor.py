@@ -107,7 +107,9 @@ class LocalExecutor:
     def on_head(self, renew: Renew | None = None) -> bool:
         return False  # this machine is the cluster: its supervisor is this process
 
-    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
+    def run(
+        self, plan: LaunchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+    ) -> RunResult:
         """``renew`` is left unused: this machine's nodes are never taken back."""
         procs = []
         if plan.stop_first:

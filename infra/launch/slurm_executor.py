@@ -79,7 +79,9 @@ class SlurmExecutor:
     def on_head(self, renew: Renew | None = None) -> bool:
         return False  # Slurm keeps the job; this process follows it
 
-    def run(self, plan: SbatchPlan, renew: Renew | None = None) -> RunResult:
+    def run(
+        self, plan: SbatchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+    ) -> RunResult:
         """``renew`` is left unused: an sbatch job is not elastic."""
         conn = connect(self.login)
         start = time.monotonic()

@@ -111,7 +111,9 @@ class SshExecutor:
         (``head_node`` None: pcluster's compute nodes), or with ``DDPCTL_SUPERVISOR=here``."""
         return renew is None and self.head_node is not None and os.environ.get("DDPCTL_SUPERVISOR", "head") != "here"
 
-    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult:
+    def run(
+        self, plan: LaunchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+    ) -> RunResult:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
         was replaced (a spot instance taken back), and then for its new host and launch. Supervised
         on the head node where ``on_head(renew)``."""
@@ -160,7 +162,7 @@ class SshExecutor:
                     head.folder(node.workdir, plan.run_id),
                     sink,
                     reconnect=lambda: connect(self.hosts[first]),  # a lost connection: the run goes on there
-                    progress=lambda text: sink(OutputLine(first, None, f"ddpctl: {text}")),
+                    progress=progress,
                 )
                 if plan.precheck is not None and not result.ok and not result.interrupted:
                     raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)

@@ -36,7 +36,10 @@ Sink = Callable[["OutputLine"], None]
 
 
 class Executor(Protocol):
-    def run(self, plan: LaunchPlan, renew: Renew | None = None) -> RunResult: ...
+    def run(self, plan: LaunchPlan, renew: Renew | None = None, progress: Progress | None = None) -> RunResult:
+        """Carry out ``plan``, its lines to the executor's sink; ``progress``: what this machine does
+        meanwhile (a lost connection to the head node made again), not part of the run's output."""
+        ...
 
     def on_head(self, renew: Renew | None = None) -> bool:
         """The run's supervisor runs on the head node (it outlives this process), not here."""

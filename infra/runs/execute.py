@@ -158,7 +158,7 @@ def _execute(
                 executor = prep.executor(tee)
                 if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
                     atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
-                result = executor.run(prep.plan, renew=renew)
+                result = executor.run(prep.plan, renew=renew, progress=progress)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)
