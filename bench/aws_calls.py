@@ -44,7 +44,7 @@ class Measurement:
 def measure(nodes: int, home: Path) -> Measurement:
     """One `up` (no configure) and one `down` through ddpctl's library, in this process."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.aws import ec2
 
     counts: dict[str, Counter] = {"up": Counter(), "down": Counter()}

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ddpctl.infra.hosts.autodown import Estimate
     from ddpctl.infra.launch.nodes import OutputLine
-    from ddpctl.infra.model.state import ClusterState, StateStore
+    from ddpctl.infra.model.state import ClusterState
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
     from ddpctl.infra.runs.logs import LogLine
@@ -92,7 +93,7 @@ class _Terminal:
 
 
 def _store(home: str | Path | None) -> StateStore:
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
 
     store = StateStore(Path(home)) if home is not None else StateStore()
     store.check_home()

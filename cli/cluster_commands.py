@@ -218,7 +218,7 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs import outputs
 
     from .output import Output
@@ -267,7 +267,7 @@ def check_home_id(home_id: str, store, *, lost: bool) -> None:
     import re
 
     from ddpctl.infra.model.errors import UsageError
-    from ddpctl.infra.model.state import HOME_ID_PATTERN
+    from ddpctl.infra.model.store import HOME_ID_PATTERN
 
     if not lost:
         raise UsageError(

@@ -53,7 +53,7 @@ class DdpctlGroup(click.Group):
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            from ddpctl.infra.model.state import default_home
+            from ddpctl.infra.model.store import default_home
 
             where = f" writing {exc.filename}" if exc.filename else f" (the state home is {default_home()})"
             _fail(

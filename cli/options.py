@@ -273,7 +273,7 @@ Exit codes:
 
 def open_store():
     """The state store under DDPCTL_HOME (default ~/.ddpctl)."""
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
 
     store = StateStore()
     store.check_home()

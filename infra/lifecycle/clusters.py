@@ -12,7 +12,8 @@ from ..model import costs, locks
 from ..model.errors import ClusterExists, ClusterNotFound, DdpctlError, UsageError
 from ..model.progress import step
 from ..model.spec import ClusterSpec
-from ..model.state import ClusterPhase, ClusterState, DamagedState, DownStore, StateStore
+from ..model.state import ClusterPhase, ClusterState, DamagedState
+from ..model.store import DownStore, StateStore
 from ..providers import NAMES, checked_spec, get_provider
 from ..providers.base import Progress, Provider
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import DdpctlError
-from .state import StateStore
+from .store import StateStore
 
 
 class Busy(DdpctlError):

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from ..launch.plan import LaunchPlan, Renew
     from ..launch.supervise import OutputLine, RunResult
     from ..model.spec import ClusterSpec, RunSpec
-    from ..model.state import ClusterState, Salvage, StateStore
+    from ..model.state import ClusterState, Salvage
+    from ..model.store import StateStore
     from .options import Option
 
 Sink = Callable[["OutputLine"], None]

@@ -23,7 +23,8 @@ from ..launch.supervise import OutputLine
 from ..launch.torchrun import run_snapshot_dir
 from ..model.errors import UsageError
 from ..model.spec import ClusterSpec, RunSpec
-from ..model.state import ClusterPhase, ClusterState, NodeInfo, Resource, ResourcePhase, Salvage, StateStore
+from ..model.state import ClusterPhase, ClusterState, NodeInfo, Resource, ResourcePhase, Salvage
+from ..model.store import StateStore
 from ..model.torch_versions import check_torch
 from ..node_programs import writable
 from ..tools.install import pip_install

@@ -26,7 +26,8 @@ from ..model.details import Detail
 from ..model.errors import DdpctlError, UsageError
 from ..model.host import Host
 from ..model.spec import ClusterSpec
-from ..model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, Resource, ResourcePhase, Salvage, StateStore
+from ..model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, Resource, ResourcePhase, Salvage
+from ..model.store import StateStore
 from ..tools.procs import CLUSTER_KEY
 from .base import Progress, Provider
 

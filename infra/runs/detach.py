@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..model import locks
 from ..model.errors import DdpctlError, UsageError
-from ..model.state import StateStore
+from ..model.store import StateStore
 
 START_TIMEOUT_S = 120.0  # a run that brings its cluster up holds its lock once that is recorded
 STOP_TIMEOUT_S = 60.0

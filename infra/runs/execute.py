@@ -17,7 +17,7 @@ from ..launch.supervise import OutputLine, RunResult
 from ..lifecycle import clusters
 from ..model import locks
 from ..model.host import Host
-from ..model.state import DownStore, StateStore, atomic_write
+from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
 from . import metrics
 from .jobs import resolve_job

@@ -10,7 +10,7 @@ import shlex
 
 from ..launch import head
 from ..model import locks
-from ..model.state import StateStore, atomic_write
+from ..model.store import StateStore, atomic_write
 from .records import ON_HEAD
 
 

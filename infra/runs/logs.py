@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..model import locks
 from ..model.errors import UsageError
-from ..model.state import StateStore
+from ..model.store import StateStore
 from .records import list_runs
 
 LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")

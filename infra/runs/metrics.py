@@ -106,7 +106,7 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
     if head.ssh is None:
         if not Path(path).is_file():
             return False
-        from ..model.state import atomic_write
+        from ..model.store import atomic_write
 
         atomic_write(dest, Path(path).read_text(errors="replace"))  # whole: a reader reads on from where it was
         return True
@@ -119,7 +119,7 @@ def fetch(state: ClusterState, run: RunSpec, dest: Path) -> bool:
         conn.close()
     if result.exited:
         return False
-    from ..model.state import atomic_write
+    from ..model.store import atomic_write
 
     atomic_write(dest, result.stdout)  # whole: one that follows the record reads on from where it was
     return True
@@ -179,7 +179,7 @@ class Follower:
         new = self._new_bytes()
         whole = new[: new.rfind(b"\n") + 1]  # a line being written comes at the next poll
         if whole and not self.brought:  # the record starts as the head's file (a resumed run's has its lines)
-            from ..model.state import atomic_write
+            from ..model.store import atomic_write
 
             atomic_write(self.dest, whole.decode(errors="replace"))
         elif whole:

@@ -28,7 +28,8 @@ from pathlib import Path
 from ..launch.torchrun import run_snapshot_dir
 from ..model.errors import DdpctlError, UsageError
 from ..model.progress import Progress
-from ..model.state import ClusterPhase, ClusterState, StateStore
+from ..model.state import ClusterPhase, ClusterState
+from ..model.store import StateStore
 from ..providers.base import Provider
 from .records import OUTPUTS, read_options
 

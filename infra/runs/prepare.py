@@ -21,7 +21,8 @@ from ..lifecycle import clusters
 from ..model import locks
 from ..model.errors import UsageError
 from ..model.spec import ClusterSpec, RunSpec, run_env
-from ..model.state import ClusterState, Launcher, NodeInfo, StateStore
+from ..model.state import ClusterState, Launcher, NodeInfo
+from ..model.store import StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
 from ..providers.base import Executor, ExecutorFor, Provider

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..model import costs, locks
 from ..model.errors import UsageError
-from ..model.state import StateStore
+from ..model.store import StateStore
 from ..model.words import Word
 from . import metrics
 

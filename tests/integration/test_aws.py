@@ -474,7 +474,7 @@ def test_spot_and_the_callers_address_by_the_injected_lookup(
 ) -> None:
     """No --ssh-cidr: the provider's address lookup (checkip in real use) is replaced, not the network."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.aws import AwsProvider
 
     for key, value in moto.env(tmp_path / "home", tmp_path).items():
@@ -692,7 +692,7 @@ def test_up_launches_efa_interfaces_and_the_groups_egress_to_itself(
     network card (moto 5 accepts them, keeping one interface per device index), and the security
     group has all traffic to and from itself (moto keeps the egress rule)."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.aws import AwsProvider, ec2
 
     for key, value in moto.env(tmp_path / "home", tmp_path).items():

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ddpctl.infra import node_programs
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import get_provider
 from ddpctl.infra.runs.records import RunOptions
 from tests.support.cli import ddpctl

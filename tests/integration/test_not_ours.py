@@ -347,7 +347,8 @@ def test_ssh_to_a_node_that_never_answers_ends_and_names_it(home: Path, tmp_path
         f"[ddp_nodes]\nn1 ansible_host=127.0.0.1 ansible_port={port} ansible_user=u ansible_ssh_private_key_file={key}\n"
     )
     from ddpctl.infra.model.host import Host
-    from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.store import StateStore
 
     store = StateStore(home)
     host = Host(name="n1", address="127.0.0.1", port=port, user="u", key_file=str(key))

@@ -734,7 +734,8 @@ def test_check_reaches_the_compute_nodes_through_the_head(bastion: Testbed, tmp_
     from ddpctl.infra.hosts.connections import connect
     from ddpctl.infra.model.errors import DdpctlError
     from ddpctl.infra.model.host import Host
-    from ddpctl.infra.model.state import ClusterPhase, StateStore
+    from ddpctl.infra.model.state import ClusterPhase
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up

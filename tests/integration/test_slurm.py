@@ -164,7 +164,8 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     the home its compute nodes share; then `ddpctl run` submits through sbatch there. No
     CloudFormation stack can be made here (moto), so the Slurm test cluster stands in for the one
     ParallelCluster makes: node0 is the head node (slurmctld), node0 and node1 the compute nodes."""
-    from ddpctl.infra.model.state import ClusterPhase, StateStore
+    from ddpctl.infra.model.state import ClusterPhase
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.providers.pcluster.cli import ClusterInfo, HeadNode
     from ddpctl.infra.providers.pcluster.provider import PclusterProvider
     from ddpctl.infra.providers.pcluster.up import Up as _Up

@@ -11,7 +11,7 @@ import pytest
 
 from ddpctl.infra.lifecycle import clusters
 from ddpctl.infra.model.errors import DdpctlError
-from ddpctl.infra.model.state import StateStore
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers.aws import AwsProvider
 from ddpctl.infra.providers.aws.details import InstancesDetail
 from ddpctl.infra.providers.aws.steps import only

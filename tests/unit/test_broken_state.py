@@ -24,7 +24,8 @@ import pytest
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.spec import run_env
-from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.runs.prepare import prepare
 from ddpctl.infra.runs.records import RunOptions
 from tests.support.specs import cluster_spec

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def test_stop_says_how_a_run_that_ended_by_itself_ended(home: Path) -> None:
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs.detach import ended_as
 
     store = StateStore(home)

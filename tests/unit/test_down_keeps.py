@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.model.state import StateStore
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import get_provider
 from ddpctl.infra.runs import outputs
 from ddpctl.infra.runs.outputs import Recorded, RunFolder

@@ -413,7 +413,7 @@ def test_the_inventorys_count_and_ups_win_over_the_gpus_but_not_over_a_word() ->
 
 def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None:
     """On a cluster that is up: every node, each with a process per GPU; the summary says so."""
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs.prepare import prepare
     from ddpctl.infra.runs.records import RunOptions
 
@@ -435,7 +435,7 @@ def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None
 
 
 def test_a_run_that_brings_its_local_cluster_up_keeps_one_node(home) -> None:
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs.prepare import prepare
     from ddpctl.infra.runs.records import RunOptions
 

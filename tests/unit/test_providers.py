@@ -7,7 +7,8 @@ import pytest
 
 from ddpctl.infra.hosts.ansible import Play
 from ddpctl.infra.model.errors import DdpctlError, UsageError
-from ddpctl.infra.model.state import ClusterPhase, ClusterState, Resource, ResourcePhase, StateStore
+from ddpctl.infra.model.state import ClusterPhase, ClusterState, Resource, ResourcePhase
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import NAMES, all_options, declared_options, get_provider, provider_class
 from ddpctl.infra.providers.base import LiveStatus, Provider
 from tests.support import REPO

@@ -20,8 +20,8 @@ from ddpctl.infra.model.state import (
     NodeInfo,
     Resource,
     ResourcePhase,
-    StateStore,
 )
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.runs.jobs import resolve_job
 from tests.support.specs import cluster_spec
 

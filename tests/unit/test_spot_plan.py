@@ -10,7 +10,8 @@ import pytest
 
 from ddpctl.infra.model.errors import DdpctlError
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.state import ClusterState, NodeInfo, Resource, StateStore
+from ddpctl.infra.model.state import ClusterState, NodeInfo, Resource
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers.aws.configure import Launched
 from ddpctl.infra.providers.aws.details import InstancesDetail, SubnetDetail
 from ddpctl.infra.providers.aws.plan import plan_from_spec

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.state import ClusterState, NodeInfo, StateStore
+from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.model.torch_versions import FLOOR, check_torch, release
 from ddpctl.infra.runs.prepare import prepare
 from ddpctl.infra.runs.records import RunOptions

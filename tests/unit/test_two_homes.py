@@ -27,7 +27,7 @@ from tests.support.specs import cluster_spec
 
 def test_a_homes_id_is_made_once_private_and_whole(tmp_path: Path) -> None:
     from ddpctl.infra.model.errors import DdpctlError
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
 
     store = StateStore(tmp_path / "h")
     assert store.home_id() == "" and not store.home.exists()  # reading makes nothing

@@ -22,7 +22,8 @@ from pathlib import Path
 from ...model.errors import DdpctlError
 from ...model.host import Host
 from ...model.progress import Progress, step
-from ...model.state import NodeInfo, atomic_write
+from ...model.state import NodeInfo
+from ...model.store import atomic_write
 
 HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 HOST_KEYS_END = "-----END SSH HOST KEY KEYS-----"

@@ -93,7 +93,7 @@ def table_price(instance_type: str, why: str) -> Price:
 
 
 def cache_path() -> Path:
-    from ...model.state import default_home
+    from ...model.store import default_home
 
     return default_home() / "cache" / CACHE_FILE
 

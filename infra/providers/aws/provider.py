@@ -28,7 +28,8 @@ from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError, UsageError
 from ...model.spec import ClusterSpec
-from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase, StateStore
+from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase
+from ...model.store import StateStore
 from .. import checked_spec
 from ..base import LiveStatus, Progress, Provider
 from . import configure, instances, keys, network, preflight, prices, pricing, spot

@@ -18,7 +18,8 @@ from pathlib import Path
 from ...hosts.ansible import Play
 from ...hosts.site_play import record_nodes, run_site
 from ...model.progress import Progress
-from ...model.state import ClusterState, ResourcePhase, StateStore
+from ...model.state import ClusterState, ResourcePhase
+from ...model.store import StateStore
 from . import configure, faults, instances
 from .details import InstancesDetail, SecurityGroupDetail
 from .ec2 import Aws

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from ...model.details import Detail
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, Resource, ResourcePhase, StateStore
+from ...model.state import ClusterState, Resource, ResourcePhase
+from ...model.store import StateStore
 from . import faults, keys
 from .details import AwsIdDetail, KeyFileDetail
 from .plan import TAG_CLUSTER_ID, AwsPlan

@@ -15,7 +15,8 @@ from pathlib import Path
 from ...hosts.site_play import record_nodes, run_site, site_command
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterPhase, ClusterState, ResourcePhase, StateStore
+from ...model.state import ClusterPhase, ClusterState, ResourcePhase
+from ...model.store import StateStore
 from . import configure, faults, instances, network, pricing
 from .details import (
     ConfigureDetail,

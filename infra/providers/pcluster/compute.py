@@ -38,7 +38,8 @@ from pathlib import Path
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError
 from ...model.host import Host
-from ...model.state import ClusterState, NodeInfo, atomic_write
+from ...model.state import ClusterState, NodeInfo
+from ...model.store import atomic_write
 from ..aws import pricing
 from .cli import ClusterInstance
 from .config import QUEUE

@@ -37,7 +37,8 @@ from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError
 from ...model.spec import ClusterSpec
-from ...model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, ResourcePhase, StateStore
+from ...model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, ResourcePhase
+from ...model.store import StateStore
 from .. import checked_spec
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults

@@ -20,7 +20,8 @@ from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import record_nodes, run_site
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, Launcher, StateStore, atomic_write
+from ...model.state import ClusterState, Launcher
+from ...model.store import StateStore, atomic_write
 from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
 from ..aws.steps import Steps, only
