@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shlex
 import zipfile
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..model.errors import DdpctlError
 from ..node_programs import source
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, STORE_KEY
+from ..tools.trace import ENV as TRACE_ENV
 from .head_agent import read_log_line
 from .nodes import NodeResult, OutputLine, RunResult
 from .plan import LaunchPlan
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MODULES = (
     "model/errors",
     "model/words",
+    "tools/trace",
     "launch/nodes",
     "launch/diagnose",
     "launch/supervise",
@@ -53,7 +56,7 @@ def bundle() -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
         z.writestr("__main__.py", MAIN)
-        for package in ("", "/model", "/launch"):
+        for package in ("", "/model", "/tools", "/launch"):
             z.writestr(f"ddpctl_head{package}/__init__.py", "")
         for name in MODULES:
             z.writestr(f"ddpctl_head/{name}.py", (infra / f"{name}.py").read_text(encoding="utf-8"))
@@ -83,6 +86,7 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
         "run_key": RUN_KEY,
         "node_key": NODE_KEY,
         "store_key": STORE_KEY,
+        "trace": bool(os.environ.get(TRACE_ENV)),  # its round trips too (bench/scale.py, test_scale)
     }
 
 
@@ -216,6 +220,7 @@ def attach(
                 made.append(conn)
                 say("reconnected to the head node: following the run again")
         doc = read_record(conn, where)
+        _bring_trace(conn, where)
     finally:
         for each in made:
             each.close()
@@ -305,6 +310,17 @@ def _reconnected(reconnect: Callable[[], fabric.Connection], stopping: bool) -> 
                 "the head node cannot be reached, so the run could not be stopped: it goes on there; "
                 "`ddpctl stop RUN_ID` once the head node can be reached again"
             )
+
+
+def _bring_trace(head: fabric.Connection, where: str) -> None:
+    """The supervisor's round trips (its ``trace.jsonl``) into this machine's ``DDPCTL_TRACE`` file."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    got = head.run(f"cat {shlex.quote(where)}/trace.jsonl", hide=True, warn=True, in_stream=False)
+    if got.ok and got.stdout:
+        with open(path, "a") as f:
+            f.write(got.stdout)
 
 
 def stop(head: fabric.Connection, pid: int) -> None:

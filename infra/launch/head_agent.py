@@ -21,11 +21,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from ..model.errors import DdpctlError
+from ..tools.trace import ENV as TRACE_ENV
+from ..tools.trace import traced
 from .diagnose import Agent
 from .nodes import Elastic, NodeResult, OutputLine, RunResult
 from .store import RdzvStore
@@ -84,7 +87,8 @@ def stop(spec: dict, host: str, mode: str, key: str = "", value: str = "", marke
         f"python3 -c {shlex.quote(spec['stop_source'])} {marker or spec['run_key']} "
         f"{shlex.quote(spec['run_id'])} {mode} {spec['grace_s']}{extra}"
     )
-    subprocess.run([*ssh(spec), host, command], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    with traced("stop", host):  # a round trip, for bench/scale.py and test_scale (DDPCTL_TRACE)
+        subprocess.run([*ssh(spec), host, command], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
 
 
 def ssh(spec: dict) -> list[str]:
@@ -106,8 +110,11 @@ def run(spec: dict, sink) -> RunResult:
             store.stop()
         if procs and all(p.poll() == 0 for p in procs):
             return
-        for n in nodes:
-            stop(spec, n["host"], "stop")
+        stops = [threading.Thread(target=stop, args=(spec, n["host"], "stop")) for n in nodes]
+        for each in stops:  # every node at once: one round trip, not one per node
+            each.start()
+        for each in stops:
+            each.join()
 
     try:
         if spec["store"] is not None:
@@ -147,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     spec = json.loads((folder / "spec.json").read_text())
     (folder / "spec.json").unlink()
+    if spec.get("trace"):  # the controller traces its round trips: this program's go beside them
+        os.environ[TRACE_ENV] = str((folder / "trace.jsonl").resolve())
     signal.signal(signal.SIGINT, _interrupt)  # nohup left it ignored: `ddpctl stop` and Ctrl-C send it
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
