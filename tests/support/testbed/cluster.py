@@ -116,8 +116,8 @@ def worker_pid(testbed: Testbed, node: str, script: str = "mnist.py", timeout: f
 
 def run_procs(testbed: Testbed, node: str, *, but_store: bool = False) -> list[str]:
     """Command lines of torchrun/python processes inside ``node``'s namespace ("PID: CMDLINE");
-    ``but_store``: not a run's rendezvous store nor its supervisor on the head node (its agent and
-    workers only)."""
+    ``but_store``: not a run's rendezvous store, nor its supervisor on the head node and the SSH
+    sessions it holds to every node (its agent and workers only)."""
     found = []
     for pid in testbed.netns_pids(node):
         try:
@@ -126,7 +126,7 @@ def run_procs(testbed: Testbed, node: str, *, but_store: bool = False) -> list[s
             store = but_store and f"\0{STORE_KEY}=".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        supervisor = but_store and "head.pyz" in cmd
+        supervisor = but_store and ("head.pyz" in cmd or cmd.startswith("ssh "))
         if state != "Z" and ("torch" in cmd or "python" in cmd) and not store and not supervisor:
             found.append(f"{pid}: {cmd}")
     return found
