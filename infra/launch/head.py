@@ -188,7 +188,7 @@ def attach(
     """Stream the head's output.log to ``sink`` until its supervisor ends, then its result. Ctrl-C
     here (or ``interrupt``: at once), wherever it lands, asks the supervisor to stop the run (a
     second one: to kill it at once, as the supervisor here does), and the stream goes on until it
-    has stopped. A lost connection (no answer within ``LIVENESS_S``) is made again with
+    has stopped. A lost connection (no line within ``LIVENESS_S``, then no answer to a keepalive within ``ANSWER_S``) is made again with
     ``reconnect`` (every ``RECONNECT_S`` until the head answers; the run goes on there meanwhile)
     and the stream goes on from the line it had reached; without ``reconnect`` it is an error."""
     say = progress or (lambda text: None)
@@ -231,10 +231,11 @@ def attach(
     return result_of(doc)
 
 
-#: No line for this long, then no answer to a keepalive within as long: the connection is lost (a
-#: loss is found within 20-40 s, as OpenSSH's ServerAliveInterval 15 and ServerAliveCountMax 3 do;
-#: a busy head or laptop may take seconds to answer)
-LIVENESS_S = 20.0
+#: No line for LIVENESS_S, then no answer to a keepalive within ANSWER_S: the connection is lost,
+#: found within 15-45 s as with OpenSSH's ServerAliveInterval 15 and ServerAliveCountMax 3 (a
+#: machine under load took over 10 s to answer in the test suite)
+LIVENESS_S = 15.0
+ANSWER_S = 30.0
 RECONNECT_S = 3.0
 
 
@@ -273,7 +274,7 @@ def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink
 
 
 def _answers(transport) -> bool:
-    """The head answers a keepalive within ``LIVENESS_S`` (paramiko's own wait has no time limit)."""
+    """The head answers a keepalive within ``ANSWER_S`` (paramiko's own wait has no time limit)."""
     import threading
 
     answer: list[object] = []
@@ -286,7 +287,7 @@ def _answers(transport) -> bool:
 
     asking = threading.Thread(target=ask, daemon=True)
     asking.start()
-    asking.join(LIVENESS_S)
+    asking.join(ANSWER_S)
     return bool(answer) and transport.is_active()
 
 

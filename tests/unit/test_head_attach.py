@@ -95,6 +95,7 @@ class Conn:
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(head, "LIVENESS_S", 0.05)
+    monkeypatch.setattr(head, "ANSWER_S", 0.05)
     monkeypatch.setattr(head, "RECONNECT_S", 0.0)
 
 
