@@ -140,37 +140,60 @@ def pid_alive(head: fabric.Connection, where: str) -> int:
 
 
 def attach(
-    head: fabric.Connection, where: str, pid: int, sink: Callable[[OutputLine], None], interrupt: bool = False
+    head: fabric.Connection,
+    where: str,
+    pid: int,
+    sink: Callable[[OutputLine], None],
+    interrupt: bool = False,
+    start: int = 1,
 ) -> RunResult:
-    """Stream the head's output.log to ``sink`` until its supervisor ends, then its result. Ctrl-C
-    here (or ``interrupt``: at once), wherever it lands, asks the supervisor to stop the run (a
-    second one: to kill it at once, as the supervisor here does), and the stream goes on until it
-    has stopped."""
-    q = shlex.quote(where)
+    """Stream the head's output.log (from its line ``start``) to ``sink`` until its supervisor ends,
+    then its result. Ctrl-C here (or ``interrupt``: at once), wherever it lands, asks the supervisor
+    to stop the run (a second one: to kill it at once, as the supervisor here does), and the stream
+    goes on until it has stopped."""
     if interrupt:
         stop(head, pid)
-    chan = head.client.get_transport().open_session()
-    chan.exec_command(f"tail -n +1 -F --pid={pid} {q}/output.log 2>/dev/null")
-    pending, ended = b"", False
-    while not ended:
-        try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    ended = True
-                    break
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    sink(read_log_line(raw.decode(errors="replace")))
-        except KeyboardInterrupt:  # in recv or in the sink: the run on the head stops either way
-            stop(head, pid)
+    stream(head, where, pid, lambda raw: sink(read_log_line(raw)), start, on_interrupt=lambda: stop(head, pid))
     doc = read_record(head, where)
     if doc is None:
         raise DdpctlError(f"the run's supervisor on the head node ended without a record: see {where} there")
     if doc.get("error"):  # it could not start the run
         raise DdpctlError(doc["error"])
     return result_of(doc)
+
+
+def stream(
+    head: fabric.Connection,
+    where: str,
+    pid: int,
+    sink: Callable[[str], None],
+    start: int = 1,
+    on_interrupt: Callable[[], None] | None = None,
+) -> None:
+    """The lines of the head's output.log from its line ``start`` (1: the first) to ``sink`` as they
+    come, whole (without their newline), until its supervisor (``pid``) has ended. Ctrl-C, in recv
+    or in the sink: ``on_interrupt``, and the stream goes on; None: the stream ends and Ctrl-C goes up."""
+    chan = head.client.get_transport().open_session()
+    chan.exec_command(f"tail -n +{start} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+    pending, ended = b"", False
+    try:
+        while not ended:
+            try:
+                while True:
+                    data = chan.recv(65536)
+                    if not data:
+                        ended = True
+                        break
+                    pending += data
+                    *complete, pending = pending.split(b"\n")
+                    for raw in complete:
+                        sink(raw.decode(errors="replace"))
+            except KeyboardInterrupt:
+                if on_interrupt is None:
+                    raise
+                on_interrupt()
+    finally:
+        chan.close()
 
 
 def stop(head: fabric.Connection, pid: int) -> None:
