@@ -173,12 +173,14 @@ def stream(
     """The lines of the head's output.log from its line ``start`` (1: the first) to ``sink`` as they
     come, whole (without their newline), until its supervisor (``pid``) has ended. Ctrl-C, in recv
     or in the sink: ``on_interrupt``, and the stream goes on; None: the stream ends and Ctrl-C goes up."""
-    chan = head.client.get_transport().open_session()
-    chan.exec_command(f"tail -n +{start} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
-    pending, ended = b"", False
+    chan, pending, ended = None, b"", False
     try:
         while not ended:
             try:
+                if chan is None:
+                    opened = head.client.get_transport().open_session()
+                    opened.exec_command(f"tail -n +{start} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+                    chan = opened
                 while True:
                     data = chan.recv(65536)
                     if not data:
@@ -193,7 +195,8 @@ def stream(
                     raise
                 on_interrupt()
     finally:
-        chan.close()
+        if chan is not None:
+            chan.close()
 
 
 def stop(head: fabric.Connection, pid: int) -> None:

@@ -175,12 +175,7 @@ def _execute(
         atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         where = "through sbatch" if isinstance(prep.plan, SbatchPlan) else f"rendezvous {prep.plan.rdzv_endpoint}"
         project = getattr(prep.plan, "project", None)
-        if reattached is not None:
-            progress(
-                f"run {prep.run.run_id} still goes on on the head node of {prep.cluster.name!r}: attached to it again "
-                f"(Ctrl-C stops it); output also in {run_dir / 'output.log'}"
-            )
-        else:
+        if reattached is None:
             if project is not None and project.size > LARGE_BYTES:
                 progress(project.size_warning())
             progress(
@@ -196,7 +191,11 @@ def _execute(
 
             with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
                 if reattached is not None:
-                    result = reattached.attach(sink, tee)
+                    said = (
+                        f"run {prep.run.run_id} still goes on on the head node of {prep.cluster.name!r}: attached to it "
+                        f"again (Ctrl-C stops it); output also in {run_dir / 'output.log'}"
+                    )
+                    result = reattached.attach(said, progress, sink, tee)
                 elif isinstance(prep.plan, SbatchPlan):
                     result = SlurmExecutor(prep.cluster.nodes[0].ssh, tee).run(prep.plan)
                 else:

@@ -83,9 +83,9 @@ def bring_up_to_date(store: StateStore, run_id: str) -> bool:
 def _update(store: StateStore, run_id: str, cluster: str, conn, where: str) -> bool:
     run_dir = store.run_dir(run_id)
     doc = head.read_record(conn, where)
+    (run_dir / ON_HEAD).unlink(missing_ok=True)  # unless its supervisor is found alive there now
     if _copy_log(conn, where, run_dir, whole=doc is not None) is None:
         return False
-    (run_dir / ON_HEAD).unlink(missing_ok=True)
     if doc is None:
         if head.pid_alive(conn, where):
             atomic_write(run_dir / ON_HEAD, "")
@@ -107,14 +107,24 @@ def goes_on_head(store: StateStore, run_id: str) -> bool:
 
 def going_on_head(store: StateStore, cluster: str, exclude: str = "") -> list[str]:
     """The runs of ``cluster`` (but ``exclude``) that go on its head node with no ddpctl here, their
-    records brought up to date on the way (``run``'s queue waits for them)."""
+    records brought up to date on the way (``run``'s queue waits for them; not for a run on a head
+    that cannot be reached)."""
     going = []
     for run_dir in sorted((store.home / "runs").glob("*/")):
         run_id = run_dir.name
         if run_id == exclude or unfinished(store, run_id) != cluster:
             continue
-        bring_up_to_date(store, run_id)
-        if (run_dir / ON_HEAD).exists():
+        found = _head(store, run_id)
+        if found is None:  # an unreachable head: not waited for (a run there fails on its own)
+            continue
+        _, conn, where = found
+        try:
+            _update(store, run_id, cluster, conn, where)
+        except Exception:  # the head went away meanwhile: as unreachable
+            continue
+        finally:
+            conn.close()
+        if (run_dir / ON_HEAD).exists():  # found alive there just now
             going.append(run_id)
     return going
 
@@ -187,13 +197,25 @@ class Reattached:
             return None
         return cls(conn, where, pid, len(lines) + 1, lines[first_unseen(here, lines) :])
 
-    def attach(self, sink: Callable[[OutputLine], None], tee: Callable[[OutputLine], None]) -> RunResult:
-        """The lines not seen here to ``sink``, then the run's new lines to ``tee`` (its output.log and
-        ``sink``) until it ends; its result. Ctrl-C stops the run as with an attached run."""
+    def attach(
+        self,
+        said: str,
+        progress: Callable[[str], None],
+        sink: Callable[[OutputLine], None],
+        tee: Callable[[OutputLine], None],
+    ) -> RunResult:
+        """``said`` to ``progress``, the lines not seen here to ``sink``, then the run's new lines to
+        ``tee`` (its output.log and ``sink``) until it ends; its result. Ctrl-C from here on stops the
+        run as with an attached run."""
+        interrupt = False
         try:
-            for raw in self.unseen:
-                sink(read_log_line(raw))
-            return head.attach(self.conn, self.where, self.pid, tee, start=self.start)
+            try:
+                progress(said)
+                for raw in self.unseen:
+                    sink(read_log_line(raw))
+            except KeyboardInterrupt:
+                interrupt = True
+            return head.attach(self.conn, self.where, self.pid, tee, interrupt=interrupt, start=self.start)
         finally:
             self.conn.close()
 
