@@ -12,8 +12,11 @@ from __future__ import annotations
 import io
 import json
 import shlex
+import signal
+import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,8 +181,11 @@ def stream(
         while not ended:
             try:
                 if chan is None:
-                    opened = head.client.get_transport().open_session()
-                    opened.exec_command(f"tail -n +{start} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+                    with sigint_deferred():
+                        opened = head.client.get_transport().open_session()
+                        opened.exec_command(
+                            f"tail -n +{start} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null"
+                        )
                     chan = opened
                 while True:
                     data = chan.recv(65536)
@@ -202,9 +208,30 @@ def stream(
 def stop(head: fabric.Connection, pid: int) -> None:
     """Ctrl-C for the run's supervisor on the head: SIGINT (its own handler stops the run)."""
     try:
-        head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
-    except KeyboardInterrupt:  # Ctrl-C again while it is sent: once more
-        head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+        with sigint_deferred():
+            head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+    except KeyboardInterrupt:  # Ctrl-C again while it was sent: once more
+        with sigint_deferred():
+            head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Ctrl-C held back while a request goes out on the SSH connection (a KeyboardInterrupt in the
+    middle of paramiko's packet breaks the connection), and acted on once it is out. In the main
+    thread only (where Python runs signal handlers)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    got: list[object] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        previous(signal.SIGINT, got[0])
 
 
 def read_record(head: fabric.Connection, where: str) -> dict | None:

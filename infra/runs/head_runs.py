@@ -207,7 +207,13 @@ class Reattached:
         """``said`` to ``progress``, the lines not seen here to ``sink``, then the run's new lines to
         ``tee`` (its output.log and ``sink``) until it ends; its result. Ctrl-C from here on stops the
         run as with an attached run."""
-        interrupt = False
+        interrupt, streamed = False, 0
+
+        def counted(line: OutputLine) -> None:
+            nonlocal streamed
+            tee(line)
+            streamed += 1
+
         try:
             try:
                 progress(said)
@@ -215,7 +221,12 @@ class Reattached:
                     sink(read_log_line(raw))
             except KeyboardInterrupt:
                 interrupt = True
-            return head.attach(self.conn, self.where, self.pid, tee, interrupt=interrupt, start=self.start)
+            while True:
+                try:
+                    start = self.start + streamed
+                    return head.attach(self.conn, self.where, self.pid, counted, interrupt=interrupt, start=start)
+                except KeyboardInterrupt:  # one that landed outside the stream's own handling: the run stops
+                    interrupt = True
         finally:
             self.conn.close()
 

@@ -213,11 +213,12 @@ def test_resume_reattaches_to_a_run_on_the_head(cluster, tmp_path: Path) -> None
 
 def test_ctrl_c_of_a_reattached_run_stops_it(cluster, tmp_path: Path) -> None:
     held_run(cluster, "rhead00010", tmp_path / "go")  # never let go: only Ctrl-C ends it
-    resumed = start_ddpctl("run", "--resume", "rhead00010", env=cluster["env"])
+    resumed = start_ddpctl("-v", "run", "--resume", "rhead00010", env=cluster["env"])
     wait_for_line(resumed, "attached to it again")
     resumed.send_signal(signal.SIGINT)
-    assert resumed.wait(timeout=120) == 130
-    assert results(cluster)["rhead00010"] == "interrupted"
+    rest = resumed.stdout.read()
+    assert resumed.wait(timeout=120) == 130, rest
+    assert results(cluster)["rhead00010"] == "interrupted", rest
 
 
 def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:

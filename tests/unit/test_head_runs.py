@@ -84,3 +84,24 @@ def test_a_run_waits_queued_behind_a_run_on_the_head(home: Path, monkeypatch) ->
     assert "busy with run rA" in said[0] and "rB waits its turn" in said[0]
     assert said[-1] == "run rB: its turn on 'c'"
     assert not marker.exists()
+
+
+def test_ctrl_c_waits_until_a_request_to_the_head_is_out() -> None:
+    """A Ctrl-C while a request goes out on the head's SSH connection (where a KeyboardInterrupt
+    would break paramiko's packet) is acted on once it is out."""
+    import os
+    import signal
+
+    from ddpctl.infra.launch.head import sigint_deferred
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with sigint_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("the request went out")
+        assert done == ["the request went out"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
