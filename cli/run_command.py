@@ -67,7 +67,9 @@ from .plans import print_cluster_plan, print_launch_plan
     default=None,
     metavar="RUN_ID",
     help="Run RUN_ID again with its recorded job and options (after ddpctl itself was stopped or "
-    "crashed): what is left of it is stopped, and the job resumes from its snapshot.",
+    "crashed): a run still going on its cluster's head node is attached to again (its output from where "
+    "this machine's log ends; Ctrl-C stops it); else what is left of it is stopped, and the job resumes "
+    "from its snapshot.",
 )
 @click.option(
     "--workdir",

@@ -13,8 +13,11 @@ import io
 import json
 import os
 import shlex
+import signal
+import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,15 +187,17 @@ def attach(
     interrupt: bool = False,
     reconnect: Callable[[], fabric.Connection] | None = None,
     progress: Callable[[str], None] | None = None,
+    start: int = 1,
 ) -> RunResult:
-    """Stream the head's output.log to ``sink`` until its supervisor ends, then its result. Ctrl-C
+    """Stream the head's output.log (from its line ``start``) to ``sink`` until its supervisor ends,
+    then its result. Ctrl-C
     here (or ``interrupt``: at once), wherever it lands, asks the supervisor to stop the run (a
     second one: to kill it at once, as the supervisor here does), and the stream goes on until it
     has stopped. A lost connection (no line within ``LIVENESS_S``, then no answer to a keepalive within ``ANSWER_S``) is made again with
     ``reconnect`` (every ``RECONNECT_S`` until the head answers; the run goes on there meanwhile)
     and the stream goes on from the line it had reached; without ``reconnect`` it is an error."""
     say = progress or (lambda text: None)
-    seen, conn, made = [0], head, []
+    seen, conn, made = [start - 1], head, []
     stopping = interrupt
     try:
         while True:
@@ -205,7 +210,7 @@ def attach(
                     except Exception as exc:  # could not be sent: the connection is gone
                         raise Lost from exc
                     stopping = False
-                _stream(conn, where, pid, seen, sink)
+                _stream(conn, where, pid, seen, lambda raw: sink(read_log_line(raw)))
                 break
             except KeyboardInterrupt:  # in recv or in the sink: the run on the head stops either way
                 stopping = True
@@ -239,15 +244,29 @@ ANSWER_S = 30.0
 RECONNECT_S = 3.0
 
 
-def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink: Callable[[OutputLine], None]) -> None:
-    """The lines of ``output.log`` after the first ``seen[0]`` to ``sink`` until the supervisor
-    ``pid`` has ended, counted in ``seen[0]``. ``Lost`` where the connection goes first."""
+def stream(head: fabric.Connection, where: str, pid: int, sink: Callable[[str], None], start: int = 1) -> None:
+    """The lines of the head's output.log from its line ``start`` (1: the first) to ``sink`` as they
+    come, whole (without their newline), until its supervisor (``pid``) has ended (``logs --follow``).
+    Ctrl-C goes up; a lost connection is an error that says how to follow again."""
+    try:
+        _stream(head, where, pid, [start - 1], sink)
+    except Lost:
+        raise DdpctlError(
+            "lost the connection to the head node; the run goes on there: `ddpctl logs --follow` follows it again"
+        ) from None
+
+
+def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink: Callable[[str], None]) -> None:
+    """The lines of ``output.log`` after the first ``seen[0]`` to ``sink`` (whole, without their
+    newline) until the supervisor ``pid`` has ended, counted in ``seen[0]``. ``Lost`` where the
+    connection goes first."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise Lost
     try:
-        chan = transport.open_session(timeout=LIVENESS_S)
-        chan.exec_command(f"tail -n +{seen[0] + 1} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+        with sigint_deferred():  # a Ctrl-C inside paramiko's packet would break the connection
+            chan = transport.open_session(timeout=LIVENESS_S)
+            chan.exec_command(f"tail -n +{seen[0] + 1} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
     except Exception as exc:  # paramiko's SSHException, EOFError, a socket error: the connection
         raise Lost from exc
     chan.settimeout(LIVENESS_S)
@@ -270,7 +289,7 @@ def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink
         *complete, pending = pending.split(b"\n")
         for raw in complete:
             seen[0] += 1
-            sink(read_log_line(raw.decode(errors="replace")))
+            sink(raw.decode(errors="replace"))
 
 
 def _answers(transport) -> bool:
@@ -327,9 +346,30 @@ def _bring_trace(head: fabric.Connection, where: str) -> None:
 def stop(head: fabric.Connection, pid: int) -> None:
     """Ctrl-C for the run's supervisor on the head: SIGINT (its own handler stops the run)."""
     try:
-        head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
-    except KeyboardInterrupt:  # Ctrl-C again while it is sent: once more
-        head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+        with sigint_deferred():
+            head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+    except KeyboardInterrupt:  # Ctrl-C again while it was sent: once more
+        with sigint_deferred():
+            head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Ctrl-C held back while a request goes out on the SSH connection (a KeyboardInterrupt in the
+    middle of paramiko's packet breaks the connection), and acted on once it is out. In the main
+    thread only (where Python runs signal handlers)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    got: list[object] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        previous(signal.SIGINT, got[0])
 
 
 def read_record(head: fabric.Connection, where: str) -> dict | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -19,10 +20,13 @@ from ..model import locks
 from ..model.host import Host
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
-from . import metrics
+from . import head_runs, metrics
 from .jobs import resolve_job
 from .prepare import PreparedRun
 from .records import OUTPUTS, QUEUED
+
+#: how often a run queued behind a run on the head node (its ddpctl gone) asks the head whether it has ended
+HEAD_POLL_S = 3.0
 
 
 def execute(
@@ -56,12 +60,31 @@ def execute(
 
 
 def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progress: Progress, wait: bool) -> None:
-    """The cluster's run slot: at once if free; else refused (``wait`` False) or waited for, the run
-    recorded as queued meanwhile (``runs`` shows it; ``stop``, or Ctrl-C, takes it out of the queue)."""
-    if slot.try_take():
-        return
+    """The cluster's run slot, and the end of the cluster's runs that go on its head node with no
+    ddpctl here (``head_runs``; their ddpctl was killed): at once if nothing is ahead; else refused
+    (``wait`` False) or waited for, the run recorded as queued meanwhile (``runs`` shows it;
+    ``stop``, or Ctrl-C, takes it out of the queue)."""
     name, run_id = prep.cluster.name, prep.run.run_id
-    ahead = ", ".join(h.describe() for h in slot.holders()) or "another run"
+    queued = False
+    if not slot.try_take():
+        ahead = ", ".join(h.describe() for h in slot.holders()) or "another run"
+        _queue(store, prep, progress, wait, ahead, slot.wait)
+        queued = True
+    on_head = head_runs.going_on_head(store, name, exclude=run_id)  # not a resumed run's own
+    if on_head:
+        ahead = ", ".join(f"run {r} (on the head node, its ddpctl gone)" for r in on_head)
+        _queue(store, prep, progress, wait, ahead, lambda: _wait_on_head(store, name, run_id))
+        queued = True
+    if queued:
+        progress(f"run {run_id}: its turn on {name!r}")
+
+
+def _queue(
+    store: StateStore, prep: PreparedRun, progress: Progress, wait: bool, ahead: str, wait_for: Callable[[], None]
+) -> None:
+    """Wait behind ``ahead`` (``wait_for`` returns once it is done), recorded as queued; or refused
+    at once (``wait`` False)."""
+    name, run_id = prep.cluster.name, prep.run.run_id
     if not wait:
         raise locks.Busy(
             f"cluster {name!r} is busy with {ahead}: --no-wait, so this run did not start; try again later"
@@ -75,13 +98,18 @@ def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progre
     marker = {"ahead": ahead, "job": prep.run.job, "nodes": nodes, "cluster": name}
     atomic_write(queued, json.dumps(marker) + "\n")
     try:
-        slot.wait()
+        wait_for()
     except BaseException:  # taken out of the queue: it never started, nothing of it is kept
         queued.unlink(missing_ok=True)
         _remove_if_empty(store.run_dir(run_id))
         raise
     queued.unlink(missing_ok=True)
-    progress(f"run {run_id}: its turn on {name!r}")
+
+
+def _wait_on_head(store: StateStore, name: str, run_id: str) -> None:
+    """Until no run of cluster ``name`` goes on its head node (asked there every ``HEAD_POLL_S``)."""
+    while head_runs.going_on_head(store, name, exclude=run_id):
+        time.sleep(HEAD_POLL_S)
 
 
 def run_cost_basis(prep: PreparedRun) -> dict:
@@ -137,14 +165,20 @@ def _execute(
         recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
         options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
         options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
+        reattached = None
+        if prep.resumed:  # its output copied here before it is opened
+            reattached = head_runs.Reattached.find(store, prep.run.run_id)
+        if reattached is not None:
+            options |= {"on_head": True}
         atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         project = prep.plan.project
-        if project is not None and project.size > LARGE_BYTES:
-            progress(project.size_warning())
-        progress(
-            f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {prep.plan.where}; output also in "
-            f"{run_dir / 'output.log'}"
-        )
+        if reattached is None:
+            if project is not None and project.size > LARGE_BYTES:
+                progress(project.size_warning())
+            progress(
+                f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {prep.plan.where}; output also in "
+                f"{run_dir / 'output.log'}"
+            )
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(log_fd, "a", buffering=1) as log:
 
@@ -154,11 +188,18 @@ def _execute(
                 sink(line)
 
             with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
-                renew = _renew(prep, store, progress)
-                executor = prep.executor(tee)
-                if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
-                    atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
-                result = executor.run(prep.plan, renew=renew, progress=progress)
+                if reattached is not None:
+                    said = (
+                        f"run {prep.run.run_id} still goes on on the head node of {prep.cluster.name!r}: attached to it "
+                        f"again (Ctrl-C stops it); output also in {run_dir / 'output.log'}"
+                    )
+                    result = reattached.attach(said, progress, sink, tee)
+                else:
+                    renew = _renew(prep, store, progress)
+                    executor = prep.executor(tee)
+                    if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
+                        atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
+                    result = executor.run(prep.plan, renew=renew, progress=progress)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

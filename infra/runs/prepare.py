@@ -47,6 +47,8 @@ class PreparedRun:
     summary: str = ""
     #: the same launch on the cluster as it is now (a node replaced on a new machine); None: sbatch
     replan: Callable[[ClusterState], LaunchPlan] | None = None
+    #: ``run --resume``: a run still going on its head node is attached to again, not started again
+    resumed: bool = False
     #: what carries the plan out, given where the run's lines go: the provider's executor (torchrun),
     #: or Slurm's on the login node (sbatch); nothing above ``launch/`` asks which
     executor_for: ExecutorFor | None = None
@@ -60,8 +62,9 @@ class PreparedRun:
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     """Plan ``run --resume``: the recorded run's options again, same run id, on the same cluster.
 
-    The cluster is brought up again if the run owned it and it is gone; whatever is left of the
-    earlier attempt is stopped first; the job picks up from its snapshot.
+    A run still going on its head node (its ddpctl here was killed) is attached to again
+    (``run_execute``); else the cluster is brought up again if the run owned it and it is gone,
+    whatever is left of the earlier attempt is stopped first, and the job picks up from its snapshot.
     """
     locks.check_run_free(store, run_id)
     opts, owned = resume_options(run_id, store)
@@ -75,7 +78,7 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
             f"run {run_id!r} ran on cluster {opts.name!r}, which is gone: bring it up again "
             f"(`ddpctl up --name {opts.name} ...`), then resume"
         )
-    return prepare(opts, store, resume=True, owned=owned)
+    return replace(prepare(opts, store, resume=True, owned=owned), resumed=True)
 
 
 def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned: bool = False) -> PreparedRun:

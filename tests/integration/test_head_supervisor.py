@@ -121,7 +121,7 @@ def test_a_run_goes_on_while_the_route_to_the_cluster_is_cut(cluster, testbed: T
     """The controller cut off from the cluster for a minute mid-run (a sleeping laptop, a new
     network): the run goes on on the head, the attached ddpctl connects again once it can, follows
     the run to its end and exits with its status; the record is complete."""
-    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00006", "-e", "SLEEP_S=70")
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00016", "-e", "SLEEP_S=70")
     run = start_ddpctl(*args, env=cluster["env"])
     seen = wait_for_line(run, "started rank")
     with testbed.route_cut():
@@ -132,7 +132,96 @@ def test_a_run_goes_on_while_the_route_to_the_cluster_is_cut(cluster, testbed: T
     assert "lost the connection to the head node" in output and "reconnected to the head node" in output
     assert "done rank 0" in output and "done rank 1" in output  # the lines written meanwhile, once each
     assert output.count("done rank 1") == 1
-    assert results(cluster)["rhead00006"] == "succeeded"
+    assert results(cluster)["rhead00016"] == "succeeded"
+
+
+def held_run(cluster, run_id: str, go: Path):
+    """Run ``run_id`` attached, held on the head until ``go`` exists, its ddpctl here SIGKILLed once
+    both ranks have started: it goes on on the head node with no ddpctl here."""
+    args = ("run", cluster["script"], "--nodes", "2", "--run-id", run_id, "-e", "SLEEP_S=0", "-e", f"GO_FILE={go}")
+    run = start_ddpctl(*args, env=cluster["env"])
+    seen = wait_for_line(run, "started rank")
+    if not any("started rank" in line for line in seen[:-1]):
+        seen += wait_for_line(run, "started rank")
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    assert results(cluster)[run_id] == "running"
+
+
+def local_log(cluster, run_id: str) -> list[str]:
+    return (Path(cluster["home"]) / "runs" / run_id / "output.log").read_text().splitlines()
+
+
+def test_the_queue_waits_for_a_run_on_the_head(cluster, tmp_path: Path) -> None:
+    """A run whose ddpctl was killed still has the cluster: the next run is refused with --no-wait,
+    else queued behind it, and starts once it has ended (its record here brought up to date)."""
+    held_run(cluster, "rhead00006", tmp_path / "go")
+    args = ("run", cluster["script"], "--nodes", "2", "-e", "SLEEP_S=0")
+    refused = ddpctl(*args, "--no-wait", env=cluster["env"], timeout=120)
+    assert refused.returncode == 1, refused.stderr
+    assert "busy with run rhead00006" in refused.stderr and "--no-wait" in refused.stderr, refused.stderr
+    assert len([line for line in refused.stderr.splitlines() if line.startswith("Error")]) == 1, refused.stderr
+    queued = start_ddpctl(*args, "--run-id", "rhead00007", env=cluster["env"])
+    wait_for_line(queued, "waits its turn")
+    doc = json.loads(ddpctl("runs", "--json", env=cluster["env"]).stdout)
+    entry = next(r for r in doc["runs"] if r["run_id"] == "rhead00007")
+    assert entry["state"] == "queued" and "rhead00006" in entry["result"], entry
+    (tmp_path / "go").touch()
+    rest = queued.stdout.read()
+    assert queued.wait(timeout=300) == 0, rest
+    assert "its turn on 'default'" in rest and "done rank 0" in rest, rest
+    # the queue's last look at the head brought the run ahead's record here
+    record = json.loads((Path(cluster["home"]) / "runs" / "rhead00006" / "run.json").read_text())
+    assert record["result"]["exit_code"] == 0
+    assert results(cluster)["rhead00006"] == "succeeded" and results(cluster)["rhead00007"] == "succeeded"
+
+
+def test_logs_follow_through_the_head(cluster, tmp_path: Path) -> None:
+    """`logs --follow` of a run whose ddpctl was killed: what there is, then the head's new lines
+    until the run ends (also into output.log here, once each); Ctrl-C only stops following."""
+    held_run(cluster, "rhead00008", tmp_path / "go")
+    follow = start_ddpctl("logs", "rhead00008", "--follow", env=cluster["env"])
+    wait_for_line(follow, "started rank")
+    follow.send_signal(signal.SIGINT)
+    follow.wait(timeout=60)
+    assert results(cluster)["rhead00008"] == "running"  # the run goes on
+    follow = start_ddpctl("logs", "rhead00008", "--follow", "--rank", "1", env=cluster["env"])
+    wait_for_line(follow, "started rank 1")
+    (tmp_path / "go").touch()
+    rest = follow.stdout.read()
+    assert follow.wait(timeout=120) == 0, rest
+    assert "done rank 1" in rest and "rank 0" not in rest, rest
+    record = json.loads((Path(cluster["home"]) / "runs" / "rhead00008" / "run.json").read_text())
+    assert record["result"]["exit_code"] == 0
+    log = local_log(cluster, "rhead00008")
+    for line in ("started rank 0", "started rank 1", "done rank 0", "done rank 1"):
+        assert sum(line in seen for seen in log) == 1, log
+
+
+def test_resume_reattaches_to_a_run_on_the_head(cluster, tmp_path: Path) -> None:
+    """`run --resume` of a run still going on the head: attached to again (not started again), its
+    end recorded as an ordinary run's."""
+    held_run(cluster, "rhead00009", tmp_path / "go")
+    resumed = start_ddpctl("run", "--resume", "rhead00009", env=cluster["env"])
+    wait_for_line(resumed, "attached to it again")
+    (tmp_path / "go").touch()
+    rest = resumed.stdout.read()
+    assert resumed.wait(timeout=300) == 0, rest
+    assert "done rank 0" in rest and "done rank 1" in rest, rest
+    assert results(cluster)["rhead00009"] == "succeeded"
+    log = local_log(cluster, "rhead00009")
+    for line in ("started rank 0", "started rank 1", "done rank 0", "done rank 1"):  # started once: not again
+        assert sum(line in seen for seen in log) == 1, log
+
+
+def test_ctrl_c_of_a_reattached_run_stops_it(cluster, tmp_path: Path) -> None:
+    held_run(cluster, "rhead00010", tmp_path / "go")  # never let go: only Ctrl-C ends it
+    resumed = start_ddpctl("-v", "run", "--resume", "rhead00010", env=cluster["env"])
+    wait_for_line(resumed, "attached to it again")
+    resumed.send_signal(signal.SIGINT)
+    rest = resumed.stdout.read()
+    assert resumed.wait(timeout=120) == 130, rest
+    assert results(cluster)["rhead00010"] == "interrupted", rest
 
 
 def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:

@@ -11,8 +11,9 @@ dist.barrier()
 dist.destroy_process_group()
 """
 
-#: every rank says it started, sleeps SLEEP_S (default 6), exits 3 if it is FAIL_RANK, else meets the
-#: others and says it is done: a run that lasts long enough to be killed, stopped or cut off
+#: every rank says it started, sleeps SLEEP_S (default 6), waits for GO_FILE to exist where one is named,
+#: exits 3 if it is FAIL_RANK, else meets the others and says it is done: a run that lasts long enough
+#: to be killed, stopped or cut off
 SLOW = """\
 import os, sys, time
 import torch.distributed as dist
@@ -20,6 +21,8 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 print(f"started rank {rank}", flush=True)
 time.sleep(float(os.environ.get("SLEEP_S", "6")))
+while not os.path.exists(os.environ.get("GO_FILE", "/")):  # held until the test lets it end
+    time.sleep(0.2)
 if rank == int(os.environ.get("FAIL_RANK", "-1")):
     sys.exit(3)
 dist.barrier()
