@@ -41,7 +41,7 @@ def _prep(cluster: str, run_id: str):
 
 def test_no_wait_is_refused_behind_a_run_on_the_head(home: Path, monkeypatch) -> None:
     from ddpctl.infra.model import locks
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs import execute
 
     store = StateStore(home)
@@ -59,7 +59,7 @@ def test_no_wait_is_refused_behind_a_run_on_the_head(home: Path, monkeypatch) ->
 
 def test_a_run_waits_queued_behind_a_run_on_the_head(home: Path, monkeypatch) -> None:
     from ddpctl.infra.model import locks
-    from ddpctl.infra.model.state import StateStore
+    from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs import execute
     from ddpctl.infra.runs.records import QUEUED
 
