@@ -23,7 +23,6 @@ pytestmark = pytest.mark.slow
 def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("head")
     env = {**os.environ, "DDPCTL_HOME": str(tmp / "home"), "ANSIBLE_HOME": str(tmp / "ansible-home")}
-    env["DDPCTL_SUPERVISOR"] = "head"
     inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
     up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), env=env, timeout=600)
     assert up.returncode == 0, up.stderr
