@@ -281,9 +281,9 @@ def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink
             continue
         except OSError as exc:
             raise Lost from exc
-        if not data:
-            if not chan.exit_status_ready() or not transport.is_active():
-                raise Lost  # the stream broke, not ended: tail's exit status never came
+        if not data:  # tail's output ended: its exit status follows (sshd may send it a moment after)
+            if not chan.status_event.wait(ANSWER_S) or not transport.is_active():
+                raise Lost  # the stream broke, not ended
             return
         pending += data
         *complete, pending = pending.split(b"\n")

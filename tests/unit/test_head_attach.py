@@ -23,6 +23,7 @@ class Chan:
 
     script: list
     command: str = ""
+    status_event: threading.Event = field(default_factory=threading.Event)  # set: tail's exit status came
 
     def exec_command(self, command: str) -> None:
         self.command = command
@@ -32,17 +33,14 @@ class Chan:
 
     def recv(self, _n: int) -> bytes:
         if not self.script:
+            threading.Timer(0.01, self.status_event.set).start()  # sshd sends it after the end of output
             return b""
         step = self.script.pop(0)
         if step == "quiet":
             raise TimeoutError
-        if step == "cut":
-            self.cut = True
+        if step == "cut":  # the output ends and no exit status comes
             return b""
         return step
-
-    def exit_status_ready(self) -> bool:
-        return not getattr(self, "cut", False)
 
     def close(self) -> None:
         pass
