@@ -237,8 +237,7 @@ def attach(
 
 
 #: No line for LIVENESS_S, then no answer to a keepalive within ANSWER_S: the connection is lost,
-#: found within 15-45 s as with OpenSSH's ServerAliveInterval 15 and ServerAliveCountMax 3 (a
-#: machine under load took over 10 s to answer in the test suite)
+#: found within 15-45 s as with OpenSSH's ServerAliveInterval 15 and ServerAliveCountMax 3
 LIVENESS_S = 15.0
 ANSWER_S = 30.0
 RECONNECT_S = 3.0
