@@ -317,9 +317,13 @@ def test_max_restarts_over_ssh_resumes_from_the_snapshot(onprem, testbed: Testbe
 
 
 def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> None:
-    """ddpctl SIGKILLed mid-run: the agents on the nodes may live on; `run --resume` stops them and resumes."""
-    proc = start_run(
-        onprem,
+    """ddpctl SIGKILLed mid-run, the run supervised from this machine (``DDPCTL_SUPERVISOR=here``,
+    as an elastic --spot run on aws always is): the agents on the nodes may live on; `run --resume`
+    stops them and resumes from the snapshot. (With the head's supervisor, the default, the run goes
+    on there and `run --resume` attaches to it again: test_head_supervisor.py.)"""
+    env = {**_env(onprem.env), "DDPCTL_SUPERVISOR": "here"}
+    proc = start_ddpctl(
+        "run",
         "mnist",
         "--nodes",
         "2",
@@ -330,6 +334,7 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
         "3",
         "--snapshot-path",
         "sshresume.pt",
+        env=env,
     )
     try:
         Output(proc).until("snapshot saved", timeout=300)
@@ -337,7 +342,7 @@ def test_resume_after_the_controller_was_killed(onprem, testbed: Testbed) -> Non
         proc.wait(timeout=10)
     finally:
         proc.kill()
-    resumed = ddpctl("run", "--resume", "sshresume", env=_env(onprem.env), timeout=600)
+    resumed = ddpctl("run", "--resume", "sshresume", env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # epoch 1's snapshot (or epoch 2's, if the orphaned agents got that far before they were stopped)
     assert re.search(r"Resuming from snapshot at epoch [12]", resumed.stdout), resumed.stdout
