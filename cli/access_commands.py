@@ -106,7 +106,7 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
 
     Lines are `[NODE rRANK]` as `ddpctl run` printed them; `--follow` prints a live run's new lines
     until it ends (another terminal's run, or one that outlived a closed terminal); a run that goes
-    on on its head node after its ddpctl was killed is followed there (Ctrl-C stops following only).
+    on on the cluster (its head node's supervisor, or Slurm) after its ddpctl was killed is followed there (Ctrl-C stops following only).
 
     \b
     Examples:
@@ -121,30 +121,30 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
     out = Output(as_json)
     store = open_store()
     run_id, path = run_logs.log_path(store, run_id)
-    from ddpctl.infra.runs import head_runs
+    from ddpctl.infra.runs import on_cluster
 
-    head_runs.bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the head node
+    on_cluster.bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the cluster
     keep = run_logs.LogFilter(node, rank)
     run_logs.check_filter(store, run_id, keep)
-    on_head = follow and head_runs.goes_on_head(store, run_id)  # followed through the head node
-    lines = run_logs.read(store, run_id, path, keep, tail=tail, follow=follow and not on_head)
+    there = follow and on_cluster.goes_on(store, run_id)  # followed through its launcher
+    lines = run_logs.read(store, run_id, path, keep, tail=tail, follow=follow and not there)
     if as_json:
         got = list(lines)
-        if on_head:
-            head_runs.follow(store, run_id, lambda raw: got.append(run_logs.parse(raw)))
+        if there:
+            on_cluster.follow(store, run_id, lambda raw: got.append(run_logs.parse(raw)))
         docs = [line.to_dict() for line in got if keep.keeps(line)]
         out.document({"ok": True, "run_id": run_id, "log": str(path), "lines": docs})
         return 0
     for line in lines:
         out.log_line(line.node, line.rank, line.text)
-    if on_head:
+    if there:
 
         def show(raw: str) -> None:
             line = run_logs.parse(raw)
             if keep.keeps(line):
                 out.log_line(line.node, line.rank, line.text)
 
-        head_runs.follow(store, run_id, show)
+        on_cluster.follow(store, run_id, show)
     return 0
 
 

@@ -105,9 +105,9 @@ def runs(as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
-    from ddpctl.infra.runs.head_runs import bring_all_up_to_date
+    from ddpctl.infra.runs.on_cluster import bring_all_up_to_date
 
-    bring_all_up_to_date(store)  # a run whose ddpctl here was killed: its record from the head node
+    bring_all_up_to_date(store)  # a run whose ddpctl here was killed: its record from the cluster
     records = list_runs(store)
     if as_json:
         from .output_json import iso

@@ -1,6 +1,6 @@
 """The run's supervisor on the head node (``head_agent.py``), from the controller: pack it, start it
 there so that it outlives this process, attach to it (its output.log streamed, Ctrl-C passed on as
-SIGINT), and read a run's record there later (``infra/runs/head_runs.py``).
+SIGINT), and read a run's record there later (``infra/runs/on_cluster.py``).
 
 Its folder on the head is ``<the head's work dir>/head-runs/<run_id>`` (``folder``), 0700: ``down``
 removes it with the work dir where the nodes stay (onprem). It carries the cluster's marker, so
@@ -26,7 +26,8 @@ from ..node_programs import source
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, STORE_KEY
 from ..tools.trace import ENV as TRACE_ENV
 from .head_agent import read_log_line
-from .nodes import NodeResult, OutputLine, RunResult
+from .launcher import Described, Handle, Phase
+from .nodes import OutputLine, RunResult, result_of
 from .plan import LaunchPlan
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +78,7 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
         store = {"node": plan.store.node, "host": hosts[0], "command": plan.store.shell()}
     return {
         "run_id": plan.run_id,
-        "cluster": "",  # the controller's name for it: head_runs.py fills it in
+        "cluster": "",  # the controller's name for it: on_cluster.py fills it in
         "cluster_id": plan.nodes[0].env.get(CLUSTER_KEY, ""),
         "ssh_config": mesh_config,
         "plan": plan.to_dict(),
@@ -93,25 +94,12 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
     }
 
 
-def run(
-    head: fabric.Connection,
-    doc: dict,
-    where: str,
-    sink: Callable[[OutputLine], None],
-    reconnect: Callable[[], fabric.Connection] | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> RunResult:
-    """Start the run's supervisor on the head and attach to it until the run ends (``reconnect``:
-    a new connection to the head, where this one is lost). Ctrl-C while it starts stops it as soon
-    as it runs."""
-    try:
-        pid = start(head, doc, where)
-    except KeyboardInterrupt:
-        pid = wait_pid(head, where)
-        if not pid:  # it never started: nothing runs on the head
-            raise
-        return attach(head, where, pid, sink, interrupt=True, reconnect=reconnect, progress=progress)
-    return attach(head, where, pid, sink, reconnect=reconnect, progress=progress)
+class SubmitInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the supervisor started, which runs all the same: ``handle`` stops it."""
+
+    def __init__(self, handle: Handle) -> None:
+        super().__init__()
+        self.handle = handle
 
 
 def start(head: fabric.Connection, doc: dict, where: str) -> int:
@@ -265,7 +253,9 @@ def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink
     try:
         with sigint_deferred():  # a Ctrl-C inside paramiko's packet would break the connection
             chan = transport.open_session(timeout=LIVENESS_S)
-            chan.exec_command(f"tail -n +{seen[0] + 1} -F --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null")
+            chan.exec_command(
+                f"tail -n +{seen[0] + 1} -F -s 0.2 --pid={pid} {shlex.quote(where)}/output.log 2>/dev/null"
+            )
     except Exception as exc:  # paramiko's SSHException, EOFError, a socket error: the connection
         raise Lost from exc
     chan.settimeout(LIVENESS_S)
@@ -377,7 +367,73 @@ def read_record(head: fabric.Connection, where: str) -> dict | None:
     return json.loads(got.stdout) if got.ok else None
 
 
-def result_of(doc: dict) -> RunResult:
-    r = dict(doc["result"])
-    r["nodes"] = [NodeResult(**n) for n in r.get("nodes", [])]
-    return RunResult(**r)
+class HeadLauncher:
+    """The launcher verbs (``launcher.py``) for a run whose supervisor runs on the head node: its
+    handle's ``folder`` there holds ``pid``, ``output.log`` and, once it has ended, ``run.json``."""
+
+    def __init__(self, conn: fabric.Connection, reconnect: Callable[[], fabric.Connection] | None = None) -> None:
+        self.conn, self.reconnect = conn, reconnect
+
+    @classmethod
+    def open(cls, host) -> HeadLauncher:
+        from ..hosts.connections import connect
+
+        return cls(connect(host), reconnect=lambda: connect(host))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def submit(self, doc: dict, where: str, run_id: str) -> Handle:
+        """Start the supervisor (``start``) in ``where``. Ctrl-C meanwhile: ``SubmitInterrupted``
+        with the handle where it runs all the same (to be stopped), KeyboardInterrupt where not."""
+        try:
+            pid = start(self.conn, doc, where)
+        except KeyboardInterrupt:
+            pid = wait_pid(self.conn, where)
+            if not pid:  # it never started: nothing runs on the head
+                raise
+            raise SubmitInterrupted(Handle("head", str(pid), where, run_id)) from None
+        return Handle("head", str(pid), where, run_id)
+
+    def describe(self, handle: Handle) -> Described:
+        doc = read_record(self.conn, handle.folder)
+        if doc is not None:
+            return Described(Phase.ENDED, doc)
+        return Described(Phase.RUNNING if pid_alive(self.conn, handle.folder) else Phase.GONE)
+
+    def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
+        pid = pid_alive(self.conn, handle.folder) if follow else 0
+        if pid:
+            stream(self.conn, handle.folder, pid, sink, start=len(seen) + 1)
+            return
+        got = self.conn.run(f"cat {shlex.quote(handle.folder)}/output.log", hide=True, warn=True, in_stream=False)
+        if not got.ok:
+            raise DdpctlError(f"the run's output on the head node cannot be read: {got.stderr.strip()[-200:]}")
+        text = got.stdout[: got.stdout.rfind("\n") + 1]  # a partial last line: next time, whole
+        for raw in text.splitlines()[len(seen) :]:
+            sink(raw)
+
+    def attach(
+        self,
+        handle: Handle,
+        sink: Callable[[OutputLine], None],
+        *,
+        seen: list[str],
+        progress: Callable[[str], None] | None = None,
+        interrupt: bool = False,
+    ) -> RunResult:
+        return attach(
+            self.conn,
+            handle.folder,
+            int(handle.ref),
+            sink,
+            interrupt=interrupt,
+            reconnect=self.reconnect,
+            progress=progress,
+            start=len(seen) + 1,
+        )
+
+    def cancel(self, handle: Handle) -> None:
+        pid = pid_alive(self.conn, handle.folder)
+        if pid:
+            attach(self.conn, handle.folder, pid, lambda line: None, interrupt=True)

@@ -18,6 +18,7 @@ from .store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .launcher import Handle
     from .plan import Renew
 
 _PR_SET_PDEATHSIG = 1
@@ -104,13 +105,15 @@ class LocalExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
-    def on_head(self, renew: Renew | None = None) -> bool:
-        return False  # this machine is the cluster: its supervisor is this process
-
     def run(
-        self, plan: LaunchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+        self,
+        plan: LaunchPlan,
+        renew: Renew | None = None,
+        progress: Callable[[str], None] | None = None,
+        submitted: Callable[[Handle], None] | None = None,
     ) -> RunResult:
-        """``renew`` is left unused: this machine's nodes are never taken back."""
+        """``renew`` is left unused: this machine's nodes are never taken back. No handle goes to
+        ``submitted``: this machine is the cluster, and this process the run's supervisor."""
         procs = []
         if plan.stop_first:
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)

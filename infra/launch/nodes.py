@@ -65,12 +65,22 @@ class RunResult:
         return self.exit_code == 0
 
 
+def result_of(doc: dict) -> RunResult:
+    """The result in a run's record (``run.json``)."""
+    r = dict(doc["result"])
+    r["nodes"] = [NodeResult(**n) for n in r.get("nodes", [])]
+    return RunResult(**r)
+
+
 def parse_line(node: str, raw: str) -> OutputLine:
     """torchrun's ``[rank3]:text`` (its ``--tee`` with ddpctl's prefix template) or an agent's own line."""
     text = raw.rstrip("\n")
     match = RANK_LINE.match(text)
     if match:
-        return OutputLine(node, int(match.group(1)), match.group(2))
+        # torchrun's tee prefixes each piece it reads: a line its worker wrote in pieces (print's
+        # arguments under PYTHONUNBUFFERED) comes as "[rank2]:ENV[rank2]: node2 ...": one line again
+        rest = match.group(2).replace(f"[rank{match.group(1)}]:", "")
+        return OutputLine(node, int(match.group(1)), rest)
     return OutputLine(node, None, text)
 
 

@@ -8,11 +8,13 @@ as in TorchX's Slurm scheduler.
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..hosts.connections import connect, remote_stop
@@ -20,6 +22,8 @@ from ..model.errors import DdpctlError
 from ..model.host import Host
 from ..node_programs import source
 from ..tools.procs import RUN_KEY
+from .head_agent import log_line, read_log_line
+from .launcher import Described, Handle, Phase
 from .nodes import NodeStatus
 from .sbatch import SbatchPlan
 from .ssh_executor import check_writable
@@ -53,6 +57,9 @@ SLURM_STATES = {
 }
 
 
+#: a job Slurm does not know for this long (neither ``scontrol`` nor ``sacct``) has gone
+GONE_AFTER_S = 30.0
+
 #: a job's last state (ddpctl's words above) -> how its part of the run ended
 JOB_END = {"succeeded": NodeStatus.OK, "failed": NodeStatus.FAILED, "cancelled": NodeStatus.STOPPED}
 
@@ -76,78 +83,198 @@ class SlurmExecutor:
         self.poll_s = poll_s
         self.pending_timeout_s = pending_timeout_s
 
-    def on_head(self, renew: Renew | None = None) -> bool:
-        return False  # Slurm keeps the job; this process follows it
-
     def run(
-        self, plan: SbatchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+        self,
+        plan: SbatchPlan,
+        renew: Renew | None = None,
+        progress: Callable[[str], None] | None = None,
+        submitted: Callable[[Handle], None] | None = None,
     ) -> RunResult:
-        """``renew`` is left unused: an sbatch job is not elastic."""
+        """Submit, hand the job's handle to ``submitted``, follow the job to its end (``renew`` is
+        left unused: an sbatch job is not elastic)."""
         conn = connect(self.login)
-        start = time.monotonic()
         try:
             job_id = self.submit(conn, plan)
-            tail = self._start_tail(conn, plan, job_id)
-            state, exit_code, interrupted = "pending", None, False
-            pending_since = time.monotonic()
-            try:
-                while True:
-                    raw, exit_code = parse_job_info(self._run(conn, f"scontrol show job -o {job_id}", check=False))
-                    state = SLURM_STATES.get(raw.split("+")[0], "failed" if raw != "UNKNOWN" else state)
-                    if state in ("succeeded", "failed", "cancelled"):
-                        break
-                    if state == "pending" and time.monotonic() - pending_since > self.pending_timeout_s:
-                        reason = self._run(conn, f"squeue -h -j {job_id} -o %r", check=False).strip() or "unknown"
-                        self._run(conn, f"scancel {job_id}", check=False)
-                        raise DdpctlError(
-                            f"Slurm job {job_id} stayed pending for {self.pending_timeout_s:.0f} s ({reason}) and was "
-                            "cancelled: ask for fewer nodes or check `sinfo`"
-                        )
-                    if state != "pending":
-                        pending_since = time.monotonic()
-                    time.sleep(self.poll_s)
-            except KeyboardInterrupt:
-                interrupted = True
-                self._run(conn, f"scancel {job_id}", check=False)
-                state = "cancelled"
-            finally:
-                time.sleep(0.5)  # let the tail catch the last lines
-                remote_stop(conn, RUN_KEY, f"{plan.run_id}-tail", "kill")
-                tail.join(timeout=5)
-            code = 130 if interrupted else (0 if state == "succeeded" else 1)
-            return RunResult(
-                run_id=plan.run_id,
-                exit_code=code,
-                wall_s=round(time.monotonic() - start, 3),
-                nodes=[NodeResult(f"slurm job {job_id}", exit_code, JOB_END.get(state, NodeStatus.FAILED))],
-                failed_node=None if code in (0, 130) else f"slurm job {job_id} ({state})",
-                interrupted=interrupted,
-            )
+            handle = Handle("slurm", job_id, plan.output_dir, plan.run_id)
+            if submitted is not None:
+                submitted(handle)
+            launcher = SlurmLauncher(conn, self.poll_s, self.pending_timeout_s)
+            return launcher.attach(handle, self.sink, seen=[])
         finally:
             conn.close()
 
     def submit(self, conn: fabric.Connection, plan: SbatchPlan) -> str:
-        nodes = len(set(self._run(conn, "sinfo -h -N -o %N", check=False).split()))
+        nodes = len(set(_run(conn, "sinfo -h -N -o %N", check=False).split()))
         if nodes and plan.nodes > nodes:
             raise DdpctlError(
                 f"--nodes {plan.nodes} but Slurm on {conn.host} has {nodes} node(s): use --nodes {nodes} or fewer"
             )
         if plan.writable:  # as the compute nodes see it too, on a cluster's shared file systems
             check_writable(plan.writable, {str(conn.host): conn})
-        self._run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
+        _run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
         conn.put(io.StringIO(plan.script), remote=plan.script_path)
-        out = self._run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)
+        out = _run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             reason = out.strip().splitlines()[-1] if out.strip() else "no answer"
             raise DdpctlError(f"sbatch refused the job: {reason.removeprefix('sbatch: error: ')}")
         return job_id
 
-    def _start_tail(self, conn: fabric.Connection, plan: SbatchPlan, job_id: str) -> threading.Thread:
-        chan = conn.client.get_transport().open_session()
+
+def _run(conn: fabric.Connection, cmd: str, *, check: bool = True, both: bool = False) -> str:
+    result = conn.run(cmd, hide=True, warn=True, in_stream=False)
+    if check and not result.ok:
+        raise DdpctlError(f"`{cmd.split()[0]}` failed on {conn.host}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout + (result.stderr if both else "")
+
+
+def job_result(
+    run_id: str, job_id: str, state: str, exit_code: int | None, wall_s: float, interrupted: bool
+) -> RunResult:
+    """The run's result from its job's last state (ddpctl's word) and exit code."""
+    code = 130 if interrupted else (0 if state == "succeeded" else 1)
+    return RunResult(
+        run_id=run_id,
+        exit_code=code,
+        wall_s=round(wall_s, 3),
+        nodes=[NodeResult(f"slurm job {job_id}", exit_code, JOB_END.get(state, NodeStatus.FAILED))],
+        failed_node=None if code in (0, 130) else f"slurm job {job_id} ({state})",
+        interrupted=interrupted,
+    )
+
+
+def per_node(seen: list[str]) -> dict[str, int]:
+    """How many of each node's lines ``seen`` holds (``[NODE rRANK] text`` lines)."""
+    counts: dict[str, int] = {}
+    for raw in seen:
+        node = read_log_line(raw).node
+        counts[node] = counts.get(node, 0) + 1
+    return counts
+
+
+class SlurmLauncher:
+    """The launcher verbs (``launcher.py``) for a Slurm job, on a connection to the login node: its
+    state from ``scontrol`` (``sacct`` once Slurm forgot it), its output from the nodes' files in
+    the job's output folder (``node_programs/slurm_tail.py``), ``scancel`` to cancel it."""
+
+    def __init__(self, conn: fabric.Connection, poll_s: float = 1.0, pending_timeout_s: float = 60.0) -> None:
+        self.conn, self.poll_s, self.pending_timeout_s = conn, poll_s, pending_timeout_s
+
+    @classmethod
+    def open(cls, host: Host) -> SlurmLauncher:
+        return cls(connect(host))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def state(self, job_id: str) -> tuple[str, int | None]:
+        """The job's state (ddpctl's word, or "gone") and its batch script's exit code."""
+        raw, exit_code = parse_job_info(_run(self.conn, f"scontrol show job -o {job_id}", check=False))
+        if raw == "UNKNOWN":  # Slurm forgot it (MinJobAge): its accounting may still know
+            got = _run(self.conn, f"sacct -n -X -P -j {job_id} -o State,ExitCode", check=False).strip()
+            fields = got.splitlines()[0].split("|") if got else []
+            if len(fields) != 2:
+                return "gone", None
+            raw, exit_code = parse_job_info(f"JobState={fields[0].split()[0]} ExitCode={fields[1]}")
+        return SLURM_STATES.get(raw.split("+")[0], "failed"), exit_code
+
+    def describe(self, handle: Handle) -> Described:
+        state, exit_code = self.state(handle.ref)
+        if state == "gone":
+            return Described(Phase.GONE)
+        if state not in ("succeeded", "failed", "cancelled"):
+            return Described(Phase.RUNNING)
+        # cancelled with no ddpctl following it: by `ddpctl stop` (or scancel), as a Ctrl-C
+        result = job_result(handle.run_id, handle.ref, state, exit_code, 0.0, state == "cancelled")
+        return Described(Phase.ENDED, {"result": asdict(result)})
+
+    def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
+        def raw(line: OutputLine) -> None:
+            sink(log_line(line).rstrip("\n"))
+
+        if not follow or self.describe(handle).phase is not Phase.RUNNING:
+            skip = per_node(seen)
+            prefix = f"ddpctl-{handle.ref}-"
+            got = _run(
+                self.conn,
+                f"python3 -c {shlex.quote(source('slurm_tail'))} {shlex.quote(handle.folder)} {prefix} once",
+                check=False,
+            )
+            for text in got.splitlines():
+                node, _, rest = text.partition("\t")
+                if skip.get(node, 0) > 0:
+                    skip[node] -= 1
+                    continue
+                raw(parse_line(node, rest))
+            return
+        self._follow(handle, raw, seen, cancel_on_interrupt=False)
+
+    def attach(
+        self,
+        handle: Handle,
+        sink: Callable[[OutputLine], None],
+        *,
+        seen: list[str],
+        progress: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        return self._follow(handle, sink, seen, cancel_on_interrupt=True)
+
+    def cancel(self, handle: Handle) -> None:
+        _run(self.conn, f"scancel {handle.ref}", check=False)
+        deadline = time.monotonic() + 60
+        while self.state(handle.ref)[0] in ("pending", "running") and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
+
+    def _follow(
+        self, handle: Handle, sink: Callable[[OutputLine], None], seen: list[str], *, cancel_on_interrupt: bool
+    ) -> RunResult:
+        """The job's lines (after ``seen``) to ``sink`` while it runs, its state polled; Ctrl-C:
+        ``scancel`` (``cancel_on_interrupt``), else up."""
+        job_id, start = handle.ref, time.monotonic()
+        marker = f"{handle.run_id}-tail-{os.getpid()}-{threading.get_ident()}"
+        tail = self._start_tail(handle, marker, sink, per_node(seen))
+        state, exit_code, interrupted = "pending", None, False
+        pending_since, gone_since = time.monotonic(), 0.0
+        try:
+            while True:
+                now, exit_code = self.state(job_id)
+                if now == "gone":  # not known for a moment (slurmctld busy): the last state stands, a while
+                    gone_since = gone_since or time.monotonic()
+                    if time.monotonic() - gone_since < GONE_AFTER_S:
+                        time.sleep(self.poll_s)
+                        continue
+                gone_since, state = 0.0, now
+                if state in ("succeeded", "failed", "cancelled", "gone"):
+                    break
+                if state == "pending" and time.monotonic() - pending_since > self.pending_timeout_s:
+                    reason = _run(self.conn, f"squeue -h -j {job_id} -o %r", check=False).strip() or "unknown"
+                    _run(self.conn, f"scancel {job_id}", check=False)
+                    raise DdpctlError(
+                        f"Slurm job {job_id} stayed pending for {self.pending_timeout_s:.0f} s ({reason}) and was "
+                        "cancelled: ask for fewer nodes or check `sinfo`"
+                    )
+                if state != "pending":
+                    pending_since = time.monotonic()
+                time.sleep(self.poll_s)
+        except KeyboardInterrupt:
+            if not cancel_on_interrupt:
+                raise
+            interrupted = True
+            _run(self.conn, f"scancel {job_id}", check=False)
+            state = "cancelled"
+        finally:
+            time.sleep(0.5)  # let the tail catch the last lines
+            remote_stop(self.conn, RUN_KEY, marker, "kill")
+            tail.join(timeout=5)
+        return job_result(handle.run_id, job_id, state, exit_code, time.monotonic() - start, interrupted)
+
+    def _start_tail(
+        self, handle: Handle, marker: str, sink: Callable[[OutputLine], None], skip: dict[str, int]
+    ) -> threading.Thread:
+        chan = self.conn.client.get_transport().open_session()
         chan.exec_command(
-            f"exec env {RUN_KEY}={plan.run_id}-tail python3 -u -c {shlex.quote(source('slurm_tail'))} "
-            f"{shlex.quote(plan.output_dir)} ddpctl-{job_id}-"
+            f"exec env {RUN_KEY}={marker} python3 -u -c {shlex.quote(source('slurm_tail'))} "
+            f"{shlex.quote(handle.folder)} ddpctl-{handle.ref}-"
         )
 
         def pump() -> None:
@@ -159,17 +286,11 @@ class SlurmExecutor:
                 *lines, pending = (pending + data).split(b"\n")
                 for raw in lines:
                     node, _, text = raw.decode(errors="replace").partition("\t")
-                    self.sink(parse_line(node, text))
+                    if skip.get(node, 0) > 0:  # this machine has it
+                        skip[node] -= 1
+                        continue
+                    sink(parse_line(node, text))
 
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
         return thread
-
-    @staticmethod
-    def _run(conn: fabric.Connection, cmd: str, *, check: bool = True, both: bool = False) -> str:
-        result = conn.run(cmd, hide=True, warn=True, in_stream=False)
-        if check and not result.ok:
-            raise DdpctlError(
-                f"`{cmd.split()[0]}` failed on {conn.host}: {result.stderr.strip() or result.stdout.strip()}"
-            )
-        return result.stdout + (result.stderr if both else "")

@@ -34,6 +34,7 @@ from .supervise import Elastic, OutputLine, RunResult, supervise
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
+    from .launcher import Handle
     from .plan import Renew
 
 
@@ -112,11 +113,15 @@ class SshExecutor:
         return renew is None and self.head_node is not None and os.environ.get("DDPCTL_SUPERVISOR", "head") != "here"
 
     def run(
-        self, plan: LaunchPlan, renew: Renew | None = None, progress: Callable[[str], None] | None = None
+        self,
+        plan: LaunchPlan,
+        renew: Renew | None = None,
+        progress: Callable[[str], None] | None = None,
+        submitted: Callable[[Handle], None] | None = None,
     ) -> RunResult:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
         was replaced (a spot instance taken back), and then for its new host and launch. Supervised
-        on the head node where ``on_head(renew)``."""
+        on the head node where ``on_head(renew)``: its handle to ``submitted`` once it runs there."""
         launches = list(plan.nodes)  # a replaced node's launch is its new machine's
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
@@ -156,14 +161,16 @@ class SshExecutor:
                 assert node is not None  # on_head
                 doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
                 first = plan.nodes[0].node
-                result = head.run(
-                    conns[0],
-                    doc,
-                    head.folder(node.workdir, plan.run_id),
-                    sink,
-                    reconnect=lambda: connect(self.hosts[first]),  # a lost connection: the run goes on there
-                    progress=progress,
-                )
+                # a lost connection: made again, the run goes on there
+                launcher = head.HeadLauncher(conns[0], reconnect=lambda: connect(self.hosts[first]))
+                interrupt = False
+                try:
+                    handle = launcher.submit(doc, head.folder(node.workdir, plan.run_id), plan.run_id)
+                except head.SubmitInterrupted as started:  # Ctrl-C while it started: it stops as soon as it runs
+                    handle, interrupt = started.handle, True
+                if submitted is not None:
+                    submitted(handle)
+                result = launcher.attach(handle, sink, seen=[], progress=progress, interrupt=interrupt)
                 if plan.precheck is not None and not result.ok and not result.interrupted:
                     raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
                 return result

@@ -1,8 +1,8 @@
 """Follow every node's Slurm output file, printing ``NODE<TAB>LINE`` as lines are written.
 
-argv: FOLDER PREFIX. Reads every ``PREFIX<NODE>.out`` in FOLDER, those that appear later too,
-from where it left off, every 0.2 s; a line is printed once its newline is written. Runs until
-it is killed.
+argv: FOLDER PREFIX [once]. Reads every ``PREFIX<NODE>.out`` in FOLDER, those that appear later
+too, from where it left off, every 0.2 s; a line is printed once its newline is written. Runs until
+it is killed; with ``once``, reads every file to its end once (node by node) and exits.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     folder, prefix = args[0], args[1]
+    once = args[2:] == ["once"]
     offsets, partial = {}, {}
     while True:
         for name in sorted(os.listdir(folder)):
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
             for line in lines:
                 sys.stdout.write(node + "\t" + line.decode(errors="replace") + "\n")
         sys.stdout.flush()
+        if once:
+            return
         time.sleep(0.2)
 
 

@@ -26,6 +26,7 @@ from ..model.state import ClusterPhase
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
+    from ..launch.launcher import Handle
     from ..launch.plan import LaunchPlan, Renew
     from ..launch.supervise import OutputLine, RunResult
     from ..model.spec import ClusterSpec, RunSpec
@@ -37,13 +38,18 @@ Sink = Callable[["OutputLine"], None]
 
 
 class Executor(Protocol):
-    def run(self, plan: LaunchPlan, renew: Renew | None = None, progress: Progress | None = None) -> RunResult:
+    def run(
+        self,
+        plan: LaunchPlan,
+        renew: Renew | None = None,
+        progress: Progress | None = None,
+        submitted: Callable[[Handle], None] | None = None,
+    ) -> RunResult:
         """Carry out ``plan``, its lines to the executor's sink; ``progress``: what this machine does
-        meanwhile (a lost connection to the head node made again), not part of the run's output."""
-        ...
-
-    def on_head(self, renew: Renew | None = None) -> bool:
-        """The run's supervisor runs on the head node (it outlives this process), not here."""
+        meanwhile (a lost connection to the head node made again), not part of the run's output;
+        ``submitted``: the run's handle (``launch/launcher.py``) once it runs on the cluster's side
+        (the head node's supervisor, Slurm), before it is followed; never called for a run this
+        process supervises."""
         ...
 
 

@@ -82,9 +82,9 @@ def stop_run(store: StateStore, run_id: str, progress: Callable[[str], None], ti
     ended. Returns how it ended: ``stopped``, or the run's own result where it ended by itself
     before the signal reached it (``succeeded``, ``failed (exit N)``)."""
     holders = locks.run_holders(store, run_id)
-    from .head_runs import stop_on_head
+    from . import on_cluster
 
-    if not holders and stop_on_head(store, run_id):  # its ddpctl here was killed; the head's supervisor runs on
+    if not holders and on_cluster.stop(store, run_id):  # its ddpctl here was killed; it goes on on the cluster
         return ended_as(store, run_id)
     if not holders:
         raise UsageError(

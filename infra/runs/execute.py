@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..launch.launcher import Handle
 from ..launch.plan import NodeLaunch, Renew
 from ..launch.project import LARGE_BYTES
 from ..launch.supervise import OutputLine, RunResult
@@ -20,13 +21,13 @@ from ..model import locks
 from ..model.host import Host
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
-from . import head_runs, metrics
+from . import metrics, on_cluster
 from .jobs import resolve_job
 from .prepare import PreparedRun
 from .records import OUTPUTS, QUEUED
 
-#: how often a run queued behind a run on the head node (its ddpctl gone) asks the head whether it has ended
-HEAD_POLL_S = 3.0
+#: how often a run queued behind a run on the cluster's side (its ddpctl gone) asks whether it has ended
+POLL_S = 3.0
 
 
 def execute(
@@ -60,8 +61,8 @@ def execute(
 
 
 def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progress: Progress, wait: bool) -> None:
-    """The cluster's run slot, and the end of the cluster's runs that go on its head node with no
-    ddpctl here (``head_runs``; their ddpctl was killed): at once if nothing is ahead; else refused
+    """The cluster's run slot, and the end of the cluster's runs that go on on its side with no
+    ddpctl here (``on_cluster``; their ddpctl was killed): at once if nothing is ahead; else refused
     (``wait`` False) or waited for, the run recorded as queued meanwhile (``runs`` shows it;
     ``stop``, or Ctrl-C, takes it out of the queue)."""
     name, run_id = prep.cluster.name, prep.run.run_id
@@ -70,10 +71,10 @@ def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progre
         ahead = ", ".join(h.describe() for h in slot.holders()) or "another run"
         _queue(store, prep, progress, wait, ahead, slot.wait)
         queued = True
-    on_head = head_runs.going_on_head(store, name, exclude=run_id)  # not a resumed run's own
-    if on_head:
-        ahead = ", ".join(f"run {r} (on the head node, its ddpctl gone)" for r in on_head)
-        _queue(store, prep, progress, wait, ahead, lambda: _wait_on_head(store, name, run_id))
+    going = on_cluster.going_on(store, name, exclude=run_id)  # not a resumed run's own
+    if going:
+        ahead = ", ".join(f"run {r} (on the cluster, its ddpctl gone)" for r in going)
+        _queue(store, prep, progress, wait, ahead, lambda: _wait_on_cluster(store, name, run_id))
         queued = True
     if queued:
         progress(f"run {run_id}: its turn on {name!r}")
@@ -106,10 +107,10 @@ def _queue(
     queued.unlink(missing_ok=True)
 
 
-def _wait_on_head(store: StateStore, name: str, run_id: str) -> None:
-    """Until no run of cluster ``name`` goes on its head node (asked there every ``HEAD_POLL_S``)."""
-    while head_runs.going_on_head(store, name, exclude=run_id):
-        time.sleep(HEAD_POLL_S)
+def _wait_on_cluster(store: StateStore, name: str, run_id: str) -> None:
+    """Until no run of cluster ``name`` goes on on its side (asked there every ``POLL_S``)."""
+    while on_cluster.going_on(store, name, exclude=run_id):
+        time.sleep(POLL_S)
 
 
 def run_cost_basis(prep: PreparedRun) -> dict:
@@ -167,10 +168,16 @@ def _execute(
         options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
         reattached = None
         if prep.resumed:  # its output copied here before it is opened
-            reattached = head_runs.Reattached.find(store, prep.run.run_id)
+            reattached = on_cluster.Reattached.find(store, prep.run.run_id)
+
+        def submitted(handle: Handle) -> None:  # a run this ddpctl may not see end: `runs`, `logs` ask its launcher
+            options.update(handle=handle.to_dict(), plan=prep.plan.to_dict())
+            atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+
         if reattached is not None:
-            options |= {"on_head": True}
-        atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+            submitted(reattached.handle)
+        else:
+            atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
         project = prep.plan.project
         if reattached is None:
             if project is not None and project.size > LARGE_BYTES:
@@ -197,9 +204,7 @@ def _execute(
                 else:
                     renew = _renew(prep, store, progress)
                     executor = prep.executor(tee)
-                    if executor.on_head(renew):  # a run this ddpctl may not see end: `runs`, `logs` ask the head
-                        atomic_write(run_dir / "options.json", json.dumps(options | {"on_head": True}, indent=2) + "\n")
-                    result = executor.run(prep.plan, renew=renew, progress=progress)
+                    result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
     finally:
         try:  # before a cluster brought up for this run goes
             metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)

@@ -20,9 +20,9 @@ OUTPUTS = "outputs"
 #: a run waiting for its turn on a busy cluster (``run_execute``): the run ahead, its job, its cluster
 QUEUED = "queued.json"
 
-#: in a run's folder here while its supervisor on the head runs on without a ddpctl here (`runs`: running;
-#: written by `head_runs.py`)
-ON_HEAD = "on-head"
+#: in a run's folder here while it goes on on the cluster's side (the head node's supervisor, Slurm)
+#: without a ddpctl here (`runs`: running; written by `on_cluster.py`)
+ON_CLUSTER = "on-cluster"
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
                 )
             )
             continue
-        alive = locks.run_alive(store, run_dir.name) or (run_dir / ON_HEAD).exists()  # or on its head node
+        alive = locks.run_alive(store, run_dir.name) or (run_dir / ON_CLUSTER).exists()  # or on the cluster's side
         state = RunState.RUNNING if alive else RunState.UNFINISHED
         result = str(state)
         done, duration = path.with_name("run.json"), None

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ddpctl.infra.hosts.site_play import SITE
-from tests.support.cli import Output
+from tests.support.cli import Output, ended
 from tests.support.scripts import SLOW
 from tests.support.testbed import cluster as test_cluster
 from tests.support.testbed.twin import TwinProcess, in_test_range
@@ -137,7 +137,7 @@ def test_runs_outlive_every_ddpctl_here(twin: TwinEnv, tmp_path: Path) -> None:
     Output(attached).until("started rank", timeout=600)
     attached.send_signal(signal.SIGKILL)
     attached.wait(timeout=30)
-    assert ended(twin, "rtwin00001") == "succeeded"
+    assert ended(twin.env, "rtwin00001") == "succeeded"
     args = ("run", str(script), "--nodes", "2", "--run-id", "rtwin00002", "--detach", "--json", "-e", "SLEEP_S=8")
     detached = json.loads(twin.ok(*args).stdout)
     log = twin.home / "runs" / "rtwin00002" / "output.log"
@@ -147,21 +147,11 @@ def test_runs_outlive_every_ddpctl_here(twin: TwinEnv, tmp_path: Path) -> None:
         time.sleep(0.2)
     os.kill(detached["pid"], signal.SIGKILL)
     for run_id in ("rtwin00001", "rtwin00002"):
-        assert ended(twin, run_id) == "succeeded"
+        assert ended(twin.env, run_id) == "succeeded"
         logs = twin.ok("logs", run_id).stdout
         assert "done rank 0" in logs and "done rank 1" in logs, logs
         record = json.loads((twin.home / "runs" / run_id / "run.json").read_text())
         assert record["result"]["exit_code"] == 0 and record["cluster"] == "default"
-
-
-def ended(twin: TwinEnv, run_id: str) -> str:
-    """The run's result as `runs` reads it (through the head), once it is not running any more."""
-    deadline = time.monotonic() + 300
-    while True:
-        result = {r["run_id"]: r["result"] for r in json.loads(twin.ok("runs", "--json").stdout)["runs"]}[run_id]
-        if (result not in ("running", "unfinished") and not result.startswith("killed")) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.5)
 
 
 def test_ssh_reaches_each_node(twin: TwinEnv) -> None:

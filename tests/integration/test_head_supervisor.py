@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.cli import ddpctl, ended, run_results, start_ddpctl, wait_for_line
 from tests.support.scripts import SLOW
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
@@ -36,27 +36,7 @@ def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
 
 
 def results(cluster) -> dict[str, str]:
-    doc = json.loads(ddpctl("runs", "--json", env=cluster["env"]).stdout)
-    return {r["run_id"]: r["result"] for r in doc["runs"]}
-
-
-def wait_for_line(proc, text: str) -> list[str]:
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if text in line:
-            return seen
-    raise AssertionError("".join(seen))
-
-
-def ended(cluster, run_id: str) -> str:
-    """The run's result as `runs` reads it (through the head), once it is not running any more."""
-    for _ in range(240):
-        result = results(cluster).get(run_id, "?")
-        if result not in ("running", "unfinished", "?") and not result.startswith("killed"):
-            return result
-        time.sleep(0.5)
-    return results(cluster).get(run_id, "?")
+    return run_results(cluster["env"])
 
 
 def test_attached_run_survives_its_ddpctl_killed(cluster) -> None:
@@ -64,7 +44,7 @@ def test_attached_run_survives_its_ddpctl_killed(cluster) -> None:
     wait_for_line(run, "started rank")
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=30)
-    assert ended(cluster, "rhead00001") == "succeeded"
+    assert ended(cluster["env"], "rhead00001") == "succeeded"
     logs = ddpctl("logs", "rhead00001", env=cluster["env"])
     assert "done rank 0" in logs.stdout and "done rank 1" in logs.stdout, logs.stdout + logs.stderr
     record = json.loads((Path(cluster["home"]) / "runs" / "rhead00001" / "run.json").read_text())
@@ -82,7 +62,7 @@ def test_detached_run_survives_its_ddpctl_killed(cluster) -> None:
     while "started rank" not in (log.read_text() if log.exists() else ""):  # on the head, attached to
         time.sleep(0.2)
     os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)
-    assert ended(cluster, "rhead00002") == "succeeded"
+    assert ended(cluster["env"], "rhead00002") == "succeeded"
     assert "done rank 1" in ddpctl("logs", "rhead00002", env=cluster["env"]).stdout
 
 

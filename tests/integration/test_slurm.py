@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ddpctl, start_ddpctl
+from tests.support.cli import ddpctl, ended, run_results, start_ddpctl, wait_for_line
 from tests.support.clusters import UpCluster, onprem_up
+from tests.support.scripts import SLOW
 from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
@@ -112,6 +113,50 @@ def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
     while (
         squeue(slurm_testbed) or any(run_procs(slurm_testbed, n) for n in ("node0", "node1"))
     ) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert squeue(slurm_testbed) == ""
+    for node in ("node0", "node1"):
+        assert run_procs(slurm_testbed, node) == [], f"survivors on {node}"
+
+
+def killed_job(slurm_cluster, tmp_path: Path, run_id: str, *env: str) -> None:
+    """An sbatch run of the slow script whose ddpctl here is SIGKILLed once both ranks started: Slurm
+    keeps the job, recorded here with its handle (the job id)."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    args = ("run", str(script), "--nodes", "2", "--run-id", run_id, *(a for e in env for a in ("-e", e)))
+    run = start_ddpctl(*args, env=slurm_cluster.env)
+    seen = wait_for_line(run, "started rank")
+    if not any("started rank" in line for line in seen[:-1]):
+        wait_for_line(run, "started rank")
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+
+
+def test_a_job_outlives_its_ddpctl(slurm_cluster, tmp_path: Path) -> None:
+    """A killed ddpctl leaves the job to Slurm: `runs` says it runs (asked through Slurm), `logs`
+    brings its lines here, and once it has ended `runs` has its record (issue 28's one launcher
+    interface: the same verbs as a run on the head node)."""
+    go = tmp_path / "go"
+    killed_job(slurm_cluster, tmp_path, "rslurm0001", "SLEEP_S=0", f"GO_FILE={go}")
+    assert run_results(slurm_cluster.env)["rslurm0001"] == "running"
+    logs = ddpctl("logs", "rslurm0001", env=slurm_cluster.env)
+    assert "[node1 r1] started rank 1" in logs.stdout, logs.stdout + logs.stderr
+    go.touch()
+    assert ended(slurm_cluster.env, "rslurm0001", timeout=120) == "succeeded"
+    logs = ddpctl("logs", "rslurm0001", env=slurm_cluster.env)
+    assert "[node0 r0] done rank 0" in logs.stdout and "[node1 r1] done rank 1" in logs.stdout, logs.stdout
+    assert logs.stdout.count("started rank 1") == 1
+
+
+def test_stop_cancels_a_job_whose_ddpctl_was_killed(slurm_cluster, slurm_testbed: Testbed, tmp_path: Path) -> None:
+    killed_job(slurm_cluster, tmp_path, "rslurm0002", "SLEEP_S=120")
+    assert squeue(slurm_testbed) != ""
+    stopped = ddpctl("stop", "rslurm0002", env=slurm_cluster.env, timeout=120)
+    assert stopped.returncode == 0 and "run rslurm0002 stopped" in stopped.stderr, stopped.stderr
+    assert run_results(slurm_cluster.env)["rslurm0002"] == "interrupted"
+    deadline = time.monotonic() + 15  # slurmd's KillWait
+    while any(run_procs(slurm_testbed, n) for n in ("node0", "node1")) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert squeue(slurm_testbed) == ""
     for node in ("node0", "node1"):

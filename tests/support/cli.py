@@ -34,6 +34,38 @@ def start_ddpctl(*args: str, **popen_kwargs) -> subprocess.Popen:
     return spawn([sys.executable, "-m", "ddpctl", *args], **options)
 
 
+def run_results(env: dict[str, str]) -> dict[str, str]:
+    """Each run's result as `ddpctl runs` says it (through the cluster for a run whose ddpctl is gone)."""
+    result = ddpctl("runs", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    return {r["run_id"]: r["result"] for r in json.loads(result.stdout)["runs"]}
+
+
+def ended(env: dict[str, str], run_id: str, timeout: float = 300) -> str:
+    """The run's result as `runs` reads it, once it is not running any more (or at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = run_results(env).get(run_id, "?")
+        if result not in ("running", "unfinished", "?") and not result.startswith("killed"):
+            return result
+        if time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+def wait_for_line(proc: subprocess.Popen, text: str) -> list[str]:
+    """The lines of a ``start_ddpctl`` process's output up to the first holding ``text``."""
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError("".join(seen))
+
+
 def start_run(run_id: str, *job_args: str, run_args: tuple[str, ...] = ()) -> subprocess.Popen:
     """`ddpctl run mnist --nodes 2` on the local provider, in the background."""
     return start_ddpctl("run", "mnist", "--nodes", "2", "--run-id", run_id, *run_args, "--", *job_args)

@@ -136,7 +136,7 @@ def test_the_new_stream_starts_after_the_lines_seen() -> None:
     chan = Chan([b"[n0 r0] three\n"])
     first = Conn([Chan([b"[n0 r0] one\n[n0 r0] two\n", "cut"])])
     result = head.attach(first, "/w/r1", 42, lambda line: None, reconnect=lambda: Conn([chan]))
-    assert chan.command.startswith("tail -n +3 -F --pid=42 /w/r1/output.log") and result.exit_code == 0
+    assert chan.command.startswith("tail -n +3 -F -s 0.2 --pid=42 /w/r1/output.log") and result.exit_code == 0
 
 
 def test_without_reconnect_a_lost_connection_is_one_line() -> None:

@@ -158,6 +158,9 @@ def relaunch_as(clock: FakeClock, *outcomes: dict | Exception) -> Callable[[int]
         ("torch.distributed.run: starting\n", None, "torch.distributed.run: starting"),
         ("[rank]: no number", None, "[rank]: no number"),
         ("text [rank1]: not at the start", None, "text [rank1]: not at the start"),
+        # a line the worker wrote in pieces, each read and prefixed by torchrun's tee on its own
+        ("[rank2]:ENV[rank2]: node2 ddp0\n", 2, "ENV node2 ddp0"),
+        ("[rank2]:a[rank1]: b", 2, "a[rank1]: b"),
     ],
 )
 def test_rank_lines(raw: str, rank: int | None, text: str) -> None:

@@ -29,7 +29,7 @@ HEAD_LOG = [
     ],
 )
 def test_a_resumed_run_shows_the_head_lines_past_this_machines_log(here, first) -> None:
-    from ddpctl.infra.runs.head_runs import first_unseen
+    from ddpctl.infra.runs.on_cluster import first_unseen
 
     assert first_unseen(here, HEAD_LOG) == first
 
@@ -46,7 +46,7 @@ def test_no_wait_is_refused_behind_a_run_on_the_head(home: Path, monkeypatch) ->
 
     store = StateStore(home)
     asked = []
-    monkeypatch.setattr(execute.head_runs, "going_on_head", lambda s, c, exclude="": asked.append(exclude) or ["rA"])
+    monkeypatch.setattr(execute.on_cluster, "going_on", lambda s, c, exclude="": asked.append(exclude) or ["rA"])
     slot = locks.RunSlot(store, "c", "run rB (mnist)")
     try:
         with pytest.raises(locks.Busy, match="busy with run rA .*--no-wait"):
@@ -72,8 +72,8 @@ def test_a_run_waits_queued_behind_a_run_on_the_head(home: Path, monkeypatch) ->
             seen.append(json.loads(marker.read_text()))
         return ["rA"] if len(seen) < 2 else []
 
-    monkeypatch.setattr(execute.head_runs, "going_on_head", going)
-    monkeypatch.setattr(execute, "HEAD_POLL_S", 0.0)
+    monkeypatch.setattr(execute.on_cluster, "going_on", going)
+    monkeypatch.setattr(execute, "POLL_S", 0.0)
     said: list[str] = []
     slot = locks.RunSlot(store, "c", "run rB (mnist)")
     try:

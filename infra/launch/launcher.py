@@ -1,0 +1,108 @@
+"""One launcher interface, after TorchX's scheduler API: a run submitted to a launcher that keeps
+it on the cluster's side gets a ``Handle``, recorded with the run (``options.json``), and every such
+launcher answers the same verbs for it, from any later ddpctl: ``describe``, ``logs``, ``attach``
+and ``cancel``.
+
+Two launchers keep a run on the cluster's side: the run's supervisor on the head node (``head``,
+``launch/head.py``) and Slurm (``slurm``, ``launch/slurm_executor.py``). A run supervised by this
+machine's ddpctl (the local provider, ``DDPCTL_SUPERVISOR=here``, an elastic spot run) has no
+handle: it ends with its ddpctl, and its record here is the whole story.
+
+``submit`` is each executor's first step (``Executor.run``'s ``submitted`` callback hands its handle
+over before the run is followed); what runs a plan and follows it to its end stays ``Executor.run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..model.words import Word
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model.host import Host
+    from .nodes import OutputLine, RunResult
+
+
+class Phase(Word):
+    """Where a submitted run is, as its launcher says."""
+
+    RUNNING = "running"  # (or pending: waiting for Slurm's nodes)
+    ENDED = "ended"  # its record is there
+    GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A run on the cluster's side, as its launcher finds it again."""
+
+    kind: str  # the launcher: "head" | "slurm" (``KINDS``)
+    ref: str  # head: its supervisor's pid; slurm: the job id
+    folder: str  # head: the run's folder on the head node; slurm: the job's output folder on the login node
+    run_id: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: object) -> Handle | None:
+        """From a run's ``options.json`` (None: no handle, or not one this ddpctl reads)."""
+        if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
+            return None
+        try:
+            return cls(str(doc["kind"]), str(doc["ref"]), str(doc["folder"]), str(doc["run_id"]))
+        except KeyError:
+            return None
+
+
+@dataclass(frozen=True)
+class Described:
+    phase: Phase
+    #: ENDED: the run's record as ``runs/<id>/run.json`` keeps it (``result``, and ``plan`` where the
+    #: launcher has it)
+    record: dict | None = None
+
+
+class Launcher(Protocol):
+    """The verbs for a submitted run, on an open connection to its cluster (``reopen``)."""
+
+    def describe(self, handle: Handle) -> Described: ...
+
+    def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
+        """The run's output lines (``[NODE rRANK] text``, as ``runs/<id>/output.log`` has them)
+        after those this machine has (``seen``) to ``sink``; ``follow``: as they come, until the
+        run ends. Ctrl-C goes up (the run goes on)."""
+        ...
+
+    def attach(
+        self,
+        handle: Handle,
+        sink: Callable[[OutputLine], None],
+        *,
+        seen: list[str],
+        progress: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Follow the run to its end as an attached ``ddpctl run`` does (the lines after ``seen`` to
+        ``sink``); Ctrl-C cancels it."""
+        ...
+
+    def cancel(self, handle: Handle) -> None:
+        """Stop the run as Ctrl-C does, and return once it has ended."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: each launcher's name in a handle -> "module:class", opened with ``reopen``
+KINDS = {"head": "head:HeadLauncher", "slurm": "slurm_executor:SlurmLauncher"}
+
+
+def reopen(handle: Handle, host: Host) -> Launcher:
+    """The launcher of ``handle``, connected to its cluster's head (login) node ``host``; raises
+    where it cannot be reached."""
+    import importlib
+
+    module, name = KINDS[handle.kind].split(":")
+    cls = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return cls.open(host)

@@ -1,0 +1,183 @@
+"""The one launcher interface (issue 28): a run's handle as its options.json keeps it, Slurm's
+launcher verbs against a scripted login node, and ``on_cluster`` driving any launcher through its
+verbs alone. Their real parts: test_head_supervisor.py and test_slurm.py on the test clusters."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ddpctl.infra.launch.launcher import Described, Handle, Phase
+
+
+def test_a_handle_round_trips_through_options_json() -> None:
+    handle = Handle("slurm", "42", "/home/u/.ddpctl/slurm", "r1")
+    assert Handle.from_dict(json.loads(json.dumps(handle.to_dict()))) == handle
+
+
+@pytest.mark.parametrize(
+    "doc", [None, {}, {"kind": "k8s", "ref": "1", "folder": "/", "run_id": "r"}, {"kind": "head", "ref": "1"}]
+)
+def test_what_is_not_a_handle_reads_as_none(doc) -> None:
+    assert Handle.from_dict(doc) is None
+
+
+@dataclass
+class Login:
+    """A login node's answers, by the start of the command."""
+
+    answers: dict[str, str]
+    asked: list[str] = field(default_factory=list)
+
+    def run(self, cmd: str, **kwargs):
+        self.asked.append(cmd)
+        out = next((v for k, v in self.answers.items() if cmd.startswith(k)), "")
+        return SimpleNamespace(stdout=out, stderr="", ok=bool(out))
+
+
+@pytest.mark.parametrize(
+    ("answers", "state"),
+    [
+        ({"scontrol": "JobId=7 JobState=COMPLETED ExitCode=0:0"}, ("succeeded", 0)),
+        ({"scontrol": "JobId=7 JobState=RUNNING ExitCode=0:0"}, ("running", 0)),
+        ({"scontrol": "JobId=7 JobState=PENDING ExitCode=0:0"}, ("pending", 0)),
+        ({"sacct": "FAILED|3:0\n"}, ("failed", 3)),  # Slurm forgot it; its accounting did not
+        ({"sacct": "CANCELLED by 0|0:15\n"}, ("cancelled", 128 + 15)),
+        ({}, ("gone", None)),
+    ],
+)
+def test_slurm_states(answers, state) -> None:
+    from ddpctl.infra.launch.slurm_executor import SlurmLauncher
+
+    assert SlurmLauncher(Login(answers)).state("7") == state
+
+
+@pytest.mark.parametrize(
+    ("answer", "phase", "exit_code", "interrupted"),
+    [
+        ("JobState=RUNNING", Phase.RUNNING, None, None),
+        ("JobState=COMPLETED ExitCode=0:0", Phase.ENDED, 0, False),
+        ("JobState=FAILED ExitCode=1:0", Phase.ENDED, 1, False),
+        ("JobState=CANCELLED ExitCode=0:15", Phase.ENDED, 130, True),  # `ddpctl stop`, as a Ctrl-C
+    ],
+)
+def test_slurm_describes_a_job(answer, phase, exit_code, interrupted) -> None:
+    from ddpctl.infra.launch.slurm_executor import SlurmLauncher
+
+    described = SlurmLauncher(Login({"scontrol": answer})).describe(Handle("slurm", "7", "/out", "r1"))
+    assert described.phase is phase
+    if phase is Phase.ENDED:
+        result = described.record["result"]
+        assert (result["exit_code"], result["interrupted"]) == (exit_code, interrupted)
+        assert result["nodes"][0]["node"] == "slurm job 7"
+
+
+def test_slurm_logs_are_the_nodes_lines_after_those_seen_here() -> None:
+    from ddpctl.infra.launch.slurm_executor import SlurmLauncher
+
+    files = "node0\t[rank0]:a\nnode0\t[rank0]:c\nnode1\t[rank1]:b\nnode1\tagent line\n"
+    login = Login({"scontrol": "JobState=COMPLETED ExitCode=0:0", "python3": files})
+    got: list[str] = []
+    SlurmLauncher(login).logs(Handle("slurm", "7", "/out", "r1"), got.append, seen=["[node0 r0] a"], follow=True)
+    assert got == ["[node0 r0] c", "[node1 r1] b", "[node1] agent line"]  # an ended job: copied, not followed
+    assert login.asked[-1].endswith("/out ddpctl-7- once")
+
+
+class FakeLauncher:
+    """A launcher that answers from a script: ``phase``, ``lines``, and ``cancel`` ends the run."""
+
+    def __init__(self, phase: Phase, lines: list[str], record: dict | None = None) -> None:
+        self.phase, self.lines, self.record = phase, lines, record
+        self.calls: list[str] = []
+
+    def describe(self, handle: Handle) -> Described:
+        self.calls.append("describe")
+        return Described(self.phase, self.record if self.phase is Phase.ENDED else None)
+
+    def logs(self, handle, sink, *, seen, follow) -> None:
+        self.calls.append(f"logs follow={follow} seen={len(seen)}")
+        for raw in self.lines[len(seen) :]:
+            sink(raw)
+
+    def attach(self, handle, sink, *, seen, progress=None):
+        raise AssertionError("not attached here")
+
+    def cancel(self, handle: Handle) -> None:
+        self.calls.append("cancel")
+        self.phase = Phase.ENDED
+        self.record = {"result": {"run_id": handle.run_id, "exit_code": 130, "wall_s": 1.0, "interrupted": True}}
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+@pytest.fixture
+def recorded(home: Path, monkeypatch):
+    """A store with cluster "c" (its head reachable) and run r1 recorded with a slurm handle, no result."""
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs import on_cluster
+
+    store = StateStore(home)
+    store.make_run_dir("r1")
+    handle = Handle("slurm", "7", "/out", "r1")
+    options = {"cluster": "c", "handle": handle.to_dict(), "plan": {"run_id": "r1", "nodes": 2}}
+    (store.run_dir("r1") / "options.json").write_text(json.dumps(options))
+    head = SimpleNamespace(ssh="login-host")
+    monkeypatch.setattr(type(store), "exists", lambda self, name: name == "c")
+    monkeypatch.setattr(type(store), "load", lambda self, name: SimpleNamespace(nodes=[head]))
+    launchers: list[FakeLauncher] = []
+
+    def reopen(h, host):
+        assert (h, host) == (handle, "login-host")
+        return launchers.pop(0)
+
+    monkeypatch.setattr(on_cluster, "reopen", reopen)
+    return SimpleNamespace(store=store, launchers=launchers, dir=store.run_dir("r1"))
+
+
+def test_a_running_job_is_marked_and_its_lines_copied(recorded) -> None:
+    from ddpctl.infra.runs import on_cluster
+
+    recorded.launchers.append(launcher := FakeLauncher(Phase.RUNNING, ["[node0 r0] a", "[node1 r1] b"]))
+    assert on_cluster.bring_up_to_date(recorded.store, "r1") is False
+    assert (recorded.dir / "output.log").read_text() == "[node0 r0] a\n[node1 r1] b\n"
+    assert on_cluster.goes_on(recorded.store, "r1") and not (recorded.dir / "run.json").exists()
+    assert launcher.calls[-1] == "close"
+
+
+def test_an_ended_job_gets_its_record_here(recorded) -> None:
+    from ddpctl.infra.runs import on_cluster
+
+    record = {"result": {"run_id": "r1", "exit_code": 0, "wall_s": 0.0}}
+    recorded.launchers.append(FakeLauncher(Phase.ENDED, ["[node0 r0] done"], record))
+    assert on_cluster.bring_up_to_date(recorded.store, "r1") is True
+    doc = json.loads((recorded.dir / "run.json").read_text())
+    assert doc == {"plan": {"run_id": "r1", "nodes": 2}, "result": record["result"], "cluster": "c"}
+    assert not on_cluster.goes_on(recorded.store, "r1")
+
+
+def test_stop_cancels_through_the_launcher_then_records(recorded) -> None:
+    from ddpctl.infra.runs import on_cluster
+
+    recorded.launchers += [FakeLauncher(Phase.RUNNING, []), FakeLauncher(Phase.ENDED, [])]
+    recorded.launchers[1].cancel(Handle("slurm", "7", "/out", "r1"))  # what the first one's cancel did there
+    first = recorded.launchers[0]
+    assert on_cluster.stop(recorded.store, "r1") is True
+    assert first.calls == ["describe", "cancel", "close"]
+    assert json.loads((recorded.dir / "run.json").read_text())["result"]["interrupted"] is True
+
+
+def test_follow_goes_on_from_the_lines_here(recorded) -> None:
+    from ddpctl.infra.runs import on_cluster
+
+    (recorded.dir / "output.log").write_text("[node0 r0] a\n[node0 r0] partial")
+    lines = ["[node0 r0] a", "[node0 r0] partial line", "[node0 r0] end"]
+    recorded.launchers.append(launcher := FakeLauncher(Phase.RUNNING, lines))
+    got: list[str] = []
+    assert on_cluster.follow(recorded.store, "r1", got.append) is True
+    assert got == lines[1:]
+    assert "logs follow=True seen=1" in launcher.calls
