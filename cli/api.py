@@ -487,10 +487,13 @@ def run(
 
 def runs(*, home: str | Path | None = None) -> list[RunRecord]:
     """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
-    ``started`` in epoch seconds)."""
+    ``started`` in epoch seconds); a run going on on the cluster with no ddpctl here is asked there."""
+    from ddpctl.infra.runs.on_cluster import bring_all_up_to_date
     from ddpctl.infra.runs.records import list_runs
 
-    return list_runs(_store(home))
+    store = _store(home)
+    bring_all_up_to_date(store)  # a run whose ddpctl was killed: its record from the cluster, as `runs`
+    return list_runs(store)
 
 
 def logs(
@@ -512,8 +515,11 @@ def logs(
         _convert(RunId("RUN_ID"), run_id, "RUN_ID")
     if tail is not None and tail < 0:
         raise UsageError(f"Invalid value for '--tail': {tail} is not in the range 0<=x<=10000000.")
+    from ddpctl.infra.runs.on_cluster import bring_up_to_date
+
     store = _store(home)
     run_id, path = run_logs.log_path(store, run_id)
+    bring_up_to_date(store, run_id)  # a run whose ddpctl was killed: its output from the cluster, as `logs`
     keep = run_logs.LogFilter(node, rank)
     run_logs.check_filter(store, run_id, keep)
     return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))

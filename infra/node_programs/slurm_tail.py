@@ -2,7 +2,8 @@
 
 argv: FOLDER PREFIX [once]. Reads every ``PREFIX<NODE>.out`` in FOLDER, those that appear later
 too, from where it left off, every 0.2 s; a line is printed once its newline is written. Runs until
-it is killed; with ``once``, reads every file to its end once (node by node) and exits.
+it is killed, or until its SSH session is gone (a follower killed with no word: its parent, the
+session, ended); with ``once``, reads every file to its end once (node by node) and exits.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     folder, prefix = args[0], args[1]
     once = args[2:] == ["once"]
+    parent = os.getppid()
     offsets, partial = {}, {}
     while True:
         for name in sorted(os.listdir(folder)):
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
             for line in lines:
                 sys.stdout.write(node + "\t" + line.decode(errors="replace") + "\n")
         sys.stdout.flush()
-        if once:
+        if once or os.getppid() != parent:  # orphaned: nobody reads any more
             return
         time.sleep(0.2)
 

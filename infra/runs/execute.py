@@ -18,6 +18,7 @@ from ..launch.project import LARGE_BYTES
 from ..launch.supervise import OutputLine, RunResult
 from ..lifecycle import clusters
 from ..model import locks
+from ..model.errors import UsageError
 from ..model.host import Host
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
@@ -159,6 +160,15 @@ def _execute(
     hold: locks.ClusterLock,
 ) -> RunResult:
     run_dir = store.run_dir(prep.run.run_id)
+    reattached = None
+    if prep.resumed:  # its output copied here before it is opened
+        reattached = on_cluster.Reattached.find(store, prep.run.run_id)
+        if reattached is None and not prep.restartable:
+            raise UsageError(
+                f"run {prep.run.run_id} no longer runs on the cluster: --resume attaches again to an sbatch job "
+                f"while it runs; `ddpctl run {prep.run.job} --resume-from {prep.run.run_id}` submits a new job "
+                "that starts from its snapshot"
+            )
     try:
         store.make_run_dir(prep.run.run_id)  # private: only this user reads a run's output
         job = prep.options.job
@@ -166,9 +176,6 @@ def _execute(
         recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
         options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
         options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
-        reattached = None
-        if prep.resumed:  # its output copied here before it is opened
-            reattached = on_cluster.Reattached.find(store, prep.run.run_id)
 
         def submitted(handle: Handle) -> None:  # a run this ddpctl may not see end: `runs`, `logs` ask its launcher
             options.update(handle=handle.to_dict(), plan=prep.plan.to_dict())
@@ -197,7 +204,7 @@ def _execute(
             with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
                 if reattached is not None:
                     said = (
-                        f"run {prep.run.run_id} still goes on on the head node of {prep.cluster.name!r}: attached to it "
+                        f"run {prep.run.run_id} still goes on on cluster {prep.cluster.name!r}: attached to it "
                         f"again (Ctrl-C stops it); output also in {run_dir / 'output.log'}"
                     )
                     result = reattached.attach(said, progress, sink, tee)

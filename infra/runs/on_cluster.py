@@ -98,7 +98,7 @@ def bring_up_to_date(store: StateStore, run_id: str) -> bool:
             return False
         try:
             return _update(store, run_id, *found)
-        except DdpctlError:  # the head went away meanwhile: as unreachable
+        except Exception:  # the head went away meanwhile: as unreachable, the record stays as it is
             return False
 
 
@@ -196,6 +196,9 @@ class Reattached:
                 here = []
             lines = _all_lines(launcher, handle)
             atomic_write(run_dir / "output.log", "".join(f"{raw}\n" for raw in lines))
+        except DdpctlError:  # its output cannot be read there: started again (its old supervisor stopped first)
+            launcher.close()
+            return None
         except BaseException:
             launcher.close()
             raise

@@ -47,8 +47,10 @@ class PreparedRun:
     summary: str = ""
     #: the same launch on the cluster as it is now (a node replaced on a new machine); None: sbatch
     replan: Callable[[ClusterState], LaunchPlan] | None = None
-    #: ``run --resume``: a run still going on its head node is attached to again, not started again
+    #: ``run --resume``: a run still going on the cluster's side is attached to again, not started again
     resumed: bool = False
+    #: a resumed run that has ended may start again from its snapshot (False: sbatch, only attached to)
+    restartable: bool = True
     #: what carries the plan out, given where the run's lines go: the provider's executor (torchrun),
     #: or Slurm's on the login node (sbatch); nothing above ``launch/`` asks which
     executor_for: ExecutorFor | None = None
@@ -62,8 +64,8 @@ class PreparedRun:
 def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     """Plan ``run --resume``: the recorded run's options again, same run id, on the same cluster.
 
-    A run still going on its head node (its ddpctl here was killed) is attached to again
-    (``run_execute``); else the cluster is brought up again if the run owned it and it is gone,
+    A run still going on the cluster's side (its ddpctl here was killed: the head node's supervisor,
+    a Slurm job) is attached to again (``execute``); else (torchrun launches only) the cluster is brought up again if the run owned it and it is gone,
     whatever is left of the earlier attempt is stopped first, and the job picks up from its snapshot.
     """
     locks.check_run_free(store, run_id)
@@ -142,11 +144,6 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if launcher == Launcher.SBATCH:
         if run.elastic:
             raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
-        if resume:
-            raise UsageError(
-                "--resume is for torchrun launches: on Slurm, submit the job again with --resume-from RUN_ID "
-                "(a new run that starts from that run's snapshot)"
-            )
         if run.secret_env:
             raise UsageError(
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
@@ -156,7 +153,15 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         login = cluster.nodes[0].ssh
         assert login is not None  # Slurm answers on a remote head node
         slurm = partial(SlurmExecutor, login)
-        return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm)
+        if resume and not store.exists(cluster.name):  # its job went with the cluster
+            raise UsageError(
+                f"run {opts.run_id} no longer runs: its cluster went; --resume attaches again to an sbatch job while "
+                f"it runs; `ddpctl run {opts.job} --resume-from {opts.run_id}` submits a new job from its snapshot"
+            )
+        # a resumed sbatch run is only attached to again, while its job runs (Slurm restarts nothing of ddpctl's)
+        return PreparedRun(
+            provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm, restartable=False
+        )
     port = provider.rdzv_port(cluster, opts.port)
     project = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's

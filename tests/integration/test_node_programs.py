@@ -424,6 +424,43 @@ def test_tail_replaces_bytes_that_are_not_utf8(tmp_path: Path, tail: Tail) -> No
     assert tail.take(1) == ["node0\tbad \ufffd byte\n"]
 
 
+def test_tail_once_reads_every_file_node_by_node_and_exits(tmp_path: Path) -> None:
+    append(tmp_path / "ddpctl-42-node1.out", "b1\nb2\n")
+    append(tmp_path / "ddpctl-42-node0.out", "a1\npartial")
+    got = subprocess.run(
+        [PYTHON, "-c", node_programs.source("slurm_tail"), str(tmp_path), "ddpctl-42-", "once"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert got.returncode == 0 and got.stdout == "node0\ta1\nnode1\tb1\nnode1\tb2\n"
+
+
+def test_tail_ends_once_its_session_is_gone(tmp_path: Path) -> None:
+    """A follower killed with no word (a SIGKILLed ddpctl): the SSH session, its parent, ends, and
+    the tail must not poll on forever on the login node."""
+    session = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f'{PYTHON} -c "$0" {tmp_path} ddpctl-42- & echo $!; sleep 60',
+            node_programs.source("slurm_tail"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert session.stdout is not None
+    tail = int(session.stdout.readline())
+    time.sleep(0.5)
+    session.kill()
+    session.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{tail}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = Path(f"/proc/{tail}").exists() and "Z" not in Path(f"/proc/{tail}/stat").read_text().rsplit(")", 1)[1][:3]
+    assert not alive
+
+
 # --- pcluster schema -----------------------------------------------------------------------------
 
 #: Stand-ins for aws-parallelcluster and marshmallow: ClusterSchema refuses a config with

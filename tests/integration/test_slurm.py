@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,6 @@ import pytest
 
 from tests.support.cli import ddpctl, ended, run_results, start_ddpctl, wait_for_line
 from tests.support.clusters import UpCluster, onprem_up
-from tests.support.scripts import SLOW
 from tests.support.specs import cluster_spec
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
@@ -119,48 +119,73 @@ def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
         assert run_procs(slurm_testbed, node) == [], f"survivors on {node}"
 
 
-def killed_job(slurm_cluster, tmp_path: Path, run_id: str, *env: str) -> None:
-    """An sbatch run of the slow script whose ddpctl here is SIGKILLed once both ranks started: Slurm
-    keeps the job, recorded here with its handle (the job id)."""
-    script = tmp_path / "slow.py"
-    script.write_text(SLOW)
-    args = ("run", str(script), "--nodes", "2", "--run-id", run_id, *(a for e in env for a in ("-e", e)))
+def killed_job(slurm_cluster, run_id: str, epochs: int) -> None:
+    """An sbatch MNIST run whose ddpctl here is SIGKILLed once rank 1 printed: Slurm keeps the job,
+    recorded here with its handle (the job id). (sbatch runs bundled jobs only.)"""
+    args = ("run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", str(epochs))
     run = start_ddpctl(*args, env=slurm_cluster.env)
-    seen = wait_for_line(run, "started rank")
-    if not any("started rank" in line for line in seen[:-1]):
-        wait_for_line(run, "started rank")
+    wait_for_line(run, " r1] ")
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=30)
 
 
-def test_a_job_outlives_its_ddpctl(slurm_cluster, tmp_path: Path) -> None:
+def test_a_job_outlives_its_ddpctl(slurm_cluster) -> None:
     """A killed ddpctl leaves the job to Slurm: `runs` says it runs (asked through Slurm), `logs`
-    brings its lines here, and once it has ended `runs` has its record (issue 28's one launcher
-    interface: the same verbs as a run on the head node)."""
-    go = tmp_path / "go"
-    killed_job(slurm_cluster, tmp_path, "rslurm0001", "SLEEP_S=0", f"GO_FILE={go}")
+    brings its lines here, and once it has ended `runs` (and the Python API) has its record
+    (issue 28's one launcher interface: the same verbs as a run on the head node)."""
+    killed_job(slurm_cluster, "rslurm0001", epochs=2)
     assert run_results(slurm_cluster.env)["rslurm0001"] == "running"
     logs = ddpctl("logs", "rslurm0001", env=slurm_cluster.env)
-    assert "[node1 r1] started rank 1" in logs.stdout, logs.stdout + logs.stderr
-    go.touch()
-    assert ended(slurm_cluster.env, "rslurm0001", timeout=120) == "succeeded"
-    logs = ddpctl("logs", "rslurm0001", env=slurm_cluster.env)
-    assert "[node0 r0] done rank 0" in logs.stdout and "[node1 r1] done rank 1" in logs.stdout, logs.stdout
-    assert logs.stdout.count("started rank 1") == 1
+    assert "[node1 r1] " in logs.stdout, logs.stdout + logs.stderr
+    api = (  # the Python API asks Slurm too
+        "import time, ddpctl\n"
+        "for _ in range(480):\n"
+        "    result = {r.run_id: r.result for r in ddpctl.runs()}['rslurm0001']\n"
+        "    if result != 'running': break\n"
+        "    time.sleep(0.5)\n"
+        "print(result)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", api], env=slurm_cluster.env, capture_output=True, text=True, timeout=400
+    )
+    assert got.stdout.strip() == "succeeded", got.stdout + got.stderr
+    assert ended(slurm_cluster.env, "rslurm0001") == "succeeded"
+    logs = ddpctl("logs", "rslurm0001", "--rank", "0", env=slurm_cluster.env).stdout
+    assert logs.count("epoch 2/2 | train loss") == 1, logs
 
 
-def test_stop_cancels_a_job_whose_ddpctl_was_killed(slurm_cluster, slurm_testbed: Testbed, tmp_path: Path) -> None:
-    killed_job(slurm_cluster, tmp_path, "rslurm0002", "SLEEP_S=120")
+def test_stop_cancels_a_job_whose_ddpctl_was_killed(slurm_cluster, slurm_testbed: Testbed) -> None:
+    killed_job(slurm_cluster, "rslurm0002", epochs=20)
     assert squeue(slurm_testbed) != ""
     stopped = ddpctl("stop", "rslurm0002", env=slurm_cluster.env, timeout=120)
     assert stopped.returncode == 0 and "run rslurm0002 stopped" in stopped.stderr, stopped.stderr
     assert run_results(slurm_cluster.env)["rslurm0002"] == "interrupted"
+    resumed = ddpctl("run", "--resume", "rslurm0002", env=slurm_cluster.env)
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.strip().splitlines()[-1] == (
+        "Error: run rslurm0002 no longer runs on the cluster: --resume attaches again to an sbatch job while it "
+        "runs; `ddpctl run mnist --resume-from rslurm0002` submits a new job that starts from its snapshot"
+    )
     deadline = time.monotonic() + 15  # slurmd's KillWait
     while any(run_procs(slurm_testbed, n) for n in ("node0", "node1")) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert squeue(slurm_testbed) == ""
     for node in ("node0", "node1"):
         assert run_procs(slurm_testbed, node) == [], f"survivors on {node}"
+
+
+def test_resume_attaches_again_to_a_job_whose_ddpctl_was_killed(slurm_cluster) -> None:
+    """`run --resume` of an sbatch run whose job still runs: attached to again (not submitted again),
+    its new lines printed, its end recorded."""
+    killed_job(slurm_cluster, "rslurm0003", epochs=3)
+    resumed = start_ddpctl("run", "--resume", "rslurm0003", env=slurm_cluster.env)
+    rest, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, rest
+    assert "attached to it again" in rest and "through sbatch" not in rest, rest  # not submitted again
+    assert "epoch 3/3 | train loss" in rest, rest
+    assert run_results(slurm_cluster.env)["rslurm0003"] == "succeeded"
+    log = (slurm_cluster.tmp / "home" / "runs" / "rslurm0003" / "output.log").read_text()
+    assert log.count("epoch 3/3 | train loss") == 1 and log.count("epoch 1/3 | train loss") == 1, log
 
 
 def test_unschedulable_job_is_one_line(slurm_cluster, slurm_testbed: Testbed) -> None:
