@@ -5,8 +5,9 @@ and ``cancel``.
 
 Two launchers keep a run on the cluster's side: the run's supervisor on the head node (``head``,
 ``launch/head.py``) and Slurm (``slurm``, ``launch/slurm_executor.py``). A run supervised by this
-machine's ddpctl (the local provider, ``DDPCTL_SUPERVISOR=here``, an elastic spot run) has no
-handle: it ends with its ddpctl, and its record here is the whole story.
+machine's ddpctl (the local provider's processes, ``DDPCTL_SUPERVISOR=here``, an elastic spot run)
+records no handle: it ends with its ddpctl; the same verbs for it, and for any run while its ddpctl
+here holds it, are ``runs/here.py``'s (``HereLauncher``: that process and the run's record here).
 
 ``submit`` is each executor's first step (``Executor.run``'s ``submitted`` callback hands its handle
 over before the run is followed); what runs a plan and follows it to its end stays ``Executor.run``.

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from ..model import locks
 from ..model.errors import DdpctlError, UsageError
@@ -65,50 +64,24 @@ def _sigint_default() -> None:  # pragma: no cover - in the child between fork a
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def ignores_sigint(pid: int) -> bool:
-    """The process ignores SIGINT (started with nohup, or with ``&`` from a script): read from
-    /proc/PID/status (False where there is none to read)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigIgn:"):
-                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
-    except (OSError, ValueError):
-        pass
-    return False
-
-
 def stop_run(store: StateStore, run_id: str, progress: Callable[[str], None], timeout: float = STOP_TIMEOUT_S) -> str:
-    """Stop a live run (detached or in another terminal) as Ctrl-C would, and wait until it has
-    ended. Returns how it ended: ``stopped``, or the run's own result where it ended by itself
-    before the signal reached it (``succeeded``, ``failed (exit N)``)."""
-    holders = locks.run_holders(store, run_id)
+    """Stop a live run (detached, in another terminal, or going on on the cluster with no ddpctl
+    here) as Ctrl-C would, through its launcher's ``cancel``, and wait until it has ended. Returns
+    how it ended: ``stopped``, or the run's own result where it ended by itself before the signal
+    reached it (``succeeded``, ``failed (exit N)``)."""
     from . import on_cluster
+    from .here import HereLauncher
 
-    if not holders and on_cluster.stop(store, run_id):  # its ddpctl here was killed; it goes on on the cluster
+    here = HereLauncher(store, progress)
+    handle = here.handle(run_id)
+    if handle is not None:  # its ddpctl here: Ctrl-C for it
+        here.cancel(handle, timeout)
         return ended_as(store, run_id)
-    if not holders:
-        raise UsageError(
-            f"run {run_id!r} is not running (`ddpctl runs` lists runs): if ddpctl was killed, `ddpctl down` "
-            "stops what is left of it, and `ddpctl run --resume` continues it"
-        )
-    pid = holders[0].pid
-    progress(f"stopping run {run_id} (its ddpctl, pid {pid}): every process of the run, as Ctrl-C does")
-    # ddpctl's run takes SIGTERM as it takes Ctrl-C: where SIGINT is ignored, SIGTERM is sent at once
-    signals = [(signal.SIGINT, timeout), (signal.SIGTERM, 10.0)]
-    if ignores_sigint(pid):
-        signals = [(signal.SIGTERM, timeout)]
-    for sig, wait in signals:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return ended_as(store, run_id)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not locks.run_alive(store, run_id):
-                return ended_as(store, run_id)
-            time.sleep(POLL_S)
-    raise DdpctlError(
-        f"run {run_id} (pid {pid}) did not stop within {timeout:.0f} s: `kill -9 {pid}`, then `ddpctl down`"
+    if on_cluster.stop(store, run_id):  # its ddpctl here was killed; it goes on on the cluster
+        return ended_as(store, run_id)
+    raise UsageError(
+        f"run {run_id!r} is not running (`ddpctl runs` lists runs): if ddpctl was killed, `ddpctl down` "
+        "stops what is left of it, and `ddpctl run --resume` continues it"
     )
 
 

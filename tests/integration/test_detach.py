@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -147,3 +149,40 @@ def test_a_killed_controller_leaves_no_process_of_the_run(home: Path) -> None:
             time.sleep(0.5)
         assert run_processes(run_id) == [], f"trial {trial}: left {run_processes(run_id)}"
         assert ddpctl("down", timeout=120).returncode == 0
+
+
+def test_a_run_held_here_is_described_from_its_lock_and_record(home: Path) -> None:
+    """The here launcher: a run whose ddpctl on this machine holds it (its lock), its lines from
+    output.log after those seen, its record once written."""
+    from ddpctl.infra.launch.launcher import Handle, Phase
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs.here import HereLauncher
+
+    store = StateStore(home)
+    store.make_run_dir("r1")
+    (store.run_dir("r1") / "output.log").write_text("[node0 r0] a\n[node0] agent\n[node1 r1] b\n")
+    here = HereLauncher(store)
+    assert here.handle("r1") is None
+    hold = (  # the run's ddpctl: another process holds its lock
+        "import sys\nfrom pathlib import Path\nfrom ddpctl.infra.model import locks\n"
+        "from ddpctl.infra.model.store import StateStore\n"
+        f"with locks.run(StateStore(Path({str(home)!r})), 'r1', 'run r1 (mnist)'):\n"
+        "    print('held', flush=True)\n    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        handle = here.handle("r1")
+        assert handle == Handle("here", str(holder.pid), str(store.run_dir("r1")), "r1")
+        assert here.describe(handle).phase is Phase.RUNNING
+        got: list[str] = []
+        here.logs(handle, got.append, seen=["[node0 r0] a"], follow=False)
+        assert got == ["[node0] agent", "[node1 r1] b"]
+    finally:
+        holder.communicate("")
+    assert here.describe(handle).phase is Phase.GONE  # its ddpctl went without a record: killed
+    (store.run_dir("r1") / "run.json").write_text(json.dumps({"result": {"run_id": "r1", "exit_code": 0, "wall_s": 1}}))
+    described = here.describe(handle)
+    assert described.phase is Phase.ENDED and described.record["result"]["exit_code"] == 0
+    lines: list = []
+    assert here.attach(handle, lines.append, seen=[]).ok and [line.text for line in lines] == ["a", "agent", "b"]
