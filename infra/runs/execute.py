@@ -185,6 +185,9 @@ def _execute(
             submitted(reattached.handle)
         else:
             atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+            # a resumed run's earlier result is not this attempt's: were this ddpctl killed, `runs`
+            # would show the old end, and not ask the cluster about the attempt going on there
+            (run_dir / "run.json").unlink(missing_ok=True)
         project = prep.plan.project
         if reattached is None:
             if project is not None and project.size > LARGE_BYTES:

@@ -297,7 +297,10 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
     if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
         node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"
     elif head.bundle_dir:
-        raise UsageError("--launcher sbatch runs bundled jobs; copy your script to the nodes' shared filesystem first")
+        raise UsageError(
+            "--launcher sbatch runs the bundled jobs (mnist, mingpt, message-passing): run your own script with "
+            "--launcher torchrun, which ships its project to every node"
+        )
     return plan_sbatch(
         run,
         python=head.python or cluster.spec.python,

@@ -194,13 +194,24 @@ def test_resume_reattaches_to_a_run_on_the_head(cluster, tmp_path: Path) -> None
 
 
 def test_ctrl_c_of_a_reattached_run_stops_it(cluster, tmp_path: Path) -> None:
-    held_run(cluster, "rhead00010", tmp_path / "go")  # never let go: only Ctrl-C ends it
+    held_run(cluster, "rhead00010", tmp_path / "go")  # not let go: only Ctrl-C ends it
     resumed = start_ddpctl("-v", "run", "--resume", "rhead00010", env=cluster["env"])
     wait_for_line(resumed, "attached to it again")
     resumed.send_signal(signal.SIGINT)
     rest = resumed.stdout.read()
     assert resumed.wait(timeout=120) == 130, rest
     assert results(cluster)["rhead00010"] == "interrupted", rest
+    # resumed once more it starts again (it had ended); that ddpctl killed too, `runs` asks the head
+    # about the new attempt instead of showing the last one's end
+    again = start_ddpctl("run", "--resume", "rhead00010", env=cluster["env"])
+    seen = wait_for_line(again, "started rank")
+    if not any("started rank" in line for line in seen[:-1]):
+        wait_for_line(again, "started rank")
+    again.send_signal(signal.SIGKILL)
+    again.wait(timeout=30)
+    assert results(cluster)["rhead00010"] == "running"
+    (tmp_path / "go").touch()
+    assert ended(cluster["env"], "rhead00010") == "succeeded"
 
 
 def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:

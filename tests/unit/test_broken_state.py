@@ -53,6 +53,19 @@ def test_secrets_are_refused_for_sbatch(home: Path, monkeypatch: pytest.MonkeyPa
         prepare(RunOptions(job="mnist", name="slurm", env=("TOKEN_X",)), store)
 
 
+def test_a_script_of_ones_own_through_sbatch_says_what_runs_it(home: Path, tmp_path: Path) -> None:
+    store = StateStore(home)
+    head = NodeInfo(
+        name="login", host="10.0.0.1", workdir="/w", bundle_dir="/w/b", ssh=Host(name="login", address="10.0.0.1")
+    )
+    spec = cluster_spec(name="slurm", provider="onprem", inventory="/dev/null")
+    store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[head], launcher="sbatch"))
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    with pytest.raises(UsageError, match="runs the bundled jobs .* run your own script with --launcher torchrun"):
+        prepare(RunOptions(job=str(script), name="slurm"), store)
+
+
 def test_secret_values_are_one_line() -> None:
     with pytest.raises(UsageError, match="must be one line"):
         run_env(("K",), (), environ={"K": "a\nb"})
