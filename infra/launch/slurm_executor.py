@@ -143,6 +143,16 @@ def job_result(
     )
 
 
+def seconds(slurm_time: str) -> float:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) in seconds; 0.0 where it is not one."""
+    days, _, clock = slurm_time.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+        return float(sum(p * 60**i for i, p in enumerate(reversed(parts))) + int(days or 0) * 86400)
+    except ValueError:
+        return 0.0
+
+
 def per_node(seen: list[str]) -> dict[str, int]:
     """How many of each node's lines ``seen`` holds (``[NODE rRANK] text`` lines)."""
     counts: dict[str, int] = {}
@@ -169,23 +179,31 @@ class SlurmLauncher:
 
     def state(self, job_id: str) -> tuple[str, int | None]:
         """The job's state (ddpctl's word, or "gone") and its batch script's exit code."""
-        raw, exit_code = parse_job_info(_run(self.conn, f"scontrol show job -o {job_id}", check=False))
+        state, exit_code, _ = self._ask(job_id)
+        return state, exit_code
+
+    def _ask(self, job_id: str) -> tuple[str, int | None, float]:
+        """``state``, and the seconds the job ran (``RunTime``, or ``Elapsed`` in ``sacct``)."""
+        text = _run(self.conn, f"scontrol show job -o {job_id}", check=False)
+        raw, exit_code = parse_job_info(text)
+        ran = re.search(r"\bRunTime=(\S+)", text)
         if raw == "UNKNOWN":  # Slurm forgot it (MinJobAge): its accounting may still know
-            got = _run(self.conn, f"sacct -n -X -P -j {job_id} -o State,ExitCode", check=False).strip()
+            got = _run(self.conn, f"sacct -n -X -P -j {job_id} -o State,ExitCode,Elapsed", check=False).strip()
             fields = got.splitlines()[0].split("|") if got else []
-            if len(fields) != 2:
-                return "gone", None
+            if len(fields) != 3:
+                return "gone", None, 0.0
             raw, exit_code = parse_job_info(f"JobState={fields[0].split()[0]} ExitCode={fields[1]}")
-        return SLURM_STATES.get(raw.split("+")[0], "failed"), exit_code
+            ran = re.match(r"(\S+)", fields[2])
+        return SLURM_STATES.get(raw.split("+")[0], "failed"), exit_code, seconds(ran.group(1) if ran else "")
 
     def describe(self, handle: Handle) -> Described:
-        state, exit_code = self.state(handle.ref)
+        state, exit_code, ran_s = self._ask(handle.ref)
         if state == "gone":
             return Described(Phase.GONE)
         if state not in ("succeeded", "failed", "cancelled"):
             return Described(Phase.RUNNING)
         # cancelled with no ddpctl following it: by `ddpctl stop` (or scancel), as a Ctrl-C
-        result = job_result(handle.run_id, handle.ref, state, exit_code, 0.0, state == "cancelled")
+        result = job_result(handle.run_id, handle.ref, state, exit_code, ran_s, state == "cancelled")
         return Described(Phase.ENDED, {"result": asdict(result)})
 
     def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:

@@ -45,8 +45,8 @@ class Login:
         ({"scontrol": "JobId=7 JobState=COMPLETED ExitCode=0:0"}, ("succeeded", 0)),
         ({"scontrol": "JobId=7 JobState=RUNNING ExitCode=0:0"}, ("running", 0)),
         ({"scontrol": "JobId=7 JobState=PENDING ExitCode=0:0"}, ("pending", 0)),
-        ({"sacct": "FAILED|3:0\n"}, ("failed", 3)),  # Slurm forgot it; its accounting did not
-        ({"sacct": "CANCELLED by 0|0:15\n"}, ("cancelled", 128 + 15)),
+        ({"sacct": "FAILED|3:0|00:01:05\n"}, ("failed", 3)),  # Slurm forgot it; its accounting did not
+        ({"sacct": "CANCELLED by 0|0:15|1-00:00:01\n"}, ("cancelled", 128 + 15)),
         ({}, ("gone", None)),
     ],
 )
@@ -60,7 +60,7 @@ def test_slurm_states(answers, state) -> None:
     ("answer", "phase", "exit_code", "interrupted"),
     [
         ("JobState=RUNNING", Phase.RUNNING, None, None),
-        ("JobState=COMPLETED ExitCode=0:0", Phase.ENDED, 0, False),
+        ("JobState=COMPLETED RunTime=00:01:05 ExitCode=0:0", Phase.ENDED, 0, False),
         ("JobState=FAILED ExitCode=1:0", Phase.ENDED, 1, False),
         ("JobState=CANCELLED ExitCode=0:15", Phase.ENDED, 130, True),  # `ddpctl stop`, as a Ctrl-C
     ],
@@ -74,6 +74,14 @@ def test_slurm_describes_a_job(answer, phase, exit_code, interrupted) -> None:
         result = described.record["result"]
         assert (result["exit_code"], result["interrupted"]) == (exit_code, interrupted)
         assert result["nodes"][0]["node"] == "slurm job 7"
+        assert result["wall_s"] == (65.0 if "RunTime" in answer else 0.0)  # how long the job ran
+
+
+@pytest.mark.parametrize(("text", "s"), [("00:01:05", 65), ("1-02:00:00", 93600), ("05:09", 309), ("", 0), ("x", 0)])
+def test_slurm_times(text, s) -> None:
+    from ddpctl.infra.launch.slurm_executor import seconds
+
+    assert seconds(text) == s
 
 
 def test_slurm_logs_are_the_nodes_lines_after_those_seen_here() -> None:
