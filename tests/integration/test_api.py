@@ -1,4 +1,4 @@
-"""The Python API (issue 30, cli/api.py): ``import ddpctl`` stays light; a real local run from Python,
+"""The Python API (issue 30, cli/api/): ``import ddpctl`` stays light; a real local run from Python,
 its result, its logs read back by the CLI and by ``ddpctl.logs``; ``status()``/``runs()`` the same
 values as ``status --json``/``runs --json``; bad input raises the CLI's UsageError.
 Its pure tests (no process beyond Python) are in tests/unit/test_api.py.

@@ -18,3 +18,18 @@ def test_every_data_folder_is_a_declared_package():
         if p.is_dir() and p.name != "__pycache__"
     }
     assert folders - declared == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_every_python_package_is_declared():
+    """A package of cli/ or infra/ missing from the list is missing from the wheel (the editable
+    install here would not show it)."""
+    from ddpctl.config_file import tomllib
+
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    names = {"cli": "ddpctl", "infra": "ddpctl.infra"}
+    found = {
+        ".".join([names[top], *p.parent.relative_to(REPO / top).parts])
+        for top in names
+        for p in (REPO / top).rglob("__init__.py")
+    }
+    assert found - declared == set(), "add these to [tool.setuptools] packages in pyproject.toml"

@@ -1,0 +1,250 @@
+"""The Python API's cluster verbs: ``up``, ``down``, ``status`` (``cluster_statuses``), ``check``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpctl.infra.hosts.autodown import Estimate
+    from ddpctl.infra.model.state import ClusterState
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.providers.base import LiveStatus
+    from ddpctl.infra.runs.check import CheckReport
+
+from .common import _quiet, _store, print_progress
+
+
+def up(
+    nodes: int | None = None,
+    *,
+    provider: str = "local",
+    name: str = "default",
+    inventory: str | Path | None = None,
+    nproc_per_node: int | None = None,
+    port: int | None = None,
+    env: Sequence[str] = (),
+    playbook_vars: Sequence[str] = (),
+    python: str | None = None,
+    options: dict[str, Any] | None = None,
+    down_on_failure: bool = True,
+    autodown: str | None = None,
+    yes: bool = False,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> ClusterState:
+    """``ddpctl up``: bring a cluster up and return its state (``status --json``'s cluster).
+
+    ``options`` are the provider's own (``region``, ``instance_type``, ``tags``...: the keys of
+    ``ddpctl.toml``'s ``[cluster]``); ``env``/``playbook_vars`` are ``KEY=VALUE`` strings. A billed
+    provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
+    ``--autodown`` (``"30m"``). ``progress=None``: quiet.
+    """
+    from ddpctl.infra.hosts.autodown import parse
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.model.spec import ClusterSpec, parse_env
+    from ddpctl.infra.providers import get_provider
+
+    progress = progress or _quiet
+    impl = get_provider(provider)
+    impl.check_up_flags(down_on_failure=down_on_failure)
+    kwargs = {"python": python} if python else {}
+    spec = ClusterSpec(
+        name=name,
+        provider=provider,
+        nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
+        nproc_per_node=nproc_per_node or 0,
+        port=port,
+        env=parse_env(tuple(env)),
+        inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=parse_env(tuple(playbook_vars), flag="--playbook-var"),
+        options=dict(options or {}),
+        autodown_s=parse(autodown or "off"),
+        **kwargs,
+    )
+    store = _store(home)
+    with locks.cluster(store, spec.name, "up"):
+        provider_impl, state = clusters.plan_up(spec, store, clean=True, progress=progress)
+        if impl.billed and not yes:
+            cost = impl.hourly_cost(state.spec)
+            price = f", about ${cost:.2f}/h" if cost is not None else ""
+            raise UsageError(
+                f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`: "
+                "pass yes=True to confirm"
+            )
+        return clusters.up(provider_impl, state, store, progress, down_on_failure=down_on_failure)
+
+
+def down(
+    name: str | None = None,
+    *,
+    all: bool = False,  # the CLI's --all
+    keep_outputs: bool = True,
+    yes: bool = False,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> list[str]:
+    """``ddpctl down``: take a cluster down (``name``, else the only one; ``all=True``: every one),
+    first copying its runs' outputs into their records unless ``keep_outputs=False``. One billed
+    cluster (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. Returns the names taken
+    down (``down --json``'s ``down``)."""
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import outputs
+
+    progress = progress or _quiet
+    store = _store(home)
+    if all and name:
+        raise UsageError(f"--all and --name {name} contradict: --all takes every cluster down; give one of them")
+    if all:
+        names = store.names()
+    else:
+        resolved = clusters.resolve_name(store, name)
+        names = [resolved] if resolved else []
+    if not names:
+        progress(f"no cluster is up under {store.home}: nothing to take down")
+
+    def ask(question: str) -> None:
+        if not yes:
+            raise UsageError(f"{question}: pass yes=True to confirm")
+
+    before = outputs.before_down(progress, ask=None if all else ask, keep=keep_outputs)
+    return [clusters.down(n, store, progress, before=before) for n in names]
+
+
+@dataclass
+class ClusterStatus:
+    """One cluster as ``ddpctl status`` shows it: its recorded state, what its provider says runs
+    now (``live``), or why its state file cannot be read (``damaged``)."""
+
+    name: str
+    provider: str
+    status: str  # up | creating | ... | damaged
+    state: ClusterState | None = None  # None: damaged
+    live: LiveStatus | None = None
+    damaged: str = ""  # why the state file cannot be read
+    message: str = ""  # a damaged one: the line that says what to do (`down`'s command)
+    readable: dict[str, Any] = field(default_factory=dict)  # what `down` can still read of a damaged one
+    #: its autodown and when it would fire (None: off); ``infra/hosts/autodown.py``
+    autodown: Estimate | None = None
+    #: it took itself down (autodown), and this status deleted what was left of it
+    took_itself_down: bool = False
+
+    @property
+    def nodes(self) -> list:
+        return list(self.state.nodes) if self.state is not None else []
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since ddpctl recorded the cluster (0 for a damaged one)."""
+        return time.time() - self.state.created_at if self.state is not None else 0.0
+
+    @property
+    def cost_so_far_usd(self) -> float | None:
+        """What it has cost so far at list price (None: not billed, or the price is not known)."""
+        if self.state is None or self.live is None:
+            return None
+        from ddpctl.infra.model import costs
+
+        return costs.so_far(self.live.cost_per_hour_usd, self.state.created_at, time.time())
+
+    def to_dict(self) -> dict[str, Any]:
+        """``status --json``'s entry for this cluster."""
+        if self.took_itself_down:
+            return {"name": self.name, "provider": self.provider, "status": "down", "took_itself_down": True}
+        if self.state is None:
+            return {"name": self.name, "status": "damaged", "damaged": self.damaged, "readable": self.readable}
+        from ..output_json import iso
+
+        doc = {**self.state.to_dict(), "created_at": iso(self.state.created_at), "age_s": round(self.age_s)}
+        doc["autodown"] = self.autodown.to_dict() if self.autodown else None
+        if self.live:
+            doc["live"] = self.live.to_dict()
+            doc["cost_so_far_usd"] = self.cost_so_far_usd
+        return doc
+
+
+def cluster_statuses(
+    store: StateStore, name: str | None = None, progress: Callable[[str], None] = _quiet
+) -> list[ClusterStatus]:
+    """The clusters under the state home (or just ``name``), each with what its provider says runs
+    now and its autodown; damaged state files last (what ``ddpctl status`` lists). A cluster that
+    took itself down (autodown) has what its nodes could not delete deleted now, said to ``progress``."""
+    from ddpctl.infra.hosts import autodown
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.state import DamagedState
+    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.runs.records import list_runs
+
+    found, damaged = [], []
+    runs = None
+    for each in [name] if name else store.names():
+        try:
+            state = store.load(each)
+        except DamagedState as exc:  # shown as such: `down` still cleans it up
+            salvage = store.salvage(exc.name)
+            damaged.append(
+                ClusterStatus(
+                    exc.name,
+                    salvage.provider or "?",
+                    "damaged",
+                    damaged=exc.reason,
+                    message=str(exc),
+                    readable=salvage.to_dict(),
+                )
+            )
+            continue
+        estimate = None
+        if state.spec.autodown_s:
+            try:
+                with locks.cluster(store, state.name, "status"):  # as `down`: one command changes it
+                    if clusters.clean_taken_down(store, store.load(state.name), progress):
+                        found.append(ClusterStatus(state.name, state.spec.provider, "down", took_itself_down=True))
+                        continue
+            except locks.Busy:
+                pass  # another command has it now: shown as it is
+            runs = list_runs(store) if runs is None else runs
+            estimate = autodown.fires_at(state, runs)
+        live = get_provider(state.spec.provider).status(state)
+        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live, autodown=estimate))
+    return found + damaged
+
+
+def status(
+    name: str | None = None, *, home: str | Path | None = None, progress: Callable[[str], None] | None = print_progress
+) -> list[ClusterStatus]:
+    """``ddpctl status``: the clusters under the state home (or just ``name``), each with its autodown
+    (``ClusterStatus.autodown``); one that took itself down is cleaned up (``took_itself_down``)."""
+    return cluster_statuses(_store(home), name, progress or _quiet)
+
+
+def check(
+    name: str | None = None,
+    *,
+    port: int | None = None,
+    size_mb: float = 32,
+    bandwidth: bool = True,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> CheckReport:
+    """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
+    (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.runs.check import run_check
+
+    if not 0.001 <= size_mb <= 8192:
+        raise UsageError(f"Invalid value for '--size-mb': {size_mb} is not in the range 0.001<=x<=8192.")
+    progress = progress or _quiet
+    state = clusters.load(_store(home), name)
+    provider = get_provider(state.spec.provider)
+    port = provider.rdzv_port(state, port)
+    targets, executor_for = provider.check_targets(state, progress)
+    return run_check(targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb)

@@ -1,0 +1,83 @@
+"""What the Python API's functions share: the terminal's output for a run, the state home, and
+values checked as the CLI checks its flags."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.model.store import StateStore
+
+
+def print_progress(message: str) -> None:
+    """The default progress callback: the line on stderr, as the CLI prints it."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def print_line(line: OutputLine) -> None:
+    """The default job-line callback: ``[node1 r3] text`` on stdout, as ``ddpctl run`` prints it."""
+    label = f"[{line.node} r{line.rank}]" if line.rank is not None else f"[{line.node}]"
+    print(f"{label} {line.text}", flush=True)
+
+
+def _quiet(_: Any) -> None:
+    pass
+
+
+class _Terminal:
+    """``run``'s default: the lines as ``ddpctl run`` prints them (``print_line``), less the
+    repeated agent lines (``repeats.py``) and a failure's secondary traces (``failures.py``)."""
+
+    def __init__(self, run_id: str) -> None:
+        from ..failures import SecondaryTraces
+        from ..repeats import RepeatedAgentLines
+
+        self.repeats, self.traces = RepeatedAgentLines(run_id), SecondaryTraces(run_id)
+
+    def line(self, line: OutputLine) -> None:
+        show = self.repeats.take(line)
+        self._say(self.repeats.note())
+        for each in self.traces.take(line) if show else []:
+            print_line(each)
+
+    def end(self) -> None:
+        self.repeats.end()
+        self._say(self.repeats.note())
+        for each in self.traces.end():
+            self._say(each) if isinstance(each, str) else print_line(each)
+        self._say(self.traces.note())
+
+    @staticmethod
+    def _say(note: str | None) -> None:
+        if note:
+            print(note, flush=True)
+
+
+def _store(home: str | Path | None) -> StateStore:
+    from ddpctl.infra.model.store import StateStore
+
+    store = StateStore(Path(home)) if home is not None else StateStore()
+    store.check_home()
+    return store
+
+
+def _convert(kind: Any, value: Any, flag: str, sep: str = ",") -> Any:
+    """A value as the CLI's parameter type takes it (``2:3``, ``"2,1"``), checked as the CLI checks
+    its text and refused with the CLI's words."""
+    import click
+
+    from ddpctl.infra.model.errors import UsageError
+
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        value = sep.join(map(str, value))
+    elif isinstance(value, int):
+        value = str(value)
+    try:
+        return kind.convert(value, None, None)
+    except click.BadParameter as exc:
+        raise UsageError(f"Invalid value for {flag!r}: {exc.message}") from None

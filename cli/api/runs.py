@@ -1,0 +1,216 @@
+"""The Python API's run verbs: ``run``, ``runs``, ``logs``, ``download``, ``metrics``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.runs.logs import LogLine
+    from ddpctl.infra.runs.outputs import Downloaded
+    from ddpctl.infra.runs.records import RunRecord
+
+from .common import _convert, _quiet, _store, _Terminal, print_line, print_progress
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    node: str
+    exit_code: int | None
+    status: str  # ok | failed | stopped | lost
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What ``ddpctl.run`` returns: ``run --json``'s ``result``, and where the run's record is."""
+
+    run_id: str
+    exit_code: int  # 0 ok, 1 a node failed (130, interrupted, raises KeyboardInterrupt instead)
+    wall_s: float
+    nodes: tuple[NodeOutcome, ...]
+    failed_node: str | None
+    interrupted: bool
+    hint: str  # a failure's known cause, what it means and what to do ("" where none is known)
+    cause: str  # that cause's name, e.g. "rendezvous-timeout"
+    log: Path  # the run's output.log (`ddpctl logs RUN_ID`, `ddpctl.logs(run_id)`)
+    #: the run's metric lines (`ddpctl metrics RUN_ID --json`'s `lines`: step, epoch, loss, accuracy,
+    #: samples_per_s...), [] where it wrote none; `metrics[-1]` is the last
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics_file: Path | None = None  # the run's metrics.jsonl in its record, where it has one
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def exit_codes(self) -> dict[str, int | None]:
+        """Each node's agent's exit code."""
+        return {n.node: n.exit_code for n in self.nodes}
+
+    def to_dict(self) -> dict[str, Any]:
+        """``run --json``'s ``result`` (and ``run.json``'s)."""
+        doc = asdict(self)
+        doc.pop("log"), doc.pop("metrics"), doc.pop("metrics_file")
+        return {**doc, "nodes": list(doc["nodes"])}
+
+
+def run(
+    job: str,
+    *args: str,
+    nodes: int | str | tuple[int, int] | None = None,
+    nproc_per_node: int | str | tuple[int, ...] | None = None,
+    max_restarts: int | None = None,
+    name: str | None = None,
+    port: int | None = None,
+    run_id: str = "",
+    launcher: str | None = None,
+    snapshot_dir: str = "",
+    workdir: str | Path | None = None,
+    resume_from: str | None = None,
+    env: Sequence[str] = (),
+    env_files: Sequence[str | Path] = (),
+    python: str | None = None,
+    on_line: Callable[[OutputLine], None] | None = print_line,
+    progress: Callable[[str], None] | None = print_progress,
+    all_lines: bool = False,
+    home: str | Path | None = None,
+) -> RunOutcome:
+    """``ddpctl run JOB [-- ARGS]``: run a bundled job or a script on ``nodes`` nodes and wait for it.
+
+    ``args`` go to the job (``ddpctl run mnist -- --epochs 1`` is ``run("mnist", "--epochs", "1")``);
+    the other keywords are ``run``'s options (``nodes="2:3"``: elastic). Every line goes to the
+    run's ``output.log`` and to ``on_line`` (an ``OutputLine``: ``node``, ``rank``, ``text``; None:
+    quiet). The default prints them as ``ddpctl run`` does, ``[node1 r0] text`` on stdout: the
+    agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
+    every line). ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    the run and raises ``KeyboardInterrupt``.
+    """
+    from ddpctl.infra.runs.execute import execute
+    from ddpctl.infra.runs.prepare import prepare
+    from ddpctl.infra.runs.records import RunOptions
+
+    from ..options import NodeCount, NprocList, RunId
+
+    nodes = _convert(NodeCount(), nodes, "--nodes", sep=":")
+    nproc_per_node = _convert(NprocList(), nproc_per_node, "--nproc-per-node")
+    for flag, value in (("--run-id", run_id), ("--resume-from", resume_from)):
+        _convert(RunId(flag, allow_empty=True), value, flag)
+    opts = RunOptions.given(
+        job,
+        args,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        max_restarts=max_restarts,
+        name=name,
+        port=port,
+        run_id=run_id,
+        env=env,
+        env_files=env_files,
+        python=python,
+        launcher=launcher,
+        snapshot_dir=snapshot_dir,
+        resume_from=resume_from,
+        workdir=workdir,
+    )
+    store = _store(home)
+    prep = prepare(opts, store)
+    terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
+    try:
+        result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
+    finally:
+        if terminal is not None:
+            terminal.end()
+    if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
+        raise KeyboardInterrupt
+    from ddpctl.infra.runs import metrics as run_metrics
+
+    run_dir = store.run_dir(result.run_id)
+    metrics_file = run_dir / run_metrics.FILE
+    return RunOutcome(
+        run_id=result.run_id,
+        exit_code=result.exit_code,
+        wall_s=result.wall_s,
+        nodes=tuple(NodeOutcome(n.node, n.exit_code, n.status) for n in result.nodes),
+        failed_node=result.failed_node,
+        interrupted=result.interrupted,
+        hint=result.hint,
+        cause=result.cause,
+        log=run_dir / "output.log",
+        metrics=run_metrics.read(run_dir),
+        metrics_file=metrics_file if metrics_file.is_file() else None,
+    )
+
+
+def runs(*, home: str | Path | None = None) -> list[RunRecord]:
+    """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
+    ``started`` in epoch seconds); a run going on on the cluster with no ddpctl here is asked there."""
+    from ddpctl.infra.runs.on_cluster import bring_all_up_to_date
+    from ddpctl.infra.runs.records import list_runs
+
+    store = _store(home)
+    bring_all_up_to_date(store)  # a run whose ddpctl was killed: its record from the cluster, as `runs`
+    return list_runs(store)
+
+
+def logs(
+    run_id: str | None = None,
+    *,
+    node: str | None = None,
+    rank: int | None = None,
+    tail: int | None = None,
+    home: str | Path | None = None,
+) -> list[LogLine]:
+    """``ddpctl logs``: a run's lines from its ``output.log`` (default: the last run started),
+    filtered by node and rank, the last ``tail`` of them."""
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import logs as run_logs
+
+    from ..options import RunId
+
+    if run_id is not None:
+        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    if tail is not None and tail < 0:
+        raise UsageError(f"Invalid value for '--tail': {tail} is not in the range 0<=x<=10000000.")
+    from ddpctl.infra.runs.on_cluster import bring_up_to_date
+
+    store = _store(home)
+    run_id, path = run_logs.log_path(store, run_id)
+    bring_up_to_date(store, run_id)  # a run whose ddpctl was killed: its output from the cluster, as `logs`
+    keep = run_logs.LogFilter(node, rank)
+    run_logs.check_filter(store, run_id, keep)
+    return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))
+
+
+def download(
+    run_id: str,
+    *,
+    to: str | Path | None = None,
+    progress: Callable[[str], None] | None = print_progress,
+    home: str | Path | None = None,
+) -> Downloaded:
+    """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster (while that is up) into
+    ``DIR/RUN_ID``, default its record's ``outputs``; ``to_dict()`` is ``download --json``'s."""
+    from ddpctl.infra.runs.outputs import download as fetch_outputs
+
+    from ..options import RunId
+
+    _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    return fetch_outputs(_store(home), run_id, Path(to) if to else None, progress or _quiet)
+
+
+def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> list[dict[str, Any]]:
+    """``ddpctl metrics --json``'s ``lines``: a run's metric lines (default: the last run started),
+    one dict a line, [] where it wrote none. During a run, the lines brought so far (every few seconds)."""
+    from ddpctl.infra.runs import metrics as run_metrics
+    from ddpctl.infra.runs.logs import log_path
+
+    from ..options import RunId
+
+    if run_id is not None:
+        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    store = _store(home)
+    run_id, _ = log_path(store, run_id)  # an unknown run: the CLI's one line
+    return run_metrics.read(store.run_dir(run_id))
