@@ -43,20 +43,22 @@ def unfinished(store: StateStore, run_id: str, *, held: bool = False) -> tuple[s
 
 @contextmanager
 def _opened(
-    store: StateStore, run_id: str, *, held: bool = False
+    store: StateStore, run_id: str, *, held: bool = False, unreachable: set[str] | None = None
 ) -> Iterator[tuple[str, Handle, dict, Launcher] | None]:
     """For a run that ``unfinished`` finds: its cluster, handle, options and its launcher, open on
     the cluster's head node; None where there is none to reach (no such run or node, an
-    unreachable head)."""
+    unreachable head; ``unreachable``: clusters found so already, not tried again, and added to)."""
     found = unfinished(store, run_id, held=held)
     launcher = None
-    if found is not None:
+    if found is not None and found[0] not in (unreachable or ()):
         try:
             state = store.load(found[0])
             node = state.nodes[0] if state.nodes else None
             if node is not None and node.ssh is not None:
                 launcher = reopen(found[1], node.ssh)
         except Exception:  # an unreachable head, a damaged state: the record stays as it is
+            if unreachable is not None:
+                unreachable.add(found[0])
             launcher = None
     if launcher is None:
         yield None
@@ -90,10 +92,11 @@ def _update(store: StateStore, run_id: str, cluster: str, handle: Handle, option
     return True
 
 
-def bring_up_to_date(store: StateStore, run_id: str) -> bool:
+def bring_up_to_date(store: StateStore, run_id: str, unreachable: set[str] | None = None) -> bool:
     """The output (and record, once the run has ended) of ``run_id`` from its launcher. True where
-    the record was written; False where there is nothing to do or reach."""
-    with _opened(store, run_id) as found:
+    the record was written; False where there is nothing to do or reach (``unreachable``: the
+    clusters whose head could not be reached, for the next call)."""
+    with _opened(store, run_id, unreachable=unreachable) as found:
         if found is None:
             return False
         try:
@@ -103,8 +106,11 @@ def bring_up_to_date(store: StateStore, run_id: str) -> bool:
 
 
 def bring_all_up_to_date(store: StateStore) -> None:
+    """Every run's, a cluster whose head cannot be reached tried once (a laptop offline: `runs`
+    waits one connection timeout per cluster, not one per run)."""
+    unreachable: set[str] = set()
     for run_dir in sorted((store.home / "runs").glob("*/")):
-        bring_up_to_date(store, run_dir.name)
+        bring_up_to_date(store, run_dir.name, unreachable)
 
 
 def goes_on(store: StateStore, run_id: str) -> bool:
@@ -116,13 +122,14 @@ def going_on(store: StateStore, cluster: str, exclude: str = "") -> list[str]:
     """The runs of ``cluster`` (but ``exclude``) that go on on its side with no ddpctl here, their
     records brought up to date on the way (``run``'s queue waits for them; not for a run on a head
     that cannot be reached)."""
-    going = []
+    going: list[str] = []
+    unreachable: set[str] = set()
     for run_dir in sorted((store.home / "runs").glob("*/")):
         run_id = run_dir.name
         found = unfinished(store, run_id) if run_id != exclude else None
         if found is None or found[0] != cluster:
             continue
-        bring_up_to_date(store, run_id)
+        bring_up_to_date(store, run_id, unreachable)
         if (run_dir / ON_CLUSTER).exists():  # found going on just now
             going.append(run_id)
     return going

@@ -189,3 +189,25 @@ def test_follow_goes_on_from_the_lines_here(recorded) -> None:
     assert on_cluster.follow(recorded.store, "r1", got.append) is True
     assert got == lines[1:]
     assert "logs follow=True seen=1" in launcher.calls
+
+
+def test_an_unreachable_head_is_tried_once_per_cluster(recorded, monkeypatch) -> None:
+    """`runs` with the laptop offline: one connection timeout per cluster, not one per run."""
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.runs import on_cluster
+
+    doc = json.loads((recorded.dir / "options.json").read_text())
+    recorded.store.make_run_dir("r2")
+    (recorded.store.run_dir("r2") / "options.json").write_text(
+        json.dumps({**doc, "handle": {**doc["handle"], "run_id": "r2"}})
+    )
+    tries = []
+
+    def unreachable(handle, host):
+        tries.append(handle.run_id)
+        raise DdpctlError("cannot reach login-host: timed out")
+
+    monkeypatch.setattr(on_cluster, "reopen", unreachable)
+    on_cluster.bring_all_up_to_date(recorded.store)
+    assert tries == ["r1"]
+    assert not (recorded.dir / "run.json").exists()
