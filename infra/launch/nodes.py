@@ -78,9 +78,10 @@ def parse_line(node: str, raw: str) -> OutputLine:
     match = RANK_LINE.match(text)
     if match:
         # torchrun's tee prefixes each piece it reads: a line its worker wrote in pieces (print's
-        # arguments under PYTHONUNBUFFERED) comes as "[rank2]:ENV[rank2]: node2 ...": one line again
-        rest = match.group(2).replace(f"[rank{match.group(1)}]:", "")
-        return OutputLine(node, int(match.group(1)), rest)
+        # arguments under PYTHONUNBUFFERED) comes as "[rank2]:ENV[rank2]: node2 ...": one line again.
+        # The text's own leading "[rank2]: " (torch's, on a rank's traceback) stays.
+        text = match.group(2)
+        return OutputLine(node, int(match.group(1)), text[:1] + text[1:].replace(f"[rank{match.group(1)}]:", ""))
     return OutputLine(node, None, text)
 
 

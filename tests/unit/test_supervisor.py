@@ -161,6 +161,8 @@ def relaunch_as(clock: FakeClock, *outcomes: dict | Exception) -> Callable[[int]
         # a line the worker wrote in pieces, each read and prefixed by torchrun's tee on its own
         ("[rank2]:ENV[rank2]: node2 ddp0\n", 2, "ENV node2 ddp0"),
         ("[rank2]:a[rank1]: b", 2, "a[rank1]: b"),
+        ("[rank1]:[rank1]: Traceback (most", 1, "[rank1]: Traceback (most"),  # torch's own prefix stays
+        ("[rank1]:[rank1]: Trace[rank1]:back", 1, "[rank1]: Traceback"),
     ],
 )
 def test_rank_lines(raw: str, rank: int | None, text: str) -> None:
