@@ -13,17 +13,16 @@ import io
 import json
 import os
 import shlex
-import signal
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..model.errors import DdpctlError
 from ..node_programs import source
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, STORE_KEY
+from ..tools.signals import sigint_deferred
 from ..tools.trace import ENV as TRACE_ENV
 from .head_agent import read_log_line
 from .launcher import Described, Handle, Phase
@@ -283,7 +282,6 @@ def _stream(conn: fabric.Connection, where: str, pid: int, seen: list[int], sink
 
 def _answers(transport) -> bool:
     """The head answers a keepalive within ``ANSWER_S`` (paramiko's own wait has no time limit)."""
-    import threading
 
     answer: list[object] = []
 
@@ -340,25 +338,6 @@ def stop(head: fabric.Connection, pid: int) -> None:
     except KeyboardInterrupt:  # Ctrl-C again while it was sent: once more
         with sigint_deferred():
             head.run(f"kill -INT {pid}", hide=True, warn=True, in_stream=False)
-
-
-@contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Ctrl-C held back while a request goes out on the SSH connection (a KeyboardInterrupt in the
-    middle of paramiko's packet breaks the connection), and acted on once it is out. In the main
-    thread only (where Python runs signal handlers)."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield
-        return
-    got: list[object] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if got:
-        previous(signal.SIGINT, got[0])
 
 
 def read_record(head: fabric.Connection, where: str) -> dict | None:

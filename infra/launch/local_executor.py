@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..node_programs import source
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, stop_tagged
+from ..tools.signals import sigint_deferred
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .store import RdzvStore, stop_process
@@ -59,7 +60,12 @@ def _start_sweeper(run_id: str) -> subprocess.Popen:
 class LocalNodeProcess:
     def __init__(self, launch: NodeLaunch) -> None:
         self.node = launch.node
-        self._popen = subprocess.Popen(
+        with sigint_deferred():  # a Ctrl-C inside the fork's hooks would be lost
+            self._popen = self._start(launch)
+
+    @staticmethod
+    def _start(launch: NodeLaunch) -> subprocess.Popen:
+        return subprocess.Popen(
             launch.argv,
             cwd=launch.cwd,
             env={**os.environ, **launch.env},

@@ -92,7 +92,7 @@ def test_ctrl_c_waits_until_a_request_to_the_head_is_out() -> None:
     import os
     import signal
 
-    from ddpctl.infra.launch.head import sigint_deferred
+    from ddpctl.infra.tools.signals import sigint_deferred
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     done = []
