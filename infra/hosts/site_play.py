@@ -43,10 +43,14 @@ def changed_summary(report: PlayReport) -> str:
     )
 
 
-def reconfigure(state: ClusterState, inventory: str, key_dir: Path, progress: Progress, play: Play) -> PlayReport:
+def reconfigure(
+    state: ClusterState, inventory: str, key_dir: Path, progress: Progress, play: Play, work_folder: str = ""
+) -> PlayReport:
     """site.yml again on every node of a cluster that is up, with its recorded variables; the nodes
     as the play now reports them (in check mode, as they were: nothing changed)."""
-    report = run_site(inventory, state.nodes, key_dir, progress, state.spec.playbook_vars, play=play)
+    report = run_site(
+        inventory, state.nodes, key_dir, progress, state.spec.playbook_vars, play=play, work_folder=work_folder
+    )
     if not play.check:
         state.nodes = record_nodes(state.nodes, report, {n.name: n.cpus for n in state.nodes})
     return report
@@ -60,12 +64,15 @@ def run_site(
     playbook_vars: dict[str, str] | None = None,
     play: Play = WHOLE_PLAY,
     limit: list[str] | None = None,
+    work_folder: str = "",
 ) -> PlayReport:
     """playbooks/site.yml on ``nodes`` of ``inventory``; the cluster's node key pair lives in ``key_dir``.
 
     ``playbook_vars`` (``up --playbook-var``) are extra vars: they win over the inventory's.
     ``play``: only some roles (``--tags``), check mode, diffs, as ``ansible-playbook`` takes them.
     ``limit``: only these of ``nodes`` (a replaced node), the others still the cluster's (its head).
+    ``work_folder``: the cluster's own folder under the hosts' work root (hosts several clusters
+    share: ``ddpctl_cluster_folder``); "": the work root itself (nodes the cluster owns).
     """
     limit = limit or [n.name for n in nodes]
     progress(f"{'checking (changing nothing)' if play.check else 'configuring'} {len(limit)} node(s) with {SITE}")
@@ -74,16 +81,20 @@ def run_site(
         "site.yml",
         inventory,
         progress,
-        extravars=site_extravars(nodes, key_dir, playbook_vars),
+        extravars=site_extravars(nodes, key_dir, playbook_vars, work_folder),
         limit=",".join(limit),
         play=play,
     )
 
 
-def site_extravars(nodes: list[NodeInfo], key_dir: Path, playbook_vars: dict[str, str] | None = None) -> dict[str, str]:
-    """What ddpctl adds to the inventory for site.yml: the user's variables, the cluster's key dir and
-    the rendezvous address (the head node's)."""
+def site_extravars(
+    nodes: list[NodeInfo], key_dir: Path, playbook_vars: dict[str, str] | None = None, work_folder: str = ""
+) -> dict[str, str]:
+    """What ddpctl adds to the inventory for site.yml: the user's variables, the cluster's key dir,
+    the rendezvous address (the head node's) and the cluster's own work folder where it has one."""
     own = {"ssh_mesh_controller_key_dir": str(key_dir), "nccl_env_master_addr": nodes[0].host}
+    if work_folder:
+        own["ddpctl_cluster_folder"] = work_folder
     return {**(playbook_vars or {}), **own}
 
 

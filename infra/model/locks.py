@@ -124,14 +124,14 @@ def _alive(pid: int) -> bool:
 
 
 def _run_lock(store: StateStore, run_id: str) -> _Lock:
-    return _Lock(store.home / "runs" / f".{run_id}.lock")
+    return _Lock(store.run_dir(run_id).with_name(f".{run_id}.lock"))
 
 
 class ClusterLock:
     """A command's hold on one cluster: exclusive (up, down, configure) or shared (a run)."""
 
     def __init__(self, store: StateStore, name: str, command: str) -> None:
-        self.lock, self.name, self.command = _Lock(store.clusters_dir / f".{name}.lock"), name, command
+        self.lock, self.name, self.command = _Lock(store.lock_path(name)), name, command
         self.store = store
 
     def take(self, *, shared: bool = False) -> ClusterLock:
@@ -182,7 +182,7 @@ class RunSlot:
     """A cluster's run slot: one run at a time trains on a cluster, the others wait their turn."""
 
     def __init__(self, store: StateStore, name: str, command: str) -> None:
-        self.lock, self.command = _Lock(store.clusters_dir / f".{name}.runs.lock"), command
+        self.lock, self.command = _Lock(store.lock_path(name, ".runs")), command
 
     def try_take(self) -> bool:
         return self.lock.acquire(self.command, shared=False)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ClusterNotFound, DdpctlError, UsageError
+from .spec import NAME_RE, RUN_ID_RE, check_cluster_name, check_run_id
 from .state import (
     ClusterState,
     DamagedState,
@@ -58,11 +59,15 @@ class StateStore:
 
     def owns(self, name: str, path: str | Path) -> bool:
         """``path`` is absolute and lies inside cluster ``name``'s own folder under this home (or is
-        it): the only paths ``down`` removes."""
+        it): the only paths ``down`` removes. The cluster's folder must itself be a folder of this
+        home's ``clusters/``, not a link out of it (a link there could point at anything)."""
         candidate = Path(path)
         if not candidate.is_absolute():
             return False
-        root = Path(os.path.realpath(self.cluster_dir(name)))
+        own = self.cluster_dir(name)
+        if own.is_symlink() or Path(os.path.realpath(own)).parent != Path(os.path.realpath(self.clusters_dir)):
+            return False
+        root = Path(os.path.realpath(own))
         found = Path(os.path.realpath(candidate))
         return found == root or root in found.parents
 
@@ -123,14 +128,46 @@ class StateStore:
         return self.home / "clusters"
 
     def path(self, name: str) -> Path:
+        """A cluster's state file. Every path of a cluster under this home is made here or in
+        ``cluster_dir`` from a name checked here (``check_cluster_name``), whichever door the name
+        came through (a flag, the Python API, a record read back): ``../x`` never reaches a path."""
+        check_cluster_name(name)
         return self.clusters_dir / f"{name}.json"
 
     def cluster_dir(self, name: str) -> Path:
         """Where a provider keeps a cluster's local files (node dirs, keys)."""
+        check_cluster_name(name)
         return self.clusters_dir / name
 
+    def lock_path(self, name: str, suffix: str = "") -> Path:
+        """``clusters/.NAME{suffix}.lock``: the cluster's lock files (``model/locks.py``)."""
+        check_cluster_name(name)
+        return self.clusters_dir / f".{name}{suffix}.lock"
+
     def run_dir(self, run_id: str) -> Path:
+        """A run's record folder (its id checked, as a cluster's name is)."""
+        check_run_id(run_id, "run id")
         return self.home / "runs" / run_id
+
+    def run_dirs(self) -> list[Path]:
+        """The runs' record folders, by name (a folder whose name no ddpctl gave is not a run's)."""
+        runs = self.home / "runs"
+        if not runs.is_dir():
+            return []
+        return sorted(p for p in runs.iterdir() if RUN_ID_RE.fullmatch(p.name) and p.is_dir())
+
+    def refuse_links(self, path: Path) -> None:
+        """``path`` (under this home) and every folder between it and the home are its own, not
+        symbolic links: what ddpctl replaces or removes there is never what a link points to."""
+        path = Path(os.path.abspath(path))
+        for part in (path, *path.parents):
+            if part == self.home or self.home not in part.parents:
+                break
+            if part.is_symlink():
+                raise DdpctlError(
+                    f"{part} is a symbolic link (to {os.readlink(part)}): ddpctl writes there only into a folder "
+                    "of its own; remove the link (what it points to stays), or give another folder"
+                )
 
     def check_writable(self) -> None:
         """Refuse a state home that cannot be created or written, before anything is created."""
@@ -148,10 +185,12 @@ class StateStore:
     def names(self) -> list[str]:
         if not self.clusters_dir.is_dir():
             return []
-        return sorted(p.stem for p in self.clusters_dir.glob("*.json") if not p.name.startswith("."))  # not locks
+        # not locks (.NAME.lock), nor a file no ddpctl named (not a cluster name: never a path of ours)
+        return sorted(p.stem for p in self.clusters_dir.glob("*.json") if NAME_RE.fullmatch(p.stem))
 
     def exists(self, name: str) -> bool:
-        return self.path(name).is_file()
+        """A cluster of that name is recorded here (a name no cluster can have never is)."""
+        return isinstance(name, str) and bool(NAME_RE.fullmatch(name)) and self.path(name).is_file()
 
     def load(self, name: str) -> ClusterState:
         """The cluster's state; ``DamagedState`` if its file cannot be read as one."""

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..hosts.ansible import Play, PlayReport
 from ..hosts.connections import check_reachable, connect, remote_stop
@@ -87,7 +87,14 @@ class OnpremProvider(Provider):
                     Path(res.id).mkdir(parents=True, exist_ok=True, mode=0o700)
                     res.status = ResourcePhase.CREATED
             store.save(state)
-            report = run_site(state.spec.inventory, state.nodes, root / "keys", progress, state.spec.playbook_vars)
+            report = run_site(
+                state.spec.inventory,
+                state.nodes,
+                root / "keys",
+                progress,
+                state.spec.playbook_vars,
+                work_folder=work_folder(state.name, state.cluster_id),
+            )
             nodes = record_nodes(state.nodes, report, cpus)
             state.nodes = nodes
             state.launcher = Launcher.SBATCH if slurm_answers(hosts[0]) else Launcher.TORCHRUN
@@ -100,7 +107,15 @@ class OnpremProvider(Provider):
         return create
 
     def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
-        _clean_hosts([(_host(n), n.workdir) for n in state.nodes], state.cluster_id, progress)
+        own = work_folder(state.name, state.cluster_id)
+        shared = sorted({n.workdir for n in state.nodes if n.workdir and PurePosixPath(n.workdir).name != own})
+        if shared:  # an older ddpctl's cluster, configured before each had its own folder
+            progress(
+                f"warning: {', '.join(shared)} on the hosts of {state.name!r} may hold other clusters' runs "
+                "(ddpctl gave each cluster its own folder only later): it stays"
+            )
+        owned = [(_host(n), n.workdir if PurePosixPath(n.workdir).name == own else "") for n in state.nodes]
+        _clean_hosts(owned, state.cluster_id, progress)
         return f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)"
 
     def down_damaged(self, name: str, found: Salvage, store: StateStore, progress: Progress) -> None:
@@ -128,13 +143,20 @@ class OnpremProvider(Provider):
         """site.yml again (``ddpctl configure``), after the same SSH check as ``up``."""
         progress(f"checking SSH to {len(state.nodes)} host(s)")
         check_reachable([_host(n) for n in state.nodes])
-        return reconfigure(state, state.spec.inventory, store.cluster_dir(state.name) / "keys", progress, play)
+        keys = store.cluster_dir(state.name) / "keys"
+        return reconfigure(state, state.spec.inventory, keys, progress, play, work_folder(state.name, state.cluster_id))
 
     def preflight(self, state: ClusterState) -> None:
         """site.yml verified every node's Python env; `run` checks reachability as it connects."""
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: _host(n) for n in state.nodes}, sink, head_node=state.nodes[0])
+
+
+def work_folder(name: str, cluster_id: str) -> str:
+    """The cluster's own folder under the hosts' work root (``ddpctl_cluster_folder`` of site.yml):
+    hosts may serve several clusters, each with its runs' snapshots; ``down`` removes only this one."""
+    return f"{name}-{cluster_id}"
 
 
 def _clean_hosts(hosts: list[tuple[Host, str]], cluster_id: str, progress: Progress) -> None:

@@ -109,7 +109,7 @@ def bring_all_up_to_date(store: StateStore) -> None:
     """Every run's, a cluster whose head cannot be reached tried once (a laptop offline: `runs`
     waits one connection timeout per cluster, not one per run)."""
     unreachable: set[str] = set()
-    for run_dir in sorted((store.home / "runs").glob("*/")):
+    for run_dir in store.run_dirs():
         bring_up_to_date(store, run_dir.name, unreachable)
 
 
@@ -124,7 +124,7 @@ def going_on(store: StateStore, cluster: str, exclude: str = "") -> list[str]:
     that cannot be reached)."""
     going: list[str] = []
     unreachable: set[str] = set()
-    for run_dir in sorted((store.home / "runs").glob("*/")):
+    for run_dir in store.run_dirs():
         run_id = run_dir.name
         found = unfinished(store, run_id) if run_id != exclude else None
         if found is None or found[0] != cluster:

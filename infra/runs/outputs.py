@@ -65,7 +65,7 @@ class RunFolder:
 def recorded(store: StateStore) -> list[Recorded]:
     """Every run record that can be read, oldest first (a damaged one is `ddpctl runs`' to show)."""
     found = []
-    for path in (store.home / "runs").glob("*/options.json"):
+    for path in (d / "options.json" for d in store.run_dirs() if (d / "options.json").is_file()):
         try:
             doc, opts = read_options(path)
             started = path.stat().st_mtime
@@ -182,7 +182,10 @@ def _remote_sizes(state: ClusterState, paths: list[str]) -> list[list[int] | Non
 
 def fetch(state: ClusterState, path: str, dest: Path) -> None:
     """Copy the folder ``path`` of the head node into ``dest`` (made, or replaced as a whole once the
-    copy is complete: an interrupted copy leaves the old one)."""
+    copy is complete: an interrupted copy leaves the old one). A ``dest`` that is a symbolic link is
+    refused: what it points to is not ours to replace."""
+    if dest.is_symlink():
+        raise DdpctlError(f"{dest} is a symbolic link (to {os.readlink(dest)}): remove the link, or copy elsewhere")
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
@@ -275,9 +278,6 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
     """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster, while that is up, into
     ``DIR/<run id>`` (default: the run's record, ``runs/<id>/outputs``); where its cluster is gone, its
     kept outputs."""
-    from ..model import locks
-    from ..node_programs.outputs import size
-
     path = store.run_dir(run_id) / "options.json"
     if not path.is_file():
         raise UsageError(f"no run {run_id!r} under {store.home}: `ddpctl runs` lists them")
@@ -291,9 +291,40 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
             f"`aws s3 cp --recursive {run.snapshot_dir} DIR` fetches them"
         )
     kept = store.run_dir(run_id) / OUTPUTS
-    dest = (to / run_id if to else kept).resolve()
-    if dest != kept.resolve() and dest.exists():  # the user's folder: never replaced, never deleted
-        raise UsageError(f"{dest} already exists: move it away, or give another --to")
+    store.refuse_links(kept)  # replaced below: never through a link to a folder of the user's
+    if to is None:
+        dest = kept
+    else:
+        _check_into(to)
+        dest = Path(os.path.abspath(to / run_id))  # not resolved: a link there is the user's folder
+        if os.path.lexists(dest):  # the user's folder: never replaced, never deleted
+            raise UsageError(f"{dest} already exists: move it away, or give another --to")
+    try:
+        return _download(store, run, kept, dest, progress)
+    except OSError as exc:  # a folder that cannot be written (/proc, a full disk): nothing left behind
+        raise UsageError(
+            f"could not write run {run_id}'s outputs into {dest} ({exc.strerror or exc}): "
+            "give --to a folder you can write, with room for them"
+        ) from None
+
+
+def _check_into(to: Path) -> None:
+    """``--to``: a folder, or a path where one can be made (a file, a device, is refused)."""
+    probe = Path(os.path.abspath(to))
+    if probe.exists() and not probe.is_dir():
+        raise UsageError(f"--to {to} is not a folder: give a folder to copy the run's outputs into")
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--to {to}: {probe} is not a folder you can write: give a folder you can write")
+
+
+def _download(store: StateStore, run: Recorded, kept: Path, dest: Path, progress: Progress) -> Downloaded:
+    """``download``'s copy into ``dest`` (checked by ``download``)."""
+    from ..model import locks
+    from ..node_programs.outputs import size
+
+    run_id = run.run_id
     if store.exists(run.cluster) and not run.ephemeral:
         with locks.cluster(store, run.cluster, "download", shared=True):  # `down` waits for the copy
             state = store.load(run.cluster)
@@ -310,9 +341,13 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
     got = size(str(kept))
     if got is None:
         raise DdpctlError(f"run {run_id}'s cluster {run.cluster!r} is down and kept none of its outputs")
-    if dest != kept.resolve():
+    if dest != kept:
         progress(f"run {run_id}'s cluster {run.cluster!r} is down: copying its kept outputs into {dest}")
-        shutil.copytree(kept, dest, dirs_exist_ok=True, symlinks=True)
+        try:
+            shutil.copytree(kept, dest, symlinks=True)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)  # made here just now (it did not exist): nothing half-copied
+            raise
     else:
         progress(f"run {run_id}'s cluster {run.cluster!r} is down: its outputs are kept in {kept}")
     return Downloaded(run_id, str(kept), str(dest), got[0], got[1])

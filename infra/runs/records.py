@@ -125,7 +125,7 @@ def list_runs(store: StateStore) -> list[RunRecord]:
     """Every recorded run, oldest first; an unfinished one is what `run --resume` is for, a
     damaged one (a record that cannot be read) is listed as such."""
     records = []
-    for run_dir in (store.home / "runs").glob("*/"):
+    for run_dir in store.run_dirs():
         path = run_dir / "options.json"
         queued = run_dir / QUEUED
         if not path.exists() and queued.exists() and locks.run_alive(store, run_dir.name):

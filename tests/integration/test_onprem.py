@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -555,3 +556,31 @@ def test_every_gpu_of_every_node_by_default(onprem, testbed: Testbed) -> None:
         back = ddpctl("configure", "--tags", "nvidia", "--json", env=env, timeout=600)
     assert back.returncode == 0, back.stderr
     assert [n["gpus"] for n in json.loads(back.stdout)["cluster"]["nodes"]] == [0, 0, 0]
+
+
+def test_down_of_another_cluster_on_the_same_hosts_leaves_this_ones_work_folder(onprem, testbed: Testbed) -> None:
+    """Issue 42: every cluster on the same hosts shared one work folder (``/opt/ddpctl/work``, or the
+    inventory's), and `down` of one removed it with the other's run snapshots. Each cluster now has
+    its own folder under it (``NAME-ID``); `down` of a second cluster, from another state home, on
+    the same hosts leaves the first one's folder and a run's file in it."""
+    first = json.loads(onprem.up.stdout)["cluster"]
+    workdirs = [Path(n["workdir"]) for n in first["nodes"]]
+    assert all(w.name == f"default-{first['cluster_id']}" for w in workdirs), workdirs
+    decoys = []
+    for w in workdirs:
+        decoy = w / "runs" / "precious" / "snapshot.pt"
+        decoy.parent.mkdir(parents=True, exist_ok=True)
+        decoy.write_text("weights\n")
+        decoys.append(decoy)
+    other = {**onprem.env, "DDPCTL_HOME": str(onprem.tmp / "other-home")}
+    up = onprem_up(onprem.inventory, _env(other), "--name", "other")
+    second = json.loads(up.stdout)["cluster"]
+    theirs = [Path(n["workdir"]) for n in second["nodes"]]
+    assert all(t.parent == w.parent and t != w for t, w in zip(theirs, workdirs)), (theirs, workdirs)
+    assert all(t.is_dir() for t in theirs)
+    down = ddpctl("down", "--name", "other", env=_env(other))
+    assert down.returncode == 0, down.stderr
+    assert not any(t.exists() for t in theirs)
+    assert all(d.read_text() == "weights\n" for d in decoys)
+    for d in decoys:
+        shutil.rmtree(d.parent.parent)
