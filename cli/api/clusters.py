@@ -124,7 +124,7 @@ class ClusterStatus:
 
     name: str
     provider: str
-    status: str  # up | creating | ... | damaged
+    status: str  # up | creating | ... | stopped (by autodown, its head kept with the outputs) | damaged
     state: ClusterState | None = None  # None: damaged
     live: LiveStatus | None = None
     damaged: str = ""  # why the state file cannot be read
@@ -162,6 +162,7 @@ class ClusterStatus:
         from ..output_json import iso
 
         doc = {**self.state.to_dict(), "created_at": iso(self.state.created_at), "age_s": round(self.age_s)}
+        doc["status"] = str(self.status)  # "stopped" where autodown kept the head, as the table says
         doc["autodown"] = self.autodown.to_dict() if self.autodown else None
         if self.live:
             doc["live"] = self.live.to_dict()
@@ -212,7 +213,8 @@ def cluster_statuses(
             runs = list_runs(store) if runs is None else runs
             estimate = autodown.fires_at(state, runs)
         live = get_provider(state.spec.provider).status(state)
-        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live, autodown=estimate))
+        phase = "stopped" if live.details.get("kept_head") else state.status  # by autodown, its outputs kept
+        found.append(ClusterStatus(state.name, state.spec.provider, phase, state, live, autodown=estimate))
     return found + damaged
 
 
