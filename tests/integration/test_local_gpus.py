@@ -134,3 +134,21 @@ def test_callers_cuda_visible_devices_narrows_the_split(home: Path, tmp_path: Pa
     )
     assert dry.returncode == 0, dry.stderr
     assert re.findall(r"env:  CUDA_VISIBLE_DEVICES=(\S+)", dry.stdout) == ["1", "3"], dry.stdout
+
+
+def test_more_ranks_than_gpus_is_refused_before_anything_starts(home: Path, tmp_path: Path) -> None:
+    """Ranks and GPUs agree: 4 processes on a local node with 1 GPU is one line, exit 2, nothing
+    started or recorded; the same run with the GPUs hidden (-e CUDA_VISIBLE_DEVICES=, a CPU job) runs."""
+    env = machine(tmp_path, 1)
+    refused = ddpctl("run", "message-passing", "--nproc-per-node", "4", env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "Error: 4 process(es) on node node0 of cluster 'default', which has 1 GPU(s) (counted at up/configure): "
+        "each rank of a GPU job needs a GPU of its own: give --nproc-per-node 1 or fewer, or "
+        "-e CUDA_VISIBLE_DEVICES= (empty) for ranks that use no GPU"
+    ]
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    assert not (home / "clusters" / "default.json").exists()
+    cpu = ddpctl("run", "message-passing", "--nproc-per-node", "4", "-e", "CUDA_VISIBLE_DEVICES=", env=env, timeout=300)
+    assert cpu.returncode == 0, cpu.stdout + cpu.stderr
+    assert cpu.stdout.count("all_reduce OK (10.0 == 10.0)") == 4, cpu.stdout
