@@ -6,43 +6,20 @@ The split's arithmetic: tests/unit/test_local_gpus.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import ddpctl
+from tests.support.local_gpus import machine
 
-STAND_IN_SMI = """#!/bin/sh
-# a stand-in nvidia-smi: lists GPUs this machine does not have (the ranks run on CPU with gloo)
-[ "$1" = -L ] || exit 9
-for i in $(seq 0 $(({count} - 1))); do echo "GPU $i: NVIDIA H200 (UUID: GPU-stand-in-$i)"; done
-"""
 SHOW = (
     "import os\n"
     "print('visible', os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'), 'local_rank', os.environ['LOCAL_RANK'],"
     " 'order', os.environ.get('CUDA_DEVICE_ORDER', '<unset>'), flush=True)\n"
 )
 SEEN = re.compile(r"^\[(node\d) r(\d+)\] visible (\S+) local_rank (\d) order (\S+)$", re.MULTILINE)
-
-
-def machine(tmp_path: Path, gpus: int | None, **extra: str) -> dict[str, str]:
-    """The environment of a machine with ``gpus`` GPUs (None: no nvidia-smi; -1: one that fails)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    if gpus is not None:
-        smi.write_text(
-            STAND_IN_SMI.format(count=gpus) if gpus >= 0 else "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n"
-        )
-        smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **extra}
-    if gpus is None:  # whatever this machine has, hidden: only PATH entries without an nvidia-smi
-        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
-    if "CUDA_VISIBLE_DEVICES" not in extra:  # the test's own shell may have one
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
 
 
 def seen(stdout: str) -> dict[str, list[tuple[str, str]]]:
