@@ -111,6 +111,10 @@ def test_callers_cuda_visible_devices_narrows_the_split(home: Path, tmp_path: Pa
     )
     assert dry.returncode == 0, dry.stderr
     assert re.findall(r"env:  CUDA_VISIBLE_DEVICES=(\S+)", dry.stdout) == ["1", "3"], dry.stdout
+    assert re.findall(r"node       (node\d) at .*, GPUs (\S+)$", dry.stdout, re.MULTILINE) == [
+        ("node0", "1"),
+        ("node1", "3"),
+    ], dry.stdout
 
 
 def test_more_ranks_than_gpus_is_refused_before_anything_starts(home: Path, tmp_path: Path) -> None:
