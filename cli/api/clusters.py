@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
 
-from .common import _quiet, _store, print_progress
+from .common import _env_pairs, _quiet, _store, print_progress
 
 
 def up(
@@ -26,7 +26,7 @@ def up(
     inventory: str | Path | None = None,
     nproc_per_node: int | None = None,
     port: int | None = None,
-    env: Sequence[str] = (),
+    env: Mapping[str, str] | Sequence[str] = (),
     playbook_vars: Sequence[str] = (),
     python: str | None = None,
     options: dict[str, Any] | None = None,
@@ -39,7 +39,9 @@ def up(
     """``ddpctl up``: bring a cluster up and return its state (``status --json``'s cluster).
 
     ``options`` are the provider's own (``region``, ``instance_type``, ``tags``...: the keys of
-    ``ddpctl.toml``'s ``[cluster]``); ``env``/``playbook_vars`` are ``KEY=VALUE`` strings. A billed
+    ``ddpctl.toml``'s ``[cluster]``); ``env`` is a mapping ``{"K": "V"}`` (or ``KEY=VALUE`` strings), the
+    values every run on the cluster gets (recorded: no secrets; ``run(env_from=...)`` passes those);
+    ``playbook_vars`` are ``KEY=VALUE`` strings. A billed
     provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
@@ -60,7 +62,7 @@ def up(
         nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
         nproc_per_node=nproc_per_node or 0,
         port=port,
-        env=parse_env(tuple(env)),
+        env=parse_env(_env_pairs(env)),
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(tuple(playbook_vars), flag="--playbook-var"),
         options=dict(options or {}),

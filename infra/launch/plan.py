@@ -176,7 +176,7 @@ def plan_torchrun(
                     )
                 project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
                 node_script = f"{project_dir}/{project.script}"
-        layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file)
+        layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file, node.devices)
         argv = torchrun_argv(
             node.python or cluster.spec.python,
             run,
@@ -235,7 +235,13 @@ def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int)
 
 
 def node_layers(
-    cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
+    cluster: ClusterState,
+    run: RunSpec,
+    cpus: int,
+    ifname: str | None,
+    nproc: int = 1,
+    env_file: str = "",
+    devices: str = "",
 ) -> RankEnv:
     """Env for one node's agent (and so its ranks), in its layers: ``rank_env`` for a node of ``cluster``."""
     return rank_env(
@@ -247,6 +253,7 @@ def node_layers(
         nproc=nproc,
         ifname=ifname,
         shared_dir=cluster.shared_dir,
+        devices=devices,
     )
 
 

@@ -135,6 +135,9 @@ class NodeInfo:
     nproc: int = 0
     #: the node's SSH client config for the cluster's mesh (the ssh_mesh role's; "": the user's own)
     ssh_config: str = ""
+    #: the GPUs this node's ranks see, as CUDA_VISIBLE_DEVICES lists them ("": not set, every GPU of its
+    #: host): local nodes share one machine's GPUs, each its own (providers/local.split_gpus)
+    devices: str = ""
 
 
 @dataclass
