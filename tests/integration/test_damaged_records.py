@@ -187,7 +187,7 @@ DRAWN = {
     "D31 log_metrics(step, loss)": None,
     "D18 no loss": '{"kind": "step", "step": 1, "samples_per_s": 40}\n{"kind": "step", "step": 2, "samples_per_s": 41}\n',
     "D19 a line without step": '{"kind": "step", "loss": 1.0}\n{"kind": "step", "step": 2, "loss": 0.5}\n',
-    "D21 loss abc": '{"kind": "step", "step": 1, "loss": "abc", "samples_per_s": 5}\n',
+    "D21 loss abc": '{"kind": "step", "step": 1, "loss": "abc"}\n{"kind": "step", "step": 2, "loss": 0.5}\n',
 }
 
 
