@@ -217,14 +217,13 @@ def list_runs(store: StateStore) -> list[RunRecord]:
         done, duration = path.with_name("run.json"), None
         if done.is_file():
             try:
-                outcome = json.loads(done.read_text())["result"]
-                code, duration = outcome.get("exit_code"), outcome.get("wall_s")
-                if outcome.get("interrupted"):
+                code, duration, interrupted = read_result(json.loads(done.read_text()))
+                if interrupted:
                     state = RunState.INTERRUPTED
                 else:
                     state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
                 result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (OSError, ValueError) as exc:  # SchemaError too: the field, and what it holds
                 state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
         nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
         kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
@@ -246,6 +245,15 @@ def list_runs(store: StateStore) -> list[RunRecord]:
             )
         )
     return sorted(records, key=lambda r: r.started)
+
+
+def read_result(data: object) -> tuple[int | None, float | None, bool]:
+    """What ``runs`` reads of a run's ``run.json`` (pure; ``SchemaError`` names a damaged field): the
+    job's exit code (None: not known), how long it ran in seconds (None: not known) and whether it was
+    interrupted; the rest of the record (its plan) is ``logs``' and ``check``'s."""
+    result = Doc(data).doc("result")
+    code = result.count("exit_code", None, low=-(1 << 16), high=1 << 16)
+    return code, result.number("wall_s", None), result.flag("interrupted", False)
 
 
 def run_cost(doc: dict, duration: object) -> float | None:

@@ -295,3 +295,28 @@ def test_a_picture_file_that_can_be_drawn(tmp_path: Path) -> None:
     (tmp_path / "d.png").mkdir()
     with pytest.raises(UsageError, match="is a folder"):
         metrics.check_picture(str(tmp_path / "d.png"))
+
+
+@pytest.mark.parametrize(
+    "doc,said",
+    [
+        ({"result": {"exit_code": "x", "wall_s": 1.0}}, "result.exit_code: 'x', not a whole number"),
+        ({"result": {"exit_code": 0, "wall_s": math.inf}}, "result.wall_s: inf, not a finite number"),
+        ({"result": {"exit_code": 0, "interrupted": "no"}}, "result.interrupted: 'no', not true or false"),
+        ({"result": [1, 2]}, "result: a list, not an object"),
+        ([1, 2], "a list, not an object"),
+    ],
+)
+def test_a_damaged_run_result_is_named(doc: object, said: str) -> None:
+    from ddpctl.infra.runs.records import read_result
+
+    with pytest.raises(SchemaError) as caught:
+        read_result(doc)
+    assert str(caught.value).startswith(said), str(caught.value)
+
+
+def test_a_run_result_reads_back() -> None:
+    from ddpctl.infra.runs.records import read_result
+
+    assert read_result({"result": {"exit_code": 1, "wall_s": 2, "plan": {}}, "plan": {}}) == (1, 2.0, False)
+    assert read_result({"result": {"exit_code": None, "interrupted": True}}) == (None, None, True)
