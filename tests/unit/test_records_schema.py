@@ -24,6 +24,7 @@ import pytest
 from ddpctl.infra.launch.launcher import Handle
 from ddpctl.infra.launch.plan import plan_torchrun
 from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.schema import SchemaError
 from ddpctl.infra.model.spec import PROVIDERS, ClusterSpec, RunSpec
 from ddpctl.infra.model.state import ClusterState, DamagedState, NodeInfo, Resource
@@ -35,9 +36,11 @@ from ddpctl.output_json import dumps, finite
 
 
 def healthy() -> ClusterState:
-    nodes = [NodeInfo(f"node{i}", "127.0.0.1", f"/w/node{i}", cpus=2) for i in range(2)]
-    resources = [Resource("dir", "/w/node0", "created"), Resource("dir", "/w/node1", "created")]
-    spec = ClusterSpec(name="c", nodes=2)
+    """A state whose every record type has a value (a field the schema does not read fails here)."""
+    ssh = Host("node1", "10.0.0.2", user="u", port=2222, key_file="/k", ssh_args=("-o", "A=b"), vars={"x": 1})
+    nodes = [NodeInfo("node0", "127.0.0.1", "/w/node0", cpus=2), NodeInfo("node1", "10.0.0.2", "/w", ssh=ssh)]
+    resources = [Resource("dir", "/w/node0", "created"), Resource("dir", "/w/node1", "created", {"a": "b"})]
+    spec = ClusterSpec(name="c", nodes=2, env={"A": "1"}, autodown_s=60)
     return ClusterState(spec=spec, cluster_id="cid1", status="up", nodes=nodes, resources=resources, created_at=1.8e9)
 
 
@@ -106,6 +109,8 @@ def test_a_damaged_state_field_is_named(tmp_path: Path, damage: str) -> None:
 
 
 def test_a_healthy_state_and_older_versions_still_load(tmp_path: Path) -> None:
+    """Every field of every record type round-trips: a field added to one must be read in
+    ``state.py``'s ``from_dict`` (else every state file written since reads as damaged)."""
     store = StateStore(tmp_path)
     store.save(healthy())
     assert store.load("c") == healthy()
