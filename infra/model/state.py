@@ -212,9 +212,12 @@ def _spec(doc: Doc, version: int) -> ClusterSpec:
         doc.raw("options", {})  # replaced by the flat keys, as versions 1 to 3 meant
     else:
         options = doc.obj("options", {})
-    for key in options:
-        if not isinstance(key, str):
-            raise SchemaError(doc.at("options"), f"a key {shown(key)} that is not a string")
+    for key, value in options.items():  # of the kinds a provider's option takes (providers/options.KINDS)
+        table = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        if not (isinstance(value, (str, int, bool)) or table):
+            raise SchemaError(
+                f"{doc.at('options')}.{key}", f"{shown(value)}, not text, a whole number, true/false or a table of text"
+            )
     values = dict(
         name=doc.text("name", "default"),
         provider=provider,

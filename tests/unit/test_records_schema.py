@@ -78,6 +78,10 @@ STATE_DAMAGES: dict[str, tuple[Callable[[dict], object], str]] = {
     "spec nodes a word": (edit(lambda d: d["spec"].update(nodes="2")), "spec.nodes: '2', not a whole number"),
     "spec port too high": (edit(lambda d: d["spec"].update(port=70000)), "spec.port: 70000 is out of range"),
     "an env value a number": (edit(lambda d: d["spec"].update(env={"A": 1})), "spec.env.A: 1, not a string"),
+    "a provider option a list": (
+        edit(lambda d: d["spec"]["options"].update(region=["x"])),
+        "spec.options.region: ['x'], not text",
+    ),
     "autodown_s negative": (edit(lambda d: d["spec"].update(autodown_s=-1)), "spec.autodown_s: -1 is out of range"),
     "status a number": (edit(lambda d: d.update(status=3)), "status: 3, not one of planned"),
     "launcher unknown": (edit(lambda d: d.update(launcher="mpirun")), "launcher: 'mpirun', not one of torchrun"),
