@@ -172,7 +172,10 @@ RUN_DAMAGES: dict[str, tuple[Callable[[dict], object], str]] = {
         "handle.ref: '1; rm -rf ~', not a process or job id",
     ),
     "options a list": (edit(lambda d: d.update(options=[])), "options: a list, not an object"),
-    "a field no ddpctl writes": (edit(lambda d: d.update(colour="red")), "colour: a field no ddpctl writes"),
+    "an option no ddpctl writes": (
+        edit(lambda d: d["options"].update(colour="red")),
+        "options.colour: a field no ddpctl writes",
+    ),
 }
 
 
