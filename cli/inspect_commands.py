@@ -192,12 +192,13 @@ def metrics(run_id, last, png, follow, as_json) -> int:
     from .output import Output
 
     out = Output(as_json)
+    picture = run_metrics.check_picture(png) if png is not None else None  # before anything is read or drawn
     store = open_store()
     run_id, _ = log_path(store, run_id)
     path = store.run_dir(run_id) / run_metrics.FILE
     if follow:
         batches = run_metrics.follow(store.run_dir(run_id), lambda: locks.run_alive(store, run_id))
-        if not as_json and not png:  # as they come: every epoch line and the last --last step lines first
+        if not as_json and picture is None:  # as they come: every epoch line and the last --last step lines first
             said = 0
             for i, batch in enumerate(batches):
                 for doc in run_metrics.shown(batch, last) if i == 0 else batch:
@@ -209,10 +210,10 @@ def metrics(run_id, last, png, follow, as_json) -> int:
         for _ in batches:  # to the run's end
             pass
     lines = run_metrics.read(store.run_dir(run_id))
-    if png:
+    if picture is not None:
         if not lines:
             raise DdpctlError(f"run {run_id} has no metrics ({path}): nothing to draw")
-        run_metrics.plot(lines, png, title=f"run {run_id}")
+        run_metrics.plot(lines, picture, title=f"run {run_id}")
         out.progress(f"run {run_id}: curves drawn in {png}")
     if as_json:
         out.document(

@@ -15,6 +15,7 @@ over before the run is followed); what runs a plan and follows it to its end sta
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -32,6 +33,11 @@ class Phase(Word):
     RUNNING = "running"  # (or pending: waiting for Slurm's nodes)
     ENDED = "ended"  # its record is there
     GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
+
+
+#: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits only (it goes into commands run on
+#: the cluster: ``scancel REF``; a record that says otherwise is damaged)
+REF_RE = re.compile(r"[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,10 @@ class Handle:
         if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
             return None
         try:
-            return cls(str(doc["kind"]), str(doc["ref"]), str(doc["folder"]), str(doc["run_id"]))
+            handle = cls(str(doc["kind"]), str(doc["ref"]), str(doc["folder"]), str(doc["run_id"]))
         except KeyError:
             return None
+        return handle if REF_RE.fullmatch(handle.ref) else None  # it goes into commands on the cluster
 
 
 @dataclass(frozen=True)

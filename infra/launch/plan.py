@@ -151,6 +151,11 @@ def plan_torchrun(
     which is also where it starts; on this machine's nodes a user's script runs in place, from its
     project's directory.
     """
+    if not cluster.nodes:
+        raise UsageError(
+            f"cluster {cluster.name!r} ({cluster.status}) records no nodes to run on: take it down with "
+            f"`ddpctl down --name {cluster.name}`, then bring it up again"
+        )
     if run.nodes > len(cluster.nodes):
         raise UsageError(
             f"--nodes {run.nodes} but cluster {cluster.name!r} has {len(cluster.nodes)} node(s): "

@@ -23,6 +23,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_PORT = 29500
+#: Every provider's name, as --provider and a state file's ``spec.provider`` give it (the registry,
+#: ``providers/__init__.py``, has a module for each)
+PROVIDERS = ("local", "onprem", "aws", "pcluster")
 #: Upper bounds, each with the reason the message gives.
 MAX_NODES = 1024
 MAX_NODES_WHY = "ddpctl starts and watches one agent per node from this machine, one SSH session each"

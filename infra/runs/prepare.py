@@ -29,11 +29,6 @@ from ..providers.base import Executor, ExecutorFor, Provider
 from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
 from .records import OUTPUTS, RunOptions, read_options, resume_options
 
-#: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
-#: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;
-#: the local provider's bound on ranks per CPU applies to every count).
-NPROC_WORDS = ("gpu", "auto")
-
 
 @dataclass
 class PreparedRun:
