@@ -257,6 +257,7 @@ def _node(doc: Doc) -> NodeInfo:
         torch=doc.text("torch", ""),
         nproc=doc.count("nproc", 0, high=MAX_NPROC),
         ssh_config=doc.text("ssh_config", ""),
+        devices=doc.text("devices", ""),
     )
     doc.done()
     return node
