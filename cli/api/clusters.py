@@ -215,7 +215,7 @@ def cluster_statuses(
             runs = list_runs(store) if runs is None else runs
             estimate = autodown.fires_at(state, runs)
         live = get_provider(state.spec.provider).status(state)
-        phase = "stopped" if live.details.get("kept_head") else state.status  # by autodown, its outputs kept
+        phase = "stopped" if live is not None and live.details.get("kept_head") else state.status  # autodown kept it
         found.append(ClusterStatus(state.name, state.spec.provider, phase, state, live, autodown=estimate))
     return found + damaged
 
