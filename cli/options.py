@@ -139,7 +139,7 @@ dry_run_option = click.option(
 
 
 class Duration(click.ParamType):
-    """An idle time for autodown (``infra.hosts.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
+    """An idle time for autodown (``infra.hosts.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``600s`` (5 min at least), or ``off``
     (0 seconds); a TOML integer is refused for its missing unit."""
 
     name = "DURATION"
@@ -162,7 +162,7 @@ autodown_option = click.option(
     type=Duration("--autodown"),
     default="off",
     metavar="DURATION",
-    help="aws: once no run has been active this long (30m, 2h, 90s), the nodes shut themselves down and EC2 "
+    help="aws: once no run has been active this long (30m, 2h; 5m at least), the nodes shut themselves down and EC2 "
     "terminates them, with no ddpctl running anywhere; the next `status`, `down` or `up` of the name deletes "
     "the rest (network, key pair). [default: off]",
 )
