@@ -132,6 +132,8 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
+    if follow and run_id is not None:  # a queued run (`run --detach` behind another): followed once it starts
+        run_logs.wait_turn(store, run_id, out.progress)
     run_id, path = run_logs.log_path(store, run_id)
     from ddpctl.infra.runs import on_cluster
 
