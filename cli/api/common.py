@@ -105,7 +105,7 @@ def _one(param: Any, flag: str, keyword: str, value: Any) -> Any:
 
     from ddpctl.infra.model.errors import UsageError
 
-    from ..options import NodeCount, NprocList
+    from ..options import ClusterName, NodeCount, NprocList, RunId
 
     kind = param.type
     if isinstance(kind, (NodeCount, NprocList)):  # a count, a tuple of them, or the flag's text
@@ -125,5 +125,6 @@ def _one(param: Any, flag: str, keyword: str, value: Any) -> Any:
         value = os.fspath(value)
     try:
         return kind.convert(value, param, None)
-    except click.BadParameter as exc:
-        raise UsageError(f"Invalid value for {flag!r}: {exc.message}") from None
+    except click.BadParameter as exc:  # a rule of infra.model.spec says the flag itself: its words alone
+        words = exc.message if isinstance(kind, (ClusterName, RunId)) else f"Invalid value for {flag!r}: {exc.message}"
+        raise UsageError(words) from None
