@@ -192,12 +192,13 @@ def metrics(run_id, last, png, follow, as_json) -> int:
     from .output import Output
 
     out = Output(as_json)
+    picture = run_metrics.check_picture(png) if png is not None else None  # before anything is read or drawn
     store = open_store()
     run_id, _ = log_path(store, run_id)
     path = store.run_dir(run_id) / run_metrics.FILE
     if follow:
         batches = run_metrics.follow(store.run_dir(run_id), lambda: locks.run_alive(store, run_id))
-        if not as_json and not png:  # as they come: every epoch line and the last --last step lines first
+        if not as_json and picture is None:  # as they come: every epoch line and the last --last step lines first
             said = 0
             for i, batch in enumerate(batches):
                 for doc in run_metrics.shown(batch, last) if i == 0 else batch:
@@ -209,10 +210,10 @@ def metrics(run_id, last, png, follow, as_json) -> int:
         for _ in batches:  # to the run's end
             pass
     lines = run_metrics.read(store.run_dir(run_id))
-    if png:
+    if picture is not None:
         if not lines:
             raise DdpctlError(f"run {run_id} has no metrics ({path}): nothing to draw")
-        run_metrics.plot(lines, png, title=f"run {run_id}")
+        run_metrics.plot(lines, picture, title=f"run {run_id}")
         out.progress(f"run {run_id}: curves drawn in {png}")
     if as_json:
         out.document(
@@ -255,7 +256,9 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
     all-reduce between the two, reported as bus bandwidth; the slowest link is named, and the
     transport each node's all-reduce used (efa, socket, ib; gloo on CPU nodes), as NCCL_DEBUG=INFO
-    reports it. Exits 1 if any node cannot reach another.
+    reports it. Inside each node with 2 or more GPUs, an all-reduce among its GPUs (one rank each).
+    What it did not measure is said (one node: no links between nodes). Exits 1 if any node cannot
+    reach another.
     """
     from rich.table import Table
 
@@ -281,16 +284,28 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     if as_json:
         out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
     else:
-        table = Table(title=f"links of {state.name!r} (port {port})", title_justify="left")
-        for col in ("link", "reachable", "all-reduce busbw"):
-            table.add_column(col)
         pairs = sorted({tuple(sorted(k)) for k in [*report.reach, *report.bandwidth_gbps]})
-        for a, b in pairs:
-            reach = [report.reach.get((a, b)), report.reach.get((b, a))]
-            shown = "n/a (same host)" if reach == [None, None] else ("yes" if reach == ["ok", "ok"] else f"{reach}")
-            bw = report.bandwidth_gbps.get((a, b)) or report.bandwidth_gbps.get((b, a))
-            table.add_row(f"{a} <-> {b}", shown, "" if bw is None else f"{bw:.3f} GB/s")
-        out.table(table)
+        if pairs:
+            table = Table(title=f"links of {state.name!r} (port {port})", title_justify="left")
+            for col in ("link", "reachable", "all-reduce busbw"):
+                table.add_column(col)
+            for a, b in pairs:
+                reach = [report.reach.get((a, b)), report.reach.get((b, a))]
+                shown = "n/a (same host)" if reach == [None, None] else ("yes" if reach == ["ok", "ok"] else f"{reach}")
+                bw = report.bandwidth_gbps.get((a, b)) or report.bandwidth_gbps.get((b, a))
+                table.add_row(f"{a} <-> {b}", shown, "" if bw is None else f"{bw:.3f} GB/s")
+            out.table(table)
+        if report.in_node_gbps:
+            table = Table(title=f"inside the nodes of {state.name!r}", title_justify="left")
+            for col in ("node", "GPUs (ranks)", "all-reduce busbw", "backend"):
+                table.add_column(col)
+            for node, gbps in sorted(report.in_node_gbps.items()):
+                backend = report.in_node_backend.get(node, "")
+                shown = f"{backend} (no GPU used: CPU)" if backend == "gloo" else backend
+                table.add_row(node, str(report.in_node_ranks.get(node, "")), f"{gbps:.3f} GB/s", shown)
+            out.table(table)
+        for note in report.notes:
+            out.progress(note)
         slowest = report.slowest
         if slowest:
             out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")

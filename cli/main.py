@@ -7,7 +7,6 @@ them are imported only when used).
 from __future__ import annotations
 
 import errno
-import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,7 +18,7 @@ from ddpctl.infra.model.errors import DdpctlError
 
 from . import access_commands, cluster_commands, inspect_commands, run_command
 from .options import EXIT_CODES, JSON_META, QUIET_META, VERBOSE_META
-from .output_json import envelope
+from .output_json import dumps, envelope
 
 # Commands import the library (ddpctl.infra, rich) when they run, not at start-up: `--help` stays fast.
 
@@ -79,7 +78,7 @@ def _fail(exc: BaseException, message: str, code: int) -> NoReturn:
         traceback.print_exception(exc)
     click.echo(f"Error: {message}", err=True)
     if as_json:  # from the parsed --json (an eager option), not from a "--json" anywhere in argv
-        click.echo(json.dumps(envelope(command, False, error={"code": code, "message": message}), indent=2))
+        click.echo(dumps(envelope(command, False, error={"code": code, "message": message})))
     sys.exit(code)
 
 

@@ -5,7 +5,6 @@ With ``--json`` exactly one JSON document goes to stdout; everything else goes t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -23,7 +22,7 @@ from ddpctl.infra.launch.supervise import OutputLine, RunResult
 
 from .failures import SecondaryTraces
 from .options import QUIET_META
-from .output_json import envelope
+from .output_json import dumps, envelope
 from .repeats import RepeatedAgentLines
 
 NODE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -175,7 +174,7 @@ class Output:
         ok = doc.pop("ok", True)
         ctx = click.get_current_context(silent=True)
         command = ctx.info_name if ctx is not None else None
-        click.echo(json.dumps(envelope(command, ok, **doc), indent=2, default=str))
+        click.echo(dumps(envelope(command, ok, **doc)))
 
     def table(self, table: Table) -> None:
         """A listing (status, runs, check): the command's output, on stdout (stderr under --json)."""

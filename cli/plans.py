@@ -11,7 +11,8 @@ def print_cluster_plan(state, note: str = "") -> None:
         click.echo(f"  {res.kind:<10} {res.id}")
     for node in state.nodes:
         where = f" (workdir {node.workdir})" if node.workdir else ""
-        click.echo(f"  node       {node.name} at {node.host}{where}")
+        gpus = f", GPUs {node.devices}" if node.devices else ""  # its share of its host's (local nodes)
+        click.echo(f"  node       {node.name} at {node.host}{where}{gpus}")
 
 
 def print_launch_plan(plan) -> None:

@@ -94,7 +94,8 @@ from .plans import print_cluster_plan, print_launch_plan
     multiple=True,
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Secrets for every rank from FILE (KEY=VALUE lines, # comments; repeatable): recorded by name only, "
+    help='Secrets for every rank from FILE (a .env as python-dotenv reads it: KEY=VALUE, export KEY="v", '
+    "quotes, # comments; repeatable): recorded by name only, "
     "read again by --resume.",
 )
 @python_option

@@ -71,7 +71,7 @@ def every_pair(x, args, cuda):
                 if rank == mine[0]:
                     print(
                         f"pair {mine[0]} {mine[1]} round={number} size_mb={args.size_mb:g} time_ms={seconds * 1000:.2f} "
-                        f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f}",
+                        f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f} backend={dist.get_backend()}",
                         flush=True,
                     )
             dist.barrier()  # the next pairs start once these are done everywhere
@@ -100,7 +100,7 @@ def main():
         if dist.get_rank() == 0:
             print(
                 f"allreduce size_mb={args.size_mb:g} world={world} time_ms={seconds * 1000:.2f} "
-                f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f}",
+                f"algbw_gbps={algbw:.3f} busbw_gbps={busbw:.3f} backend={dist.get_backend()}",
                 flush=True,
             )
         dist.barrier()

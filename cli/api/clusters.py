@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
 
-from .common import _checked, _quiet, _store, print_progress
+from .common import _checked, _env_pairs, _quiet, _store, print_progress
 
 
 def up(
@@ -26,7 +26,7 @@ def up(
     inventory: str | Path | None = None,
     nproc_per_node: int | None = None,
     port: int | None = None,
-    env: Sequence[str] = (),
+    env: Mapping[str, str] | Sequence[str] = (),
     playbook_vars: Sequence[str] = (),
     python: str | None = None,
     options: dict[str, Any] | None = None,
@@ -39,7 +39,9 @@ def up(
     """``ddpctl up``: bring a cluster up and return its state (``status --json``'s cluster).
 
     ``options`` are the provider's own (``region``, ``instance_type``, ``tags``...: the keys of
-    ``ddpctl.toml``'s ``[cluster]``); ``env``/``playbook_vars`` are ``KEY=VALUE`` strings. A billed
+    ``ddpctl.toml``'s ``[cluster]``); ``env`` is a mapping ``{"K": "V"}`` (or ``KEY=VALUE`` strings), the
+    values every run on the cluster gets (recorded: no secrets; ``run(env_from=...)`` passes those);
+    ``playbook_vars`` are ``KEY=VALUE`` strings. A billed
     provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
@@ -52,9 +54,9 @@ def up(
 
     from ..cluster_commands import up as command
 
-    keywords = ("nodes", "provider", "name", "inventory", "nproc_per_node", "port", "env", "playbook_vars", "python")
+    keywords = ("nodes", "provider", "name", "inventory", "nproc_per_node", "port", "playbook_vars", "python")
     values = locals()
-    nodes, provider, name, inventory, nproc_per_node, port, env, playbook_vars, python = (
+    nodes, provider, name, inventory, nproc_per_node, port, playbook_vars, python = (
         _checked(command, k, values[k]) for k in keywords
     )
     autodown = _checked(command, "autodown", autodown)  # seconds (Click's Duration), None: off
@@ -73,7 +75,7 @@ def up(
         nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
         nproc_per_node=nproc_per_node or 0,
         port=port,
-        env=parse_env(env or ()),
+        env=parse_env(_env_pairs(env)),
         inventory=str(Path(inventory).resolve()) if inventory else "",
         playbook_vars=parse_env(playbook_vars or (), flag="--playbook-var"),
         options=dict(options or {}),
@@ -140,7 +142,7 @@ class ClusterStatus:
 
     name: str
     provider: str
-    status: str  # up | creating | ... | damaged
+    status: str  # up | creating | ... | stopped (by autodown, its head kept with the outputs) | damaged
     state: ClusterState | None = None  # None: damaged
     live: LiveStatus | None = None
     damaged: str = ""  # why the state file cannot be read
@@ -178,6 +180,7 @@ class ClusterStatus:
         from ..output_json import iso
 
         doc = {**self.state.to_dict(), "created_at": iso(self.state.created_at), "age_s": round(self.age_s)}
+        doc["status"] = str(self.status)  # "stopped" where autodown kept the head, as the table says
         doc["autodown"] = self.autodown.to_dict() if self.autodown else None
         if self.live:
             doc["live"] = self.live.to_dict()
@@ -228,7 +231,8 @@ def cluster_statuses(
             runs = list_runs(store) if runs is None else runs
             estimate = autodown.fires_at(state, runs)
         live = get_provider(state.spec.provider).status(state)
-        found.append(ClusterStatus(state.name, state.spec.provider, state.status, state, live, autodown=estimate))
+        phase = "stopped" if live.details.get("kept_head") else state.status  # by autodown, its outputs kept
+        found.append(ClusterStatus(state.name, state.spec.provider, phase, state, live, autodown=estimate))
     return found + damaged
 
 

@@ -128,3 +128,38 @@ def _one(param: Any, flag: str, keyword: str, value: Any) -> Any:
     except click.BadParameter as exc:  # a rule of infra.model.spec says the flag itself: its words alone
         words = exc.message if isinstance(kind, (ClusterName, RunId)) else f"Invalid value for {flag!r}: {exc.message}"
         raise UsageError(words) from None
+
+
+def _env_pairs(env: Any, env_from: Any = (), flag: str = "env") -> tuple[str, ...]:
+    """The API's ``env=`` as the CLI's ``-e`` strings: a mapping ``{"K": "V"}`` is those values
+    (``K=V``); a sequence of ``"K=V"`` strings is taken as the CLI takes them. ``env_from``: names
+    whose values come from the caller's environment (``-e K``), passed as secrets (recorded and shown by
+    name only)."""
+    from collections.abc import Mapping
+
+    from ddpctl.infra.model.errors import UsageError
+
+    if isinstance(env, str) or isinstance(env_from, str):
+        which, value = ("env", env) if isinstance(env, str) else ("env_from", env_from)
+        raise UsageError(f"{which}={value!r} is one string: give a mapping {{'K': 'V'}} or a list")
+    pairs: list[str] = []
+    if isinstance(env, Mapping):
+        for key, value in env.items():
+            if not isinstance(key, str) or not key:
+                raise UsageError(f"{flag}: key {key!r} is not a variable name: give names as strings")
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise UsageError(f"{flag}[{key!r}] is {value!r}: give each value as a string")
+            pairs.append(f"{key}={value}")
+    else:
+        for item in env:
+            if not isinstance(item, str) or "=" not in item:
+                raise UsageError(
+                    f"{flag}: {item!r} is not 'KEY=VALUE': give a mapping {{'K': 'V'}}, or names to pass through "
+                    "from your environment as env_from=[...]"
+                )
+            pairs.append(item)
+    for name in env_from:
+        if not isinstance(name, str) or not name or "=" in name:
+            raise UsageError(f"env_from: {name!r} is not a variable name: give names, e.g. ['WANDB_API_KEY']")
+        pairs.append(name)
+    return tuple(pairs)

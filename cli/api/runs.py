@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.runs.outputs import Downloaded
     from ddpctl.infra.runs.records import RunRecord
 
-from .common import _checked, _quiet, _store, _Terminal, print_line, print_progress
+from .common import _checked, _env_pairs, _quiet, _store, _Terminal, print_line, print_progress
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ def run(
     snapshot_dir: str = "",
     workdir: str | Path | None = None,
     resume_from: str | None = None,
-    env: Sequence[str] = (),
+    env: Mapping[str, str] | Sequence[str] = (),
+    env_from: Sequence[str] = (),
     env_files: Sequence[str | Path] = (),
     python: str | None = None,
     on_line: Callable[[OutputLine], None] | None = print_line,
@@ -85,7 +86,9 @@ def run(
     run's ``output.log`` and to ``on_line`` (an ``OutputLine``: ``node``, ``rank``, ``text``; None:
     quiet). The default prints them as ``ddpctl run`` does, ``[node1 r0] text`` on stdout: the
     agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
-    every line). ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    every line). ``env``: the ranks' variables, a mapping ``{"K": "V"}`` (``-e K=V``); ``env_from``:
+    names whose values come from your environment (``-e K``: secrets, recorded and shown by name
+    only); ``env_files``: ``--env-file``s. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
     from ddpctl.infra.model.errors import UsageError
@@ -107,7 +110,7 @@ def run(
         name=given["name"],
         port=given["port"],
         run_id=given["run_id"] or "",
-        env=given["env"] or (),
+        env=_env_pairs(env, env_from),
         env_files=given["env_files"] or (),
         python=given["python"],
         launcher=given["launcher"],
@@ -157,7 +160,6 @@ _RUN_OPTIONS = (
     "snapshot_dir",
     "workdir",
     "resume_from",
-    "env",
     "env_files",
     "python",
 )

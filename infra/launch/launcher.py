@@ -35,6 +35,11 @@ class Phase(Word):
     GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
 
 
+#: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits (an array task's with _N; it goes into commands run on
+#: the cluster: ``scancel REF``; a record that says otherwise is damaged)
+REF_RE = re.compile(r"[0-9]{1,20}(_[0-9]{1,9})?")  # a pid, a Slurm job id (an array task's: _N)
+
+
 @dataclass(frozen=True)
 class Handle:
     """A run on the cluster's side, as its launcher finds it again."""

@@ -151,6 +151,11 @@ def plan_torchrun(
     which is also where it starts; on this machine's nodes a user's script runs in place, from its
     project's directory.
     """
+    if not cluster.nodes:
+        raise UsageError(
+            f"cluster {cluster.name!r} ({cluster.status}) records no nodes to run on: take it down with "
+            f"`ddpctl down --name {cluster.name}`, then bring it up again"
+        )
     if run.nodes > len(cluster.nodes):
         raise UsageError(
             f"--nodes {run.nodes} but cluster {cluster.name!r} has {len(cluster.nodes)} node(s): "
@@ -176,7 +181,7 @@ def plan_torchrun(
                     )
                 project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
                 node_script = f"{project_dir}/{project.script}"
-        layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file)
+        layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file, node.devices)
         argv = torchrun_argv(
             node.python or cluster.spec.python,
             run,
@@ -193,7 +198,7 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=literal(argv),
-                env={**layers.merged(), NODE_KEY: node.name},
+                env=_snapshot_from_workdir({**layers.merged(), NODE_KEY: node.name}, run, node.workdir, cwd),
                 defaults=tuple(k for k in layers.defaults if k not in layers.explicit),
                 cwd=cwd,
                 log_dir=log_dir,
@@ -235,7 +240,13 @@ def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int)
 
 
 def node_layers(
-    cluster: ClusterState, run: RunSpec, cpus: int, ifname: str | None, nproc: int = 1, env_file: str = ""
+    cluster: ClusterState,
+    run: RunSpec,
+    cpus: int,
+    ifname: str | None,
+    nproc: int = 1,
+    env_file: str = "",
+    devices: str = "",
 ) -> RankEnv:
     """Env for one node's agent (and so its ranks), in its layers: ``rank_env`` for a node of ``cluster``."""
     return rank_env(
@@ -247,9 +258,20 @@ def node_layers(
         nproc=nproc,
         ifname=ifname,
         shared_dir=cluster.shared_dir,
+        devices=devices,
     )
 
 
 #: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
 #: and its launch there; None: the node was not replaced (its host is tried again as it is).
 Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]
+
+
+def _snapshot_from_workdir(env: dict[str, str], run: RunSpec, workdir: str, cwd: str) -> dict[str, str]:
+    """The run's own snapshot folder (relative: under the head's work directory, where ``down`` and
+    ``download`` look for it) made absolute where the ranks start elsewhere (a user's project, copied
+    to ``projects/<digest>``): else its outputs would land inside the project's copy, found by nothing."""
+    snap = env.get("DDPCTL_SNAPSHOT_DIR", "")
+    if snap and not run.snapshot_dir and not posixpath.isabs(snap) and workdir and cwd != workdir:
+        return {**env, "DDPCTL_SNAPSHOT_DIR": f"{workdir.rstrip('/')}/{snap}"}
+    return env

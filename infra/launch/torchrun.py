@@ -58,9 +58,12 @@ def rank_env(
     nproc: int = 1,
     ifname: str | None = None,
     shared_dir: str = "",
+    devices: str = "",
 ) -> RankEnv:
     """The ranks' environment. ``env_file``: the node has one, so NCCL_DEBUG comes from it, as the
-    admin set it; ``cpus``: the node's CPUs (None: unknown here, as on Slurm), shared by its ranks.
+    admin set it; ``cpus``: the node's CPUs (None: unknown here, as on Slurm), shared by its ranks;
+    ``devices``: the node's GPUs where it has only some of its host's (``NodeInfo.devices``), a
+    default that ``-e CUDA_VISIBLE_DEVICES=...`` overrides.
 
     No AWS credentials are ever put here (they would land in run records and process listings): an
     s3:// snapshot dir is read with the node's own credentials, on AWS its instance profile.
@@ -73,6 +76,8 @@ def rank_env(
         env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
     if shared_dir:
         env["DDPCTL_SHARED_DIR"] = shared_dir
+    if devices:  # the node's own GPUs of its host's (local nodes), numbered as nvidia-smi numbers them
+        env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"] = devices, "PCI_BUS_ID"
     if run.elastic:  # a silent peer (a lost link) fails a collective in 2 min, not torch's 10-30
         env["DDPCTL_COLLECTIVE_TIMEOUT_S"] = str(ELASTIC_COLLECTIVE_TIMEOUT_S)
     if run.max_restarts or run.elastic:

@@ -15,7 +15,7 @@ from ..model.spec import ClusterSpec
 from ..model.state import ClusterPhase, ClusterState, DamagedState
 from ..model.store import DownStore, StateStore
 from ..providers import NAMES, checked_spec, get_provider
-from ..providers.base import Progress, Provider
+from ..providers.base import Progress, Provider, TakenDown
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
@@ -175,8 +175,12 @@ def down(
             _down_damaged(name, store, progress, provider, region)
             return name
         provider = get_provider(state.spec.provider)
-        if provider.took_itself_down(state):
-            progress(_taken_down_note(state))
+        taken = provider.took_itself_down(state)
+        if taken:
+            progress(_taken_down_note(state, taken))
+            if taken.kept_head and before is not None:  # the runs' outputs on its disk: copied first
+                provider.start_kept_head(state, store, progress)
+                before(provider, state, store)
             provider.down(state, store, progress)
             return name
         if before is not None:
@@ -225,18 +229,20 @@ def clean_taken_down(store: StateStore, state: ClusterState, progress: Progress)
     """A cluster whose nodes took it down (autodown): what they could not delete (network, security
     group, key pair...) deleted now and said so; True if it was one. The caller holds its lock."""
     provider = get_provider(state.spec.provider)
-    if not provider.took_itself_down(state):
+    taken = provider.took_itself_down(state)
+    if not taken or taken.kept_head:  # a stopped head keeps the runs' outputs: only `down` copies them first
         return False
-    progress(_taken_down_note(state))
+    progress(_taken_down_note(state, taken))
     provider.down(state, DownStore(store.home, progress), progress)
     return True
 
 
-def _taken_down_note(state: ClusterState) -> str:
-    return (
-        f"cluster {state.name!r} took itself down (autodown after {autodown.text(state.spec.autodown_s)} idle): "
-        "deleting what its nodes could not (network, security group, key pair)"
-    )
+def _taken_down_note(state: ClusterState, taken: TakenDown) -> str:
+    said = f"cluster {state.name!r} took itself down (autodown after {autodown.text(state.spec.autodown_s)} idle)"
+    if taken.kept_head:
+        head = state.nodes[0].name if state.nodes else "its head node"
+        return f"{said}; {head} was stopped with the runs' outputs on its disk: copying them here, then deleting it all"
+    return f"{said}: deleting what its nodes could not (network, security group, key pair)"
 
 
 def _down_damaged(name: str, store: StateStore, progress: Progress, provider: str | None, region: str | None) -> None:

@@ -23,6 +23,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_PORT = 29500
+#: Every provider's name, as --provider and a state file's ``spec.provider`` give it (the registry,
+#: ``providers/__init__.py``, has a module for each)
+PROVIDERS = ("local", "onprem", "aws", "pcluster")
 #: Upper bounds, each with the reason the message gives.
 MAX_NODES = 1024
 MAX_NODES_WHY = "ddpctl starts and watches one agent per node from this machine, one SSH session each"
@@ -267,9 +270,18 @@ RESERVED_RUN_ENV = {
 MAX_ENV_FILE_BYTES = 1024 * 1024
 
 
-def read_env_file(path: str) -> list[tuple[int, str]]:
-    """An ``--env-file``'s ``KEY=VALUE`` lines with their line numbers (comments and blanks left
-    out): a regular file of at most MAX_ENV_FILE_BYTES (``/dev/zero`` would never end)."""
+def read_env_file(path: str) -> list[tuple[int, str, str | None]]:
+    """An ``--env-file`` as python-dotenv reads it: ``(line number, key, value)`` for each variable,
+    ``None`` for a bare ``KEY`` (its value from the caller's environment). ``export KEY=...``, single
+    and double quotes (escapes in double quotes), inline `` # comments`` after unquoted values, and
+    ``${VAR}`` from the file or the caller's environment, as ``dotenv_values`` does; a line it cannot
+    parse is refused naming the file and the line. A regular file of at most MAX_ENV_FILE_BYTES
+    (``/dev/zero`` would never end)."""
+    import io
+
+    from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
     flag = f"--env-file {path}"
     try:
         found = Path(path).stat()
@@ -277,10 +289,23 @@ def read_env_file(path: str) -> list[tuple[int, str]]:
             raise UsageError(f"{flag} is not a regular file: give a file of KEY=VALUE lines")
         if found.st_size > MAX_ENV_FILE_BYTES:
             raise UsageError(f"{flag} is larger than 1 MiB: give a file of KEY=VALUE lines")
-        lines = Path(path).read_text().splitlines()
+        text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{flag}: cannot read it ({exc}): give a readable KEY=VALUE file") from None
-    return [(n, line) for n, line in enumerate(lines, 1) if line.strip() and not line.lstrip().startswith("#")]
+    bindings = []
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            bad = binding.original.string
+            line = binding.original.line + bad[: len(bad) - len(bad.lstrip())].count("\n")  # blank lines before it
+            said = (bad.strip().splitlines() or [""])[0][:80]
+            raise UsageError(
+                f"{flag}, line {line}: {said!r} is not KEY=VALUE (python-dotenv's format: "
+                "KEY=VALUE, export KEY=VALUE, quoted values, # comments)"
+            )
+        if binding.key is not None:
+            bindings.append((binding.original.line, binding.key))
+    values = dotenv_values(stream=io.StringIO(text), interpolate=True)  # every line parsed: no warning
+    return [(line, key, values.get(key)) for line, key in bindings]
 
 
 def run_env(
@@ -289,45 +314,45 @@ def run_env(
     """``run``'s environment and which of its names are secrets.
 
     ``KEY=VALUE`` is recorded and shown as given. A bare ``KEY`` takes the caller's value (as
-    ``docker run -e KEY`` does), and every value of an ``--env-file`` (``KEY=VALUE`` lines, ``#``
-    comments, a bare ``KEY`` from the caller's environment too) is a secret: it reaches the ranks,
+    ``docker run -e KEY`` does), and every value of an ``--env-file`` (read as python-dotenv reads a
+    ``.env``: ``read_env_file``; a bare ``KEY`` from the caller's environment too) is a secret: it reaches the ranks,
     but run records, ``--dry-run`` and ddpctl's own command line show only its name.
     """
     environ = os.environ if environ is None else environ
     env: dict[str, str] = {}
     secret: set[str] = set()
 
-    def take(item: str, flag: str, from_file: bool) -> None:
-        key, sep, value = item.partition("=")
-        if not key:
-            raise UsageError(f"{flag} {item!r} is not KEY=VALUE (or KEY, for a value from your environment)")
+    def take(key: str, value: str | None, flag: str, from_file: bool) -> None:
         check_env_name(key, flag)
         if key in RESERVED_RUN_ENV:
             raise UsageError(f"{flag} {key}: {key} is set by ddpctl: {RESERVED_RUN_ENV[key]}")
-        if not sep:
+        is_secret = from_file or value is None
+        if value is None:
             if key not in environ:
                 raise UsageError(f"{flag} {key}: {key} is not set in your environment: export it, or give {key}=VALUE")
             value = environ[key]
-        if (from_file or not sep) and ("\n" in value or "\r" in value):
+        if is_secret and ("\n" in value or "\r" in value):
             raise UsageError(f"{flag} {key}: a secret's value must be one line (it travels as one)")
         env[key] = value
-        if from_file or not sep:
+        if is_secret:
             secret.add(key)
         else:
             secret.discard(key)
 
     for path in env_files:
         seen: dict[str, int] = {}
-        for number, line in read_env_file(path):
-            key = line.strip().partition("=")[0]
+        for number, key, value in read_env_file(path):
             if key in seen:
                 raise UsageError(
                     f"--env-file {path} sets {key} twice (lines {seen[key]} and {number}): keep one of them"
                 )
             seen[key] = number
-            take(line.strip() if "=" not in line else line.lstrip(), f"--env-file {path}", True)
+            take(key, value, f"--env-file {path}", True)
     for pair in pairs:
-        take(pair, "--env", False)
+        key, sep, value = pair.partition("=")
+        if not key:
+            raise UsageError(f"--env {pair!r} is not KEY=VALUE (or KEY, for a value from your environment)")
+        take(key, value if sep else None, "--env", False)
     return env, frozenset(secret)
 
 

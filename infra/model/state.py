@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import DdpctlError
+from .errors import DdpctlError, UsageError
 from .host import Host
-from .spec import ClusterSpec
+from .schema import Doc, SchemaError, shown
+from .spec import MAX_NODES, MAX_NPROC, PROVIDERS, ClusterSpec
 from .words import Word
 
 #: 2: a node's ``ssh`` is null where version 1 wrote {} (both are read).
@@ -65,7 +66,7 @@ class DamagedState(DdpctlError):
         self.name, self.path, self.reason = name, path, reason
         # the command that works as written: `down` needs --provider where the file no longer says
         try:
-            says = read_key(path.read_bytes().decode(errors="replace"), "provider") is not None
+            says = read_key(path.read_bytes().decode(errors="replace"), "provider") in PROVIDERS
         except OSError:
             says = False
         down = f"ddpctl down --name {name}" + ("" if says else " --provider PROVIDER")
@@ -135,6 +136,9 @@ class NodeInfo:
     nproc: int = 0
     #: the node's SSH client config for the cluster's mesh (the ssh_mesh role's; "": the user's own)
     ssh_config: str = ""
+    #: the GPUs this node's ranks see, as CUDA_VISIBLE_DEVICES lists them ("": not set, every GPU of its
+    #: host): local nodes share one machine's GPUs, each its own (providers/local.split_gpus)
+    devices: str = ""
 
 
 @dataclass
@@ -168,15 +172,25 @@ class ClusterState:
         return {"version": STATE_VERSION, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClusterState:
-        data = dict(data)
-        version = data.pop("version", 1)
-        return cls(
-            spec=_spec(data.pop("spec"), version),
-            nodes=[_node(n) for n in data.pop("nodes")],
-            resources=[Resource(**r) for r in data.pop("resources")],
-            **data,
+    def from_dict(cls, data: object) -> ClusterState:
+        """A state file's JSON, every field checked (``schema.py``): ``SchemaError`` names the first
+        field that is not what ddpctl writes there."""
+        doc = Doc(data)
+        version = doc.count("version", 1, low=1, high=STATE_VERSION)
+        state = cls(
+            spec=_spec(doc.doc("spec"), version),
+            cluster_id=doc.text("cluster_id"),
+            status=doc.word("status", ClusterPhase, ClusterPhase.CREATING),
+            shared_dir=doc.text("shared_dir", ""),
+            nodes=[_node(n) for n in doc.docs("nodes", [])],
+            resources=[_resource(r) for r in doc.docs("resources", [])],
+            created_at=doc.time("created_at", time.time()),  # as a file of version 1 or 2 leaves it out
+            ephemeral=doc.flag("ephemeral", False),
+            launcher=doc.word("launcher", Launcher, Launcher.TORCHRUN),
+            autodown_at=doc.time("autodown_at", 0.0),
         )
+        doc.done()
+        return state
 
 
 #: The provider options that state files before version 4 kept as keys of the spec, with their empty
@@ -189,19 +203,88 @@ _FLAT_OPTIONS: dict[str, Any] = {
 _FLAT_TAKEN = {"aws": set(_FLAT_OPTIONS), "pcluster": set(_FLAT_OPTIONS) - {"iam_instance_profile"}}
 
 
-def _spec(data: dict[str, Any], version: int) -> ClusterSpec:
+def _spec(doc: Doc, version: int) -> ClusterSpec:
     """Before version 4, a provider's options were keys of the spec: they move into ``options``
     (another provider's are dropped, a missing one is its empty value)."""
-    data = dict(data)
+    provider = doc.choice("provider", PROVIDERS, "local")
     if version < 4:
         own = {f.name for f in fields(ClusterSpec)}
-        flat = {key: data.pop(key) for key in list(data) if key not in own}
-        taken = _FLAT_TAKEN.get(data.get("provider", "local"), set())
-        data["options"] = {key: flat.get(key, _FLAT_OPTIONS[key]) for key in _FLAT_OPTIONS if key in taken}
-    return ClusterSpec(**data)
+        flat = {key: doc.raw(key) for key in list(doc.data) if key not in own}
+        taken = _FLAT_TAKEN.get(provider, set())
+        options = {key: flat.get(key, _FLAT_OPTIONS[key]) for key in _FLAT_OPTIONS if key in taken}
+        doc.raw("options", {})  # replaced by the flat keys, as versions 1 to 3 meant
+    else:
+        options = doc.obj("options", {})
+    for key, value in options.items():  # of the kinds a provider's option takes (providers/options.KINDS)
+        table = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        if not (isinstance(value, (str, int, bool)) or table):
+            raise SchemaError(
+                f"{doc.at('options')}.{key}", f"{shown(value)}, not text, a whole number, true/false or a table of text"
+            )
+    values = dict(
+        name=doc.text("name", "default"),
+        provider=provider,
+        nodes=doc.count("nodes", 1, low=1, high=MAX_NODES),
+        nproc_per_node=doc.count("nproc_per_node", 0, high=MAX_NPROC),
+        port=doc.count("port", None, low=1, high=65535),
+        env=doc.strings("env", {}),
+        python=doc.text("python", ClusterSpec.python),
+        inventory=doc.text("inventory", ""),
+        playbook_vars=doc.strings("playbook_vars", {}),
+        options=options,
+        autodown_s=doc.count("autodown_s", 0),
+    )
+    doc.done()
+    try:
+        return ClusterSpec(**values)
+    except UsageError as exc:  # the spec's own checks (a name, an environment variable's)
+        raise SchemaError(doc.where, str(exc)) from None
 
 
-def _node(data: dict[str, Any]) -> NodeInfo:
-    ssh = data.get("ssh")  # version 1 wrote {} for "none"
-    host = Host(**{**ssh, "ssh_args": tuple(ssh.get("ssh_args", ()))}) if ssh else None  # JSON has lists
-    return NodeInfo(**{**data, "ssh": host})
+def _node(doc: Doc) -> NodeInfo:
+    ssh = doc.raw("ssh", None)  # version 1 wrote {} for "none"
+    node = NodeInfo(
+        name=doc.text("name"),
+        host=doc.text("host"),
+        workdir=doc.text("workdir"),
+        cpus=doc.count("cpus", 1, low=1),
+        gpus=doc.count("gpus", 0),
+        ifname=doc.text("ifname", None),
+        python=doc.text("python", ""),
+        env_file=doc.text("env_file", ""),
+        bundle_dir=doc.text("bundle_dir", ""),
+        ssh=_host(Doc(ssh, doc.at("ssh"))) if ssh else None,
+        torch=doc.text("torch", ""),
+        nproc=doc.count("nproc", 0, high=MAX_NPROC),
+        ssh_config=doc.text("ssh_config", ""),
+        devices=doc.text("devices", ""),
+    )
+    doc.done()
+    return node
+
+
+def _host(doc: Doc) -> Host:
+    host = Host(
+        name=doc.text("name"),
+        address=doc.text("address"),
+        user=doc.text("user", None),
+        port=doc.count("port", 22, low=1, high=65535),
+        key_file=doc.text("key_file", None),
+        ssh_config=doc.text("ssh_config", None),
+        ssh_args=doc.texts("ssh_args", ()),  # JSON has lists
+        vars=doc.obj("vars", {}),
+        made_by=doc.text("made_by", ""),  # "": the user's inventory (and states written before it was recorded)
+    )
+    doc.done()
+    return host
+
+
+def _resource(doc: Doc) -> Resource:
+    resource = Resource(
+        kind=doc.text("kind"),
+        id=doc.text("id"),
+        status=doc.word("status", ResourcePhase, ResourcePhase.PLANNED),
+        detail=doc.obj("detail", {}),
+    )
+    doc.done()
+    return resource

@@ -14,10 +14,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import ClusterNotFound, DdpctlError, UsageError
-from .spec import NAME_RE, RUN_ID_RE, check_cluster_name, check_run_id
+from .schema import SchemaError
+from .spec import NAME_RE, PROVIDERS, RUN_ID_RE, check_cluster_name, check_run_id
 from .state import (
     ClusterState,
     DamagedState,
@@ -208,8 +210,8 @@ class StateStore:
             raise DamagedState(name, path, f"not JSON: {exc}") from None
         try:
             state = ClusterState.from_dict(data)
-        except (TypeError, KeyError, AttributeError, ValueError, UsageError) as exc:
-            raise DamagedState(name, path, f"not a ddpctl cluster state: {type(exc).__name__}: {exc}") from None
+        except SchemaError as exc:  # every field is checked there: this names the one that is wrong
+            raise DamagedState(name, path, str(exc)) from None
         if state.name != name:
             raise DamagedState(name, path, f"it records a cluster named {state.name!r}")
         return state
@@ -225,7 +227,9 @@ class StateStore:
             reason = exc.reason
         text = path.read_bytes().decode(errors="replace")
         keys = ("provider", "region", "cluster_id", "inventory")
-        return Salvage(reason, *(read_key(text, key) for key in keys))
+        found = Salvage(reason, *(read_key(text, key) for key in keys))
+        # a provider no ddpctl has is not one to clean up with: `down` asks which (--provider)
+        return found if found.provider in (None, *PROVIDERS) else replace(found, provider=None)
 
     def save(self, state: ClusterState) -> None:
         self.check_writable()

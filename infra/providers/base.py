@@ -57,6 +57,15 @@ ExecutorFor = Callable[[Sink], Executor]
 
 
 @dataclass(frozen=True)
+class TakenDown:
+    """A cluster whose nodes took it down (autodown). ``kept_head``: the head node's instance,
+    stopped rather than terminated so that its disk keeps the runs' outputs until ``down`` copies
+    them ("": nothing kept, every node gone)."""
+
+    kept_head: str = ""
+
+
+@dataclass(frozen=True)
 class LiveStatus:
     """What a provider's API says runs for a cluster now, and what that costs per hour."""
 
@@ -200,10 +209,16 @@ class Provider:
         up (``autodown`` providers only; ``check_spec`` refuses ``--autodown`` for the others)."""
         raise UsageError(self._no_autodown())
 
-    def took_itself_down(self, state: ClusterState) -> bool:
+    def took_itself_down(self, state: ClusterState) -> TakenDown | None:
         """The cluster's nodes took it down (autodown): what is left (network, key pair...) is for
-        ``down`` to delete. Default: never."""
-        return False
+        ``down`` to delete, and, with a ``kept_head``, the runs' outputs on its disk for ``down`` to
+        copy first (``start_kept_head``). Default: never (None)."""
+        return None
+
+    def start_kept_head(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+        """Start the head node that autodown stopped (``TakenDown.kept_head``) and make it reachable
+        again, so that ``down`` can copy the runs' outputs off its disk."""
+        raise UsageError(f"{self.name} clusters keep no stopped head node")
 
     def _no_autodown(self) -> str:
         return f"autodown is for --provider {_who(lambda p: p.autodown)}, not {self.name}: {self.no_autodown_why}"

@@ -37,6 +37,9 @@ LOCAL_RANKS_PER_CPU = 4
 
 
 class LocalProvider(Provider):
+    """Local nodes split this machine's GPUs between them (``split_gpus``): each node's ranks see
+    its own through CUDA_VISIBLE_DEVICES (``NodeInfo.devices``), counted once, when it is planned."""
+
     name = "local"
     no_autodown_why = "its nodes are processes on this machine, which bill nothing"
     remote_nodes = False  # every rank on this machine: its CPUs, its Python, its files
@@ -61,9 +64,18 @@ class LocalProvider(Provider):
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         root = store.cluster_dir(spec.name)
         cpus = max(1, (os.cpu_count() or 1) // spec.nodes)
+        shares = split_gpus(local_gpus(), spec.nodes)
         nodes = [
-            NodeInfo(name=f"node{i}", host=HOST, workdir=str(root / f"node{i}"), cpus=cpus, ifname=loopback_ifname())
-            for i in range(spec.nodes)
+            NodeInfo(
+                name=f"node{i}",
+                host=HOST,
+                workdir=str(root / f"node{i}"),
+                cpus=cpus,
+                ifname=loopback_ifname(),
+                gpus=len(share),
+                devices=",".join(share),
+            )
+            for i, share in enumerate(shares)
         ]
         cluster_id = uuid.uuid4().hex[:12]
         resources = [Resource("dir", str(root))]
@@ -165,6 +177,55 @@ def local_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+#: ``nvidia-smi -L``'s lines: "GPU 0: NVIDIA H200 (UUID: GPU-0b5c...)"
+SMI_LINE = re.compile(r"^GPU (?P<index>\d+):.*\(UUID: (?P<uuid>[^)\s]+)\)", re.MULTILINE)
+
+
+def local_gpus() -> tuple[str, ...]:
+    """This machine's GPUs, as CUDA_VISIBLE_DEVICES names them: ``nvidia-smi -L``'s indices (none
+    where there is no nvidia-smi or it fails), narrowed to the caller's own ``CUDA_VISIBLE_DEVICES``
+    where it is set (its entries, indices or UUIDs, that nvidia-smi lists; empty: none)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return visible_gpus(out.stdout if out.returncode == 0 else "", os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible_gpus(listing: str, visible: str | None) -> tuple[str, ...]:
+    """``local_gpus`` from ``nvidia-smi -L``'s text and the caller's CUDA_VISIBLE_DEVICES (pure)."""
+    found = [(m["index"], m["uuid"]) for m in SMI_LINE.finditer(listing)]
+    if visible is None:
+        return tuple(index for index, _ in found)
+    names = {index for index, _ in found} | {uuid for _, uuid in found}
+    return tuple(entry for entry in (e.strip() for e in visible.split(",")) if entry in names)
+
+
+def split_gpus(gpus: tuple[str, ...], nodes: int) -> list[tuple[str, ...]]:
+    """Each local node's share of this machine's GPUs (pure): as even as can be, in order, the first
+    nodes one more where they do not divide (3 GPUs on 2 nodes: 0,1 and 2). No GPUs: every node
+    none (CPU nodes). Fewer GPUs than nodes is refused: a node with none would run its ranks on the
+    CPU while the others use NCCL, and two nodes on one GPU is what NCCL refuses."""
+    if not gpus:
+        return [()] * nodes
+    if len(gpus) < nodes:
+        raise UsageError(
+            f"{nodes} local node(s) but this machine has {len(gpus)} GPU(s) (nvidia-smi -L), and each local node "
+            f"gets GPUs of its own: use --nodes {len(gpus)} or fewer (--nproc-per-node runs more ranks on a node), "
+            "or run every node on the CPU with CUDA_VISIBLE_DEVICES= set (empty) for ddpctl"
+        )
+    base, extra = divmod(len(gpus), nodes)
+    shares, start = [], 0
+    for i in range(nodes):
+        size = base + (1 if i < extra else 0)
+        shares.append(gpus[start : start + size])
+        start += size
+    return shares
 
 
 def check_local_ranks(nodes: int, nprocs: tuple[int, ...] | int) -> None:

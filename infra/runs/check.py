@@ -1,4 +1,5 @@
-"""``ddpctl check``: can every node reach every other on the rendezvous port, and how fast is each link?
+"""``ddpctl check``: can every node reach every other on the rendezvous port, how fast is each link, and
+how fast is the all-reduce between the GPUs inside each node that has several?
 
 Both checks are launch plans like a job's (planned here, pure; carried out by the cluster's own
 executor), so they test exactly the path a job takes: the same SSH sessions, env file and Python.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.reach_plan import parse_reach, plan_reach
@@ -17,7 +18,7 @@ from ..launch.supervise import OutputLine
 from ..model.errors import DdpctlError
 from ..model.progress import step
 from ..model.spec import RunSpec, new_run_id
-from ..model.state import ClusterState
+from ..model.state import ClusterState, NodeInfo
 from .jobs import BUNDLE_DIR
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
@@ -29,6 +30,10 @@ NCCL_NETWORK = re.compile(r"NCCL INFO Using network (?P<net>.+?)\s*$")
 OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[\w-]+)")
 NCCL_SOCKET = re.compile(r"NCCL INFO NET/Socket\b")
 BACKEND = re.compile(r"allreduce pairs: rank \d+ of \d+ ready backend=(?P<backend>\w+)")
+#: allreduce_bench.py's line for all the ranks of one launch (rank 0 prints it)
+WHOLE_LINE = re.compile(
+    r"\ballreduce size_mb=\S+ world=(?P<world>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)(?: backend=(?P<backend>\w+))?"
+)
 
 
 @dataclass
@@ -37,6 +42,13 @@ class CheckReport:
     bandwidth_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
     #: node -> the transport its all-reduce went over: efa, socket, ib, gloo (no NCCL), ofi:<provider>, unknown
     transport: dict[str, str] = field(default_factory=dict)
+    #: node -> the bus bandwidth of an all-reduce among its own GPUs, one rank each (nodes with 2 or more)
+    in_node_gbps: dict[str, float] = field(default_factory=dict)
+    #: node -> how many ranks (its GPUs) that in-node all-reduce ran, and its backend (nccl; gloo: no GPU)
+    in_node_ranks: dict[str, int] = field(default_factory=dict)
+    in_node_backend: dict[str, str] = field(default_factory=dict)
+    #: what was and was not measured, in words (one node: no links between nodes; no node with 2+ GPUs...)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def unreachable(self) -> list[str]:
@@ -57,6 +69,16 @@ class CheckReport:
             if slowest is None
             else {"a": slowest[0][0], "b": slowest[0][1], "busbw_gbps": slowest[1]},
             "transport": dict(sorted(self.transport.items())),
+            "in_node": [
+                {
+                    "node": n,
+                    "ranks": self.in_node_ranks.get(n, 0),
+                    "backend": self.in_node_backend.get(n, ""),
+                    "busbw_gbps": v,
+                }
+                for n, v in sorted(self.in_node_gbps.items())
+            ],
+            "notes": list(self.notes),
             "ok": not self.unreachable,
         }
 
@@ -71,6 +93,33 @@ def plan_bandwidth(cluster: ClusterState, port: int, size_mb: float, *, one_pair
     return plan_torchrun(
         cluster, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
     )
+
+
+def plan_in_node(cluster: ClusterState, node: NodeInfo, port: int, size_mb: float) -> LaunchPlan:
+    """One launch on ``node`` alone, one rank per GPU it has: the bundle's all-reduce benchmark among
+    them (NVLink or PCIe, as NCCL finds them), with its store on that node."""
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}
+    run = RunSpec(
+        job="check-in-node",
+        args=("--size-mb", f"{size_mb:g}"),
+        nodes=1,
+        nproc_per_node=node.gpus,
+        run_id=new_run_id(),
+        env=env,
+    )
+    alone = replace(cluster, nodes=[node])
+    return plan_torchrun(
+        alone, run, script=str(BUNDLE_DIR / "allreduce_bench.py"), port=port, bundle_root=str(BUNDLE_DIR)
+    )
+
+
+def parse_in_node(lines: list[OutputLine]) -> tuple[int, float, str] | None:
+    """The in-node launch's ``allreduce ... world=N ... busbw_gbps=X backend=B`` line as (N, X, B)."""
+    for line in lines:
+        found = WHOLE_LINE.search(line.text)
+        if found:
+            return int(found["world"]), float(found["gbps"]), found["backend"] or ""
+    return None
 
 
 def parse_bandwidth(cluster: ClusterState, lines: list[OutputLine]) -> dict[tuple[str, str], float]:
@@ -168,4 +217,46 @@ def run_check(
                 f"the all-reduce bandwidth test failed ({'no figure for ' + ', '.join(missing[:4]) if missing else 'a node failed'}): "
                 "`ddpctl run message-passing` on those nodes shows why"
             )
+    if len(nodes) == 1:
+        report.notes.append(
+            f"one node ({nodes[0].name}): no links between nodes to test (reachability and pair bandwidth need 2 or more)"
+        )
+    if bandwidth:
+        check_in_node(report, cluster, executor_for, port, progress, size_mb)
+    else:
+        report.notes.append("bandwidth not measured (--no-bandwidth)")
     return report
+
+
+def check_in_node(
+    report: CheckReport,
+    cluster: ClusterState,
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    port: int,
+    progress: Callable[[str], None],
+    size_mb: float,
+) -> None:
+    """The all-reduce among the GPUs inside each node that has 2 or more, one node after the other
+    (where a node's GPUs meet: an 8-GPU node's all-reduce happens there)."""
+    multi = [n for n in cluster.nodes if n.gpus >= 2]
+    if not multi:
+        counts = sorted({n.gpus for n in cluster.nodes})
+        report.notes.append(
+            f"no in-node all-reduce measured: no node has 2 or more GPUs "
+            f"({' or '.join(map(str, counts))} GPU(s) counted at up/configure)"
+        )
+        return
+    for node in multi:
+        progress(f"in-node all-reduce ({size_mb:g} MB): the {node.gpus} GPUs of {node.name}, one rank each")
+        lines: list[OutputLine] = []
+        with step(progress, f"in-node all-reduce test ({node.name}, {node.gpus} GPUs)"):
+            result = executor_for(lines.append).run(plan_in_node(cluster, node, port, size_mb))
+        found = parse_in_node(lines)
+        if not result.ok or found is None:
+            raise DdpctlError(
+                f"the in-node all-reduce test on {node.name} ({node.gpus} GPUs) failed: "
+                "`ddpctl run message-passing --nproc-per-node gpu` shows why"
+            )
+        ranks, gbps, backend = found
+        report.in_node_ranks[node.name], report.in_node_gbps[node.name] = ranks, gbps
+        report.in_node_backend[node.name] = backend

@@ -29,11 +29,6 @@ from ..providers.base import Executor, ExecutorFor, Provider
 from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
 from .records import OUTPUTS, RunOptions, read_options, refuse_queued, resume_options
 
-#: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
-#: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;
-#: the local provider's bound on ranks per CPU applies to every count).
-NPROC_WORDS = ("gpu", "auto")
-
 
 @dataclass
 class PreparedRun:
@@ -136,6 +131,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         resume_from=resume_source(source, store, cluster, provider) if source else "",
     )
     provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
+    check_ranks_fit_gpus(cluster, run)
     check_bundled_args(job, run.args, parsing_python(cluster, provider))
     for node in cluster.nodes[: run.nodes]:
         if node.torch:  # as configure found it ("": not recorded, as on local nodes, checked at up)
@@ -268,6 +264,32 @@ def _node_counts(cluster: ClusterState, nodes: int, given: str | None) -> list[t
         else:
             out.append((1, "1 on a node without GPUs"))
     return out
+
+
+#: a run that sets this itself (``run -e``, ``up -e``) has chosen which GPUs its ranks see (empty: none)
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
+def check_ranks_fit_gpus(cluster: ClusterState, run: RunSpec) -> None:
+    """No node of a GPU job runs more ranks than it has GPUs (pure; every provider and launcher, from
+    ``NodeInfo.gpus`` as up/configure counted them): each rank takes the GPU of its LOCAL_RANK, and
+    one past the last fails in CUDA ("invalid device ordinal") after everything started.
+
+    A GPU job is any run on a node with GPUs (the bundled jobs use CUDA wherever it is there; a
+    script of one's own is taken to), unless the run says which GPUs its ranks see: its own
+    ``CUDA_VISIBLE_DEVICES`` (``run -e`` or the cluster's ``up -e``; empty: none, ranks on the CPU)
+    is the user's choice, not checked. Nodes without GPUs run what they are asked (CPU ranks)."""
+    if VISIBLE_DEVICES in run.env or VISIBLE_DEVICES in cluster.spec.env:
+        return
+    listed = cluster.nodes or [NodeInfo(name="node0", host="", workdir="")]
+    for i, count in enumerate(run.nprocs()):
+        node = listed[min(i, len(listed) - 1)]
+        if node.gpus and count > node.gpus:
+            raise UsageError(
+                f"{count} process(es) on node {node.name} of cluster {cluster.name!r}, which has {node.gpus} GPU(s) "
+                f"(counted at up/configure): each rank of a GPU job needs a GPU of its own: give --nproc-per-node "
+                f"{node.gpus} or fewer, or -e {VISIBLE_DEVICES}= (empty) for ranks that use no GPU"
+            )
 
 
 def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, ephemeral: bool) -> str:

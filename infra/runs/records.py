@@ -10,8 +10,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..launch.launcher import REF_RE
 from ..model import costs, locks
 from ..model.errors import DdpctlError, UsageError
+from ..model.schema import Doc, SchemaError, shown, whole
+from ..model.spec import MAX_NODES, MAX_NPROC, check_cluster_name, check_run_id
+from ..model.state import Launcher
 from ..model.store import StateStore
 from ..model.words import Word
 from . import metrics
@@ -24,6 +28,10 @@ QUEUED = "queued.json"
 #: in a run's folder here while it goes on on the cluster's side (the head node's supervisor, Slurm)
 #: without a ddpctl here (`runs`: running; written by `on_cluster.py`)
 ON_CLUSTER = "on-cluster"
+#: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
+#: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;
+#: the local provider's bound on ranks per CPU applies to every count: ``prepare.node_nprocs``).
+NPROC_WORDS = ("gpu", "auto")
 
 
 @dataclass(frozen=True)
@@ -79,11 +87,49 @@ class RunOptions:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, doc: dict) -> RunOptions:
-        doc = dict(doc, args=tuple(doc["args"]), env=tuple(doc["env"]), env_files=tuple(doc.get("env_files", ())))
-        if isinstance(doc["nproc_per_node"], list):
-            doc["nproc_per_node"] = tuple(doc["nproc_per_node"])
-        return cls(**doc)
+    def from_dict(cls, data: object, where: str = "options") -> RunOptions:
+        """A record's options, every field checked (``model/schema.py``): ``SchemaError`` names the
+        first that is not what ddpctl writes there."""
+        doc = Doc(data, where)
+        nproc = doc.raw("nproc_per_node", None)
+        if isinstance(nproc, list):
+            nproc = tuple(whole(n, f"{doc.at('nproc_per_node')}[{i}]", 1, MAX_NPROC) for i, n in enumerate(nproc))
+        elif nproc is not None:
+            nproc = (
+                doc.choice("nproc_per_node", NPROC_WORDS)
+                if isinstance(nproc, str)
+                else doc.count("nproc_per_node", low=1, high=MAX_NPROC)
+            )
+        run_id = doc.text("run_id", "")
+        name = doc.text("name", None)
+        for key, value, check in (("run_id", run_id, check_run_id), ("name", name, check_cluster_name)):
+            if value:
+                try:
+                    check(value)
+                except UsageError:
+                    raise SchemaError(
+                        doc.at(key), f"{shown(value)}, not a {key.replace('_', ' ')} ddpctl gives"
+                    ) from None
+        options = cls(
+            job=doc.text("job"),
+            args=doc.texts("args", ()),
+            nodes=doc.count("nodes", None, low=1, high=MAX_NODES),
+            nproc_per_node=nproc,
+            max_restarts=doc.count("max_restarts", None),
+            name=name,
+            port=doc.count("port", None, low=1, high=65535),
+            run_id=run_id,
+            env=doc.texts("env", ()),
+            env_files=doc.texts("env_files", ()),
+            python=doc.text("python", None),
+            launcher=doc.choice("launcher", [str(w) for w in Launcher], None),
+            min_nodes=doc.count("min_nodes", 0, high=MAX_NODES),
+            snapshot_dir=doc.text("snapshot_dir", ""),
+            workdir=doc.text("workdir", ""),
+            resume_from=doc.text("resume_from", ""),
+        )
+        doc.done()
+        return options
 
 
 class RunState(Word):
@@ -158,20 +204,22 @@ def list_runs(store: StateStore) -> list[RunRecord]:
         queued = run_dir / QUEUED
         if not path.exists() and queued.exists() and locks.run_alive(store, run_dir.name):
             try:
-                wait = json.loads(queued.read_text())
-                said = f"queued (behind {wait['ahead']})"
+                wait = Doc(json.loads(queued.read_text()))  # each field checked: shown as it is
+                nodes = wait.raw("nodes")
+                nodes = nodes if isinstance(nodes, str) else wait.count("nodes", low=1, high=MAX_NODES)
+                said = f"queued (behind {wait.text('ahead')})"
                 records.append(
                     RunRecord(
                         run_dir.name,
-                        wait["job"],
-                        wait["nodes"],
-                        wait["cluster"],
+                        wait.text("job"),
+                        nodes,
+                        wait.text("cluster"),
                         _mtime(queued),
                         said,
                         state=RunState.QUEUED,
                     )
                 )
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError):  # SchemaError too
                 pass  # written as it is read: listed on the next call
             continue
         if not path.exists():
@@ -197,14 +245,13 @@ def list_runs(store: StateStore) -> list[RunRecord]:
         done, duration = path.with_name("run.json"), None
         if done.is_file():
             try:
-                outcome = json.loads(done.read_text())["result"]
-                code, duration = outcome.get("exit_code"), outcome.get("wall_s")
-                if outcome.get("interrupted"):
+                code, duration, interrupted = read_result(json.loads(done.read_text()))
+                if interrupted:
                     state = RunState.INTERRUPTED
                 else:
                     state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
                 result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (OSError, ValueError) as exc:  # SchemaError too: the field, and what it holds
                 state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
         nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
         kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
@@ -228,6 +275,15 @@ def list_runs(store: StateStore) -> list[RunRecord]:
     return sorted(records, key=lambda r: r.started)
 
 
+def read_result(data: object) -> tuple[int | None, float | None, bool]:
+    """What ``runs`` reads of a run's ``run.json`` (pure; ``SchemaError`` names a damaged field): the
+    job's exit code (None: not known), how long it ran in seconds (None: not known) and whether it was
+    interrupted; the rest of the record (its plan) is ``logs``' and ``check``'s."""
+    result = Doc(data).doc("result")
+    code = result.count("exit_code", None, low=-(1 << 16), high=1 << 16)
+    return code, result.number("wall_s", None), result.flag("interrupted", False)
+
+
 def run_cost(doc: dict, duration: object) -> float | None:
     """What a run cost (pure): the nodes it used at one node's price per hour as its record keeps them
     (``run_execute.run_cost_basis``), for as long as it ran; None where either is not known."""
@@ -239,18 +295,51 @@ def run_cost(doc: dict, duration: object) -> float | None:
 
 
 def read_options(path: Path) -> tuple[dict, RunOptions]:
-    """A run's recorded options; UsageError (caused by what is wrong) if the record cannot be read."""
+    """A run's record (``options.json``), read through its schema (``check_record``): the record as a
+    dict whose every field has its type, and its options; UsageError (caused by what is wrong) if the
+    record cannot be read."""
     try:
         doc = json.loads(path.read_bytes().decode())
-        return doc, RunOptions.from_dict(doc["options"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return doc, check_record(doc)
+    except (OSError, ValueError) as exc:  # SchemaError is a ValueError: the field, and what it holds
         raise UsageError(
             f"the record of run {path.parent.name!r} ({path}) is damaged ({_reason(exc)}): start the job again "
             "with `ddpctl run`"
         ) from exc
 
 
-def _reason(exc: BaseException) -> str:
+def check_record(data: object) -> RunOptions:
+    """A run record's fields each checked (pure; ``SchemaError`` names the one that is not what
+    ``run_execute`` writes): its options, its cluster's name and id, whether the run owned it, what its
+    nodes cost, and the handle of a run on the cluster's side (``Handle.from_dict`` reads it)."""
+    doc = Doc(data)
+    options = RunOptions.from_dict(doc.raw("options"))
+    cluster = doc.text("cluster")
+    try:
+        check_cluster_name(cluster)
+    except UsageError:
+        raise SchemaError("cluster", f"{shown(cluster)}, not a cluster name") from None
+    doc.text("cluster_id", "")
+    doc.flag("ephemeral", False)
+    doc.count("nodes_used", None, low=1, high=MAX_NODES)
+    doc.number("node_usd_per_hour", None)
+    handle = doc.doc("handle", None)
+    if handle is not None:
+        handle.text("kind")  # a kind this ddpctl has no launcher for is ignored (Handle.from_dict)
+        handle.text("ref")
+        if not REF_RE.fullmatch(handle.data["ref"]):  # a pid or a job id, put into commands on the cluster
+            raise SchemaError(handle.at("ref"), f"{shown(handle.data['ref'])}, not a process or job id")
+        handle.text("folder")
+        handle.text("run_id")
+        handle.done()
+    doc.obj("plan", {})
+    # other keys are left as they are (a record has no version: an older ddpctl's, or a tool's note)
+    return options
+
+
+def _reason(exc: BaseException | None) -> str:
+    if isinstance(exc, SchemaError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if isinstance(exc, (KeyError, TypeError, AttributeError)) else str(exc)
 
 

@@ -212,7 +212,10 @@ def autodown_env(twin: TwinEnv) -> TwinEnv:
 def test_up_starts_it_and_status_shows_it(autodown_env: TwinEnv) -> None:
     env = autodown_env
     result = env.ok("up", "--provider", "aws", "--yes", "--nodes", "2", "--autodown", "1h")
-    assert "autodown of 'default': after 1 h without a run its nodes shut down and EC2 terminates them" in result.stderr
+    assert (
+        "autodown of 'default': after 1 h without a run its nodes shut down: EC2 terminates the others and stops "
+        "node0, whose disk keeps the runs' outputs" in result.stderr
+    )
     assert "(a process on node0)" in result.stderr  # the twin's nodes run no systemd
     doc = json.loads(env.ok("status", "--json").stdout)
     [cluster] = doc["clusters"]
@@ -226,7 +229,13 @@ def test_up_starts_it_and_status_shows_it(autodown_env: TwinEnv) -> None:
 def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
     env = autodown_env
     script = tmp_path / "wait.py"
-    script.write_text("import time\ntime.sleep(900)\n")
+    script.write_text(  # rank 0 leaves a snapshot, as a trainer would, then the run goes on
+        "import os, pathlib, time\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    d = pathlib.Path(os.environ['DDPCTL_SNAPSHOT_DIR']); d.mkdir(parents=True, exist_ok=True)\n"
+        "    (d / 'snap.txt').write_text('weights')\n"
+        "time.sleep(900)\n"
+    )
     env.ok("run", str(script), "--nodes", "2", "--detach", "--run-id", "rautodown1")
     deadline = time.monotonic() + 300
     while not _head_state(env).get("activity") and time.monotonic() < deadline:
@@ -243,16 +252,38 @@ def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
     assert "a run is going" in env.ok("status").stdout
 
 
-def test_idle_it_takes_itself_down_with_no_ddpctl_running(autodown_env: TwinEnv) -> None:
+def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodown_env: TwinEnv) -> None:
+    """Issue 37: autodown deleted the runs' outputs with the nodes' disks. The head now stops (its
+    disk kept, the others terminated); `status` says so and deletes nothing; `down` starts the head,
+    copies the run's snapshot into its record, then deletes everything."""
     env = autodown_env
     env.ok("stop", "rautodown1", timeout=120)  # the detached run's ddpctl ends with it
+    head = env.state()["resources"]
+    ids = [i for r in head if r["kind"] == "instances" for i in r["detail"]["ids"]]
+    want = {ids[0]: "stopped", **{i: "terminated" for i in ids[1:]}}
     deadline = time.monotonic() + 300
-    while set(_instance_states(env).values()) != {"terminated"} and time.monotonic() < deadline:
+    while _instance_states(env) != want and time.monotonic() < deadline:
         time.sleep(1)
-    assert set(_instance_states(env).values()) == {"terminated"}  # by the nodes alone
+    assert _instance_states(env) == want  # by the nodes alone
     assert env.state()["status"] == "up"  # no ddpctl has looked yet
     status = env.ok("status")
-    assert "cluster 'default' took itself down (autodown after 5 s idle)" in status.stderr
-    assert "aws cluster 'default' is down" in status.stderr
+    assert "stopped by autodown: node0's disk keeps the runs' outputs" in status.stdout, status.stdout
+    assert "took itself down" not in status.stderr  # nothing deleted: the outputs are there
+    [listed] = json.loads(env.ok("status", "--json").stdout)["clusters"]
+    assert listed["status"] == "stopped" and listed["live"]["kept_head"] == ids[0], listed
+    run = env.ddpctl("run", "message-passing", "--nodes", "2")  # not taken for nodes that do not answer
+    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
+        "Error: cluster 'default' took itself down (autodown after 5 s idle); node0 is stopped with the runs' "
+        "outputs on its disk: `ddpctl down --name default` copies them here and deletes what is left; then "
+        "`ddpctl up` a new one"
+    ), run.stderr
+    assert _instance_states(env) == want
+    down = env.ok("down", "--yes", timeout=600)
+    assert "node0 was stopped with the runs' outputs on its disk: copying them here" in down.stderr, down.stderr
+    assert "aws cluster 'default' is down" in down.stderr
+    kept = env.home / "runs" / "rautodown1" / "outputs" / "snap.txt"
+    assert kept.read_text() == "weights"
     env.assert_nothing_left("default")
     assert json.loads(env.ok("status", "--json").stdout)["clusters"] == []
+    env.ok("download", "rautodown1", "--to", str(env.home.parent / "got"))  # from the record, the cluster gone
+    assert (env.home.parent / "got" / "rautodown1" / "snap.txt").read_text() == "weights"

@@ -34,3 +34,10 @@ def _starts_no_process() -> Iterator[None]:
     finally:
         started = _started.pop()
     assert not started, f"a unit test started a process (move it to tests/integration/): {started}"
+
+
+@pytest.fixture(autouse=True)
+def _no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local provider counts this machine's GPUs with `nvidia-smi -L`, a process, when it plans: unit
+    tests plan on a machine without GPUs, wherever they run (tests/unit/test_local_gpus.py splits given ones)."""
+    monkeypatch.setattr("ddpctl.infra.providers.local.local_gpus", lambda: ())

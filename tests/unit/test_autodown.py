@@ -135,3 +135,29 @@ def test_the_toml_key(tmp_path: Path) -> None:
     path.write_text("[cluster]\nautodown = 30\n")
     with pytest.raises(UsageError, match="autodown"):
         load_default_map(path).get("up")
+
+
+@pytest.mark.parametrize(
+    "states,kept",
+    [
+        ({"i-h": "terminated", "i-1": "terminated"}, ""),  # every node gone (spot, or an older cluster)
+        ({"i-1": "terminated"}, ""),  # the head long gone: EC2 no longer lists it
+        ({"i-h": "stopped", "i-1": "terminated"}, "i-h"),  # the head kept, its disk with the outputs
+        ({"i-h": "stopping", "i-1": "shutting-down"}, "i-h"),
+        ({"i-h": "running", "i-1": "terminated"}, None),  # not down: the head runs
+        ({"i-h": "stopped", "i-1": "running"}, None),
+        ({"i-h": "stopped", "i-1": "stopped"}, None),  # a node stopped by hand is not autodown's
+    ],
+)
+def test_taken_down_keeps_a_stopped_head(states: dict[str, str], kept: str | None) -> None:
+    """Issue 37: autodown stops the head (its disk keeps the runs' outputs) and terminates the others."""
+    from ddpctl.infra.providers.aws.kept_head import taken_down
+
+    found = taken_down(states, "i-h")
+    assert (found.kept_head if found else None) == kept
+
+
+def test_a_stopped_heads_disk_costs_gp3_storage() -> None:
+    from ddpctl.infra.providers.aws.kept_head import disk_cost_text
+
+    assert disk_cost_text(200) == "200 GB, about $16.00/month"

@@ -35,7 +35,7 @@ def test_env_file_syntax(tmp_path: Path) -> None:
     path = tmp_path / "x.env"
     path.write_text("A=1\n  # note\nB= two words \nC\n\nD=x=y\n")
     env, secret = run_env(("E=5", "A=override"), (str(path),), environ={"C": "from-env"})
-    assert env == {"A": "override", "B": " two words ", "C": "from-env", "D": "x=y", "E": "5"}
+    assert env == {"A": "override", "B": "two words", "C": "from-env", "D": "x=y", "E": "5"}  # as python-dotenv
     assert secret == {"B", "C", "D"}  # A was given on the command line: not a secret any more
     path.write_text("1BAD=x\n")
     with pytest.raises(UsageError, match="invalid environment variable name '1BAD' in --env-file"):

@@ -211,6 +211,28 @@ def test_users_project_is_shipped_to_remote_nodes() -> None:
     for i, node in enumerate(plan.nodes):
         assert node.project_dir == node.cwd == f"/srv/n{i}/projects/abc123"  # named by content
         assert node.argv[-1] == f"/srv/n{i}/projects/abc123/src/train.py"
+        assert node.env["DDPCTL_SNAPSHOT_DIR"] == "/shared/runs/r7"
+
+
+def test_a_projects_run_snapshots_under_the_work_directory_where_nodes_share_no_folder() -> None:
+    """aws nodes share no folder: the run's own snapshot folder is relative to the head's work
+    directory, where down and download look for it, not inside the project's copy where the ranks
+    start (there, its outputs were found by nothing, and autodown's kept head had none to give)."""
+    project = Project("/home/me/proj", "train.py", ("train.py",), "abc123", 10)
+    nodes = remote_cluster()
+    nodes.shared_dir = ""
+    plan = plan_torchrun(
+        nodes, RunSpec(job="train", nodes=2, run_id="r7"), script="/home/me/proj/train.py", port=1, project=project
+    )
+    assert [n.env["DDPCTL_SNAPSHOT_DIR"] for n in plan.nodes] == ["/srv/n0/runs/r7", "/srv/n1/runs/r7"]
+    bundled = plan_torchrun(
+        nodes,
+        RunSpec(job="mnist", nodes=2, run_id="r8"),
+        script="/repo/training/mnist.py",
+        port=1,
+        bundle_root="/repo/training",
+    )
+    assert [n.env["DDPCTL_SNAPSHOT_DIR"] for n in bundled.nodes] == ["runs/r8", "runs/r8"]  # they start there
 
 
 def test_local_nodes_run_the_script_in_place_from_its_project() -> None:

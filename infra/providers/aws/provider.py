@@ -31,8 +31,8 @@ from ...model.spec import ClusterSpec
 from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase
 from ...model.store import StateStore
 from .. import checked_spec
-from ..base import LiveStatus, Progress, Provider
-from . import configure, instances, keys, network, preflight, prices, pricing, spot
+from ..base import LiveStatus, Progress, Provider, TakenDown
+from . import configure, instances, kept_head, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -62,7 +62,7 @@ class AwsProvider(Provider):
     billed = True
     disks_go_with_down = True
     options = OPTIONS
-    autodown = True  # instances launched with InstanceInitiatedShutdownBehavior=terminate
+    autodown = True  # instances terminate when they shut down, but the head, which stops (kept_head.py)
 
     def __init__(self, caller_address: Callable[[], str] = lookup_caller_address) -> None:
         self.caller_address = caller_address
@@ -106,7 +106,16 @@ class AwsProvider(Provider):
         return plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(state.name)), store.home_id())
 
     def preflight(self, state: ClusterState) -> None:
-        """site.yml verified every node's Python environment at `up`."""
+        """site.yml verified every node's Python environment at `up`; a cluster that took itself down
+        (autodown) is said so, not taken for nodes that do not answer."""
+        taken = self.took_itself_down(state) if state.spec.autodown_s else None
+        if taken:
+            kept = f"; {state.nodes[0].name} is stopped with the runs' outputs on its disk" if taken.kept_head else ""
+            raise DdpctlError(
+                f"cluster {state.name!r} took itself down (autodown after {autodown.text(state.spec.autodown_s)} "
+                f"idle){kept}: `ddpctl down --name {state.name}` {'copies them here and ' if kept else ''}deletes "
+                "what is left; then `ddpctl up` a new one"
+            )
 
     def dry_run(self, state: ClusterState, store: StateStore, progress: Progress) -> DryRunReport:
         """Every check ``up`` makes, and each create call with DryRun=True. Creates nothing."""
@@ -246,6 +255,13 @@ class AwsProvider(Provider):
             details["instances"] = dict(Counter(i["State"]["Name"] for i in alive))
             billed = sum(1 for i in alive if i["State"]["Name"] in ("pending", "running"))
             summary = "EC2: " + (", ".join(f"{n} {st}" for st, n in sorted(details["instances"].items())) or "none")
+            head = kept_head.head_id(state)
+            if state.spec.autodown_s and not billed and any(i["InstanceId"] == head for i in alive):
+                details["kept_head"] = head  # stopped by autodown, with the runs' outputs
+                summary = (
+                    f"stopped by autodown: {state.nodes[0].name}'s disk keeps the runs' outputs "
+                    f"({kept_head.disk_cost_text(state.spec.options['volume_gb'])}); `ddpctl down` copies them here"
+                )
         cost = None if price is None else round(price * billed, 4)
         details["price_source"] = found.source
         return LiveStatus(
@@ -261,31 +277,51 @@ class AwsProvider(Provider):
 
     def set_autodown(self, state: ClusterState, idle_s: int, progress: Progress) -> None:
         """The program on the head node (``infra/hosts/autodown.py``): the nodes shut themselves down, and
-        EC2 terminates them (``InstanceInitiatedShutdownBehavior``); no AWS credentials go to them."""
+        EC2 terminates them (``InstanceInitiatedShutdownBehavior``), but the head, set to stop so that its
+        disk keeps the runs' outputs (``kept_head.py``; not spot's); no AWS credentials go to them."""
         check_autodown_nodes(state.spec, idle_s)  # as `up --no-configure --autodown` is refused
         if not idle_s:
             autodown.remove(state)
             progress(f"autodown of {state.name!r} is off")
             return
+        o, head = state.spec.options, state.nodes[0].name
+        if not o["spot"]:  # the head stops, its disk with the runs' outputs kept (kept_head.py)
+            with aws_errors(o["region"]):
+                kept_head.keep_on_shutdown(Aws(o["region"]), state)
         how = autodown.install(state, idle_s)
+        where = f"{'a systemd service' if how == 'systemd' else 'a process'} on {head}"
+        if o["spot"]:
+            progress(
+                f"autodown of {state.name!r}: after {autodown.text(idle_s)} without a run its nodes shut down and EC2 "
+                f"terminates them, their disks and the runs' outputs on them too (spot instances cannot stop: "
+                f"`ddpctl download` what you need before) ({where}); the next `ddpctl status`, `down` or `up` of "
+                f"{state.name!r} deletes its network and key pair"
+            )
+            return
         progress(
-            f"autodown of {state.name!r}: after {autodown.text(idle_s)} without a run its nodes shut down and EC2 "
-            f"terminates them ({'a systemd service' if how == 'systemd' else 'a process'} on {state.nodes[0].name}); "
-            f"the next `ddpctl status`, `down` or `up` of {state.name!r} deletes its network and key pair"
+            f"autodown of {state.name!r}: after {autodown.text(idle_s)} without a run its nodes shut down: EC2 "
+            f"terminates the others and stops {head}, whose disk keeps the runs' outputs "
+            f"({kept_head.disk_cost_text(o['volume_gb'])}) until `ddpctl down` copies them here and deletes it ({where})"
         )
 
-    def took_itself_down(self, state: ClusterState) -> bool:
-        """Autodown was on, and EC2 says every recorded instance is terminated (or gone)."""
+    def took_itself_down(self, state: ClusterState) -> TakenDown | None:
+        """Autodown was on, and EC2 says every recorded instance is terminated (or gone), but the head,
+        which may be stopped with the runs' outputs on its disk (``kept_head.py``)."""
         ids = [i for r in state.resources if r.kind == "instances" for i in InstancesDetail.of(r).ids]
         if not state.spec.autodown_s or state.status != ClusterPhase.UP or not ids:
-            return False
+            return None
         region = state.spec.options["region"] or DEFAULT_REGION
         try:
             with aws_errors(region):
                 found = Aws(region).instances_by_id(ids)
         except DdpctlError:
-            return False  # not known now: the next command asks again
-        return all(i["State"]["Name"] in ("shutting-down", "terminated") for i in found)
+            return None  # not known now: the next command asks again
+        return kept_head.taken_down({i["InstanceId"]: i["State"]["Name"] for i in found}, kept_head.head_id(state))
+
+    def start_kept_head(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
+        plan = self.aws_plan(state, store)
+        with aws_errors(plan.region):
+            kept_head.start(state, store, plan, progress)
 
     # ---- configure -----------------------------------------------------------------------------
 

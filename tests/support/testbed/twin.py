@@ -383,6 +383,12 @@ class Twin:
                 self.launched(params, out, headers.get("Authorization", headers.get("authorization", "")))
             elif action == "StartInstances":
                 self.start(ids)
+            elif action == "ModifyInstanceAttribute":  # what the instance does when it shuts itself down
+                behavior = params.get("InstanceInitiatedShutdownBehavior.Value", [""])[0]
+                with self.lock:
+                    for node in (self.nodes.get(iid) for iid in ids):
+                        if node is not None and behavior:
+                            node.shutdown_behavior = behavior
             out = self.rewrite(action, out)
         return status, out_headers, out
 
@@ -507,6 +513,18 @@ class Twin:
             for child in el:
                 walk(child, node)
 
+        def learn(el: ET.Element, node: Node | None) -> None:
+            """A public address moto gave an instance since (a stopped one started again gets another,
+            as on EC2): the node's own public address, from now on."""
+            node = owner(el) or node
+            if node is not None and node.public and _local(el.tag) == "ipAddress" and el.text:
+                address = el.text.strip()
+                if address and address not in node.moto_addresses and address != node.public_ip:
+                    node.moto_addresses[address] = node.public_ip
+            for child in el:
+                learn(child, node)
+
+        learn(root, None)
         walk(root, None)
         if not changed:
             return body

@@ -1,0 +1,31 @@
+"""A machine with GPUs it does not have, for local runs (issue 37): a stand-in ``nvidia-smi`` first
+on PATH, as the test cluster's nodes have one; the ranks run on the CPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+STAND_IN_SMI = """#!/bin/sh
+# a stand-in nvidia-smi: lists GPUs this machine does not have (the ranks run on CPU with gloo)
+[ "$1" = -L ] || exit 9
+for i in $(seq 0 $(({count} - 1))); do echo "GPU $i: NVIDIA H200 (UUID: GPU-stand-in-$i)"; done
+"""
+
+
+def machine(tmp_path: Path, gpus: int | None, **extra: str) -> dict[str, str]:
+    """The environment of a machine with ``gpus`` GPUs (None: no nvidia-smi; -1: one that fails)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    if gpus is not None:
+        smi.write_text(
+            STAND_IN_SMI.format(count=gpus) if gpus >= 0 else "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n"
+        )
+        smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **extra}
+    if gpus is None:  # whatever this machine has, hidden: only PATH entries without an nvidia-smi
+        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
+    if "CUDA_VISIBLE_DEVICES" not in extra:  # the test's own shell may have one
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
