@@ -19,10 +19,22 @@ class _CommandAfterDashes(click.Command):
         return super().parse_args(ctx, args)
 
 
+class _NodeName(click.ParamType):
+    """``ssh``'s NODE: a word that starts with '-' is an option ddpctl does not know (``ssh --json``),
+    not a node (the command's unknown options are let through for COMMAND, after NODE)."""
+
+    name = "NODE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.startswith("-"):
+            raise click.NoSuchOption(value, ctx=ctx)
+        return value
+
+
 @click.command(cls=_CommandAfterDashes, epilog=EXIT_CODES, context_settings={"ignore_unknown_options": True})
 @name_option
 @click.option("--print", "print_only", is_flag=True, help="Print the ssh command line instead of running it.")
-@click.argument("node", required=False)
+@click.argument("node", required=False, type=_NodeName())
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def ssh(name, print_only, node, command) -> int:
     """Open a shell on NODE (default: the head node), or run COMMAND there.
@@ -120,6 +132,8 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
 
     out = Output(as_json)
     store = open_store()
+    if follow and run_id is not None:  # a queued run (`run --detach` behind another): followed once it starts
+        run_logs.wait_turn(store, run_id, out.progress)
     run_id, path = run_logs.log_path(store, run_id)
     from ddpctl.infra.runs import on_cluster
 

@@ -343,7 +343,7 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
 @click.argument("args", nargs=-1, metavar="[NAME] DURATION|off")
 @json_option
 def autodown(args, as_json) -> int:
-    """Take a cluster down by itself once no run has been active on it for DURATION (30m, 2h, 90s), or off.
+    """Take a cluster down by itself once no run has been active on it for DURATION (30m, 2h, 1h30m; 5m at least), or off.
 
     \b
     A program on the head node watches for runs (ddpctl's, any torchrun agent, Slurm jobs); after

@@ -45,23 +45,22 @@ class ClusterName(click.ParamType):
 
 class RunId(click.ParamType):
     """A run id (``infra.model.spec.check_run_id``): torchrun's --rdzv-id and a directory under runs/.
-    ``allow_empty``: "" means a new one (``run --run-id``)."""
+    ``new``: it names a new run (``run --run-id``; not given: ddpctl makes one), so nothing to complete;
+    an empty one is refused as any other invalid id."""
 
     name = "ID"
 
-    def __init__(self, flag: str, allow_empty: bool = False) -> None:
-        self.flag, self.allow_empty = flag, allow_empty
+    def __init__(self, flag: str, new: bool = False) -> None:
+        self.flag, self.new = flag, new
 
     def convert(self, value, param, ctx):
         from ddpctl.infra.model.spec import check_run_id
 
-        if value == "" and self.allow_empty:
-            return value
         return _spec_check(lambda v: check_run_id(v, self.flag), value, param, ctx, self.fail)
 
     def shell_complete(self, ctx, param, incomplete):
         """The recorded runs, newest first (``--run-id`` names a new one: nothing to complete)."""
-        if self.allow_empty:
+        if self.new:
             return []
         from ddpctl.infra.runs.records import list_runs
 
@@ -140,7 +139,7 @@ dry_run_option = click.option(
 
 
 class Duration(click.ParamType):
-    """An idle time for autodown (``infra.hosts.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``90s``, or ``off``
+    """An idle time for autodown (``infra.hosts.autodown.parse``): ``30m``, ``2h``, ``1h30m``, ``600s`` (5 min at least), or ``off``
     (0 seconds); a TOML integer is refused for its missing unit."""
 
     name = "DURATION"
@@ -163,7 +162,7 @@ autodown_option = click.option(
     type=Duration("--autodown"),
     default="off",
     metavar="DURATION",
-    help="aws: once no run has been active this long (30m, 2h, 90s), the nodes shut themselves down and EC2 "
+    help="aws: once no run has been active this long (30m, 2h; 5m at least), the nodes shut themselves down and EC2 "
     "terminates them, with no ddpctl running anywhere; the next `status`, `down` or `up` of the name deletes "
     "the rest (network, key pair). [default: off]",
 )
@@ -201,6 +200,16 @@ python_option = click.option(
 )
 
 
+def _as_text(value, sep: str):
+    """A count (or counts) that is not text, from ``ddpctl.toml``, the API or Click's own default, as
+    the flag's text, so one parser checks them all."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return sep.join(map(str, value))
+    return value
+
+
 class NprocList(click.ParamType):
     """``2`` (every node), ``2,1`` (one count per node, for nodes with different GPU counts), or
     torchrun's words ``gpu`` (each node's GPUs) and ``auto`` (its GPUs, or 1 on a node without)."""
@@ -208,8 +217,7 @@ class NprocList(click.ParamType):
     name = "N[,N...]|gpu|auto"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, (int, tuple)):
-            return value
+        value = _as_text(value, ",")  # a count from ddpctl.toml or the API is checked as the flag's text
         word = str(value).strip().lower()
         if word in ("gpu", "auto"):  # infra.runs.prepare.NPROC_WORDS (not imported: --help loads Click only)
             return word
@@ -239,8 +247,7 @@ class NodeCount(click.ParamType):
     name = "N|MIN:MAX"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, (int, tuple)):
-            return value
+        value = _as_text(value, ":")  # `[run] nodes = 0` in ddpctl.toml is refused as `--nodes 0` is
         parts = str(value).split(":")
         try:
             counts = tuple(int(v) for v in parts)
@@ -316,6 +323,7 @@ def given_options(values: dict) -> dict:
     (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
     from ddpctl.infra.model.spec import parse_env
     from ddpctl.infra.providers import all_options
+    from ddpctl.infra.providers.options import check_given
 
     given = {}
     for option in all_options():
@@ -324,4 +332,5 @@ def given_options(values: dict) -> dict:
             value = parse_env(value, flag=option.flag)
         if value is not None:
             given[option.name] = value
+    check_given(given)
     return given

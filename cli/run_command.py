@@ -39,8 +39,8 @@ from .plans import print_cluster_plan, print_launch_plan
 @port_option
 @click.option(
     "--run-id",
-    type=RunId("--run-id", allow_empty=True),
-    default="",
+    type=RunId("--run-id", new=True),
+    default=None,
     metavar="ID",
     help="Run id (torchrun's --rdzv-id). [default: a new one]",
 )
@@ -203,7 +203,7 @@ def run(
             max_restarts=max_restarts,
             name=name,
             port=port,
-            run_id=run_id,
+            run_id=run_id or "",
             env=env,
             env_files=env_files,
             python=python,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
 
-from .common import _env_pairs, _quiet, _store, print_progress
+from .common import _checked, _env_pairs, _quiet, _store, print_progress
 
 
 def up(
@@ -45,28 +45,41 @@ def up(
     provider (aws, pcluster) needs ``yes=True``, as the CLI's ``--yes``. ``autodown``: the CLI's
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
-    from ddpctl.infra.hosts.autodown import parse
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.spec import ClusterSpec, parse_env
     from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.providers.options import check_given
 
+    from ..cluster_commands import up as command
+
+    keywords = ("nodes", "provider", "name", "inventory", "nproc_per_node", "port", "playbook_vars", "python")
+    values = locals()
+    nodes, provider, name, inventory, nproc_per_node, port, playbook_vars, python = (
+        _checked(command, k, values[k]) for k in keywords
+    )
+    autodown = _checked(command, "autodown", autodown)  # seconds (Click's Duration), None: off
+    if options is not None and not isinstance(options, dict):
+        raise UsageError(
+            f"options={options!r} is {type(options).__name__}: give a dict, e.g. {{'region': 'us-west-2'}}"
+        )
+    check_given(options or {})
     progress = progress or _quiet
-    impl = get_provider(provider)
+    impl = get_provider(provider or "local")
     impl.check_up_flags(down_on_failure=down_on_failure)
     kwargs = {"python": python} if python else {}
     spec = ClusterSpec(
-        name=name,
-        provider=provider,
+        name=name or "default",
+        provider=provider or "local",
         nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
         nproc_per_node=nproc_per_node or 0,
         port=port,
         env=parse_env(_env_pairs(env)),
         inventory=str(Path(inventory).resolve()) if inventory else "",
-        playbook_vars=parse_env(tuple(playbook_vars), flag="--playbook-var"),
+        playbook_vars=parse_env(playbook_vars or (), flag="--playbook-var"),
         options=dict(options or {}),
-        autodown_s=parse(autodown or "off"),
+        autodown_s=autodown or 0,
         **kwargs,
     )
     store = _store(home)
@@ -99,6 +112,9 @@ def down(
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs import outputs
 
+    from ..cluster_commands import down as command
+
+    name = _checked(command, "name", name)
     progress = progress or _quiet
     store = _store(home)
     if all and name:
@@ -225,7 +241,9 @@ def status(
 ) -> list[ClusterStatus]:
     """``ddpctl status``: the clusters under the state home (or just ``name``), each with its autodown
     (``ClusterStatus.autodown``); one that took itself down is cleaned up (``took_itself_down``)."""
-    return cluster_statuses(_store(home), name, progress or _quiet)
+    from ..inspect_commands import status as command
+
+    return cluster_statuses(_store(home), _checked(command, "name", name), progress or _quiet)
 
 
 def check(
@@ -240,12 +258,12 @@ def check(
     """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
     (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.providers import get_provider
     from ddpctl.infra.runs.check import run_check
 
-    if not 0.001 <= size_mb <= 8192:
-        raise UsageError(f"Invalid value for '--size-mb': {size_mb} is not in the range 0.001<=x<=8192.")
+    from ..inspect_commands import check as command
+
+    name, port, size_mb = (_checked(command, k, v) for k, v in (("name", name), ("port", port), ("size_mb", size_mb)))
     progress = progress or _quiet
     state = clusters.load(_store(home), name)
     provider = get_provider(state.spec.provider)

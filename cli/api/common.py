@@ -3,6 +3,7 @@ values checked as the CLI checks its flags."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,28 +60,74 @@ class _Terminal:
 def _store(home: str | Path | None) -> StateStore:
     from ddpctl.infra.model.store import StateStore
 
+    if home is not None and not isinstance(home, (str, os.PathLike)):
+        from ddpctl.infra.model.errors import UsageError
+
+        raise UsageError(f"home={home!r} is {_python_kind(home)}: give the state home's path as a str or Path")
     store = StateStore(Path(home)) if home is not None else StateStore()
     store.check_home()
     return store
 
 
-def _convert(kind: Any, value: Any, flag: str, sep: str = ",") -> Any:
-    """A value as the CLI's parameter type takes it (``2:3``, ``"2,1"``), checked as the CLI checks
-    its text and refused with the CLI's words."""
+def _python_kind(value: Any) -> str:
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _checked(command: Any, param_name: str, value: Any, keyword: str | None = None) -> Any:
+    """``value`` of the API's keyword ``keyword`` as the CLI's ``command`` takes its parameter
+    ``param_name``: the same Click type checks it (its range, its choices, its name or id rules),
+    refused with the CLI's words. The API takes Python values, so a value of another Python type
+    (``port="abc"``, ``env="A=1"`` where a list is meant) is refused first, by the keyword's name;
+    None: not given."""
     import click
 
     from ddpctl.infra.model.errors import UsageError
 
     if value is None:
         return None
-    if isinstance(value, (tuple, list)):
-        value = sep.join(map(str, value))
-    elif isinstance(value, int):
-        value = str(value)
+    param = next(p for p in command.params if p.name == param_name)
+    flag = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    keyword = keyword or param_name
+    if param.multiple or param.nargs == -1:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            example = f'["{param.metavar or "VALUE"}"]' if param.metavar else '["VALUE"]'
+            raise UsageError(
+                f"{keyword}={value!r} is {_python_kind(value)}: give a list of strings (each as one {flag}), "
+                f"e.g. {keyword}={example}"
+            )
+        return tuple(_one(param, flag, keyword, v) for v in value)
+    return _one(param, flag, keyword, value)
+
+
+def _one(param: Any, flag: str, keyword: str, value: Any) -> Any:
+    import click
+
+    from ddpctl.infra.model.errors import UsageError
+
+    from ..options import ClusterName, NodeCount, NprocList, RunId
+
+    kind = param.type
+    if isinstance(kind, (NodeCount, NprocList)):  # a count, a tuple of them, or the flag's text
+        wants: tuple[type, ...] = (int, str, tuple, list)
+        what = "an int, a tuple of ints or the flag's text"
+    elif isinstance(kind, click.types.IntParamType):
+        wants, what = (int,), "an int"
+    elif isinstance(kind, click.types.FloatParamType):
+        wants, what = (int, float), "a number"
+    elif isinstance(kind, click.Path):
+        wants, what = (str, os.PathLike), "a str or Path"
+    else:  # text: a choice, a name, an id, a duration
+        wants, what = (str,), "a str"
+    if isinstance(value, bool) or not isinstance(value, wants):
+        raise UsageError(f"{keyword}={value!r} is {_python_kind(value)}: give {what} (as the CLI's {flag})")
+    if isinstance(kind, click.Path):
+        value = os.fspath(value)
     try:
-        return kind.convert(value, None, None)
-    except click.BadParameter as exc:
-        raise UsageError(f"Invalid value for {flag!r}: {exc.message}") from None
+        return kind.convert(value, param, None)
+    except click.BadParameter as exc:  # a rule of infra.model.spec says the flag itself: its words alone
+        words = exc.message if isinstance(kind, (ClusterName, RunId)) else f"Invalid value for {flag!r}: {exc.message}"
+        raise UsageError(words) from None
 
 
 def _env_pairs(env: Any, env_from: Any = (), flag: str = "env") -> tuple[str, ...]:

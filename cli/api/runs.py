@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ddpctl.infra.runs.outputs import Downloaded
     from ddpctl.infra.runs.records import RunRecord
 
-from .common import _convert, _env_pairs, _quiet, _store, _Terminal, print_line, print_progress
+from .common import _checked, _env_pairs, _quiet, _store, _Terminal, print_line, print_progress
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def run(
     max_restarts: int | None = None,
     name: str | None = None,
     port: int | None = None,
-    run_id: str = "",
+    run_id: str | None = None,
     launcher: str | None = None,
     snapshot_dir: str = "",
     workdir: str | Path | None = None,
@@ -91,32 +91,32 @@ def run(
     only); ``env_files``: ``--env-file``s. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
+    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
     from ddpctl.infra.runs.prepare import prepare
     from ddpctl.infra.runs.records import RunOptions
 
-    from ..options import NodeCount, NprocList, RunId
+    from ..run_command import run as command
 
-    nodes = _convert(NodeCount(), nodes, "--nodes", sep=":")
-    nproc_per_node = _convert(NprocList(), nproc_per_node, "--nproc-per-node")
-    for flag, value in (("--run-id", run_id), ("--resume-from", resume_from)):
-        _convert(RunId(flag, allow_empty=True), value, flag)
+    given = {k: _checked(command, k, v) for k, v in _given_run(locals()).items()}
+    if not given["job"]:
+        raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
     opts = RunOptions.given(
-        job,
-        args,
-        nodes=nodes,
-        nproc_per_node=nproc_per_node,
-        max_restarts=max_restarts,
-        name=name,
-        port=port,
-        run_id=run_id,
+        given["job"],
+        _checked(command, "job_args", args, "args"),
+        nodes=given["nodes"],
+        nproc_per_node=given["nproc_per_node"],
+        max_restarts=given["max_restarts"],
+        name=given["name"],
+        port=given["port"],
+        run_id=given["run_id"] or "",
         env=_env_pairs(env, env_from),
-        env_files=env_files,
-        python=python,
-        launcher=launcher,
-        snapshot_dir=snapshot_dir,
-        resume_from=resume_from,
-        workdir=workdir,
+        env_files=given["env_files"] or (),
+        python=given["python"],
+        launcher=given["launcher"],
+        snapshot_dir=given["snapshot_dir"],
+        resume_from=given["resume_from"],
+        workdir=given["workdir"],
     )
     store = _store(home)
     prep = prepare(opts, store)
@@ -147,6 +147,28 @@ def run(
     )
 
 
+#: ``run``'s keywords that are its command's options, checked by their Click types (``_checked``)
+_RUN_OPTIONS = (
+    "job",
+    "nodes",
+    "nproc_per_node",
+    "max_restarts",
+    "name",
+    "port",
+    "run_id",
+    "launcher",
+    "snapshot_dir",
+    "workdir",
+    "resume_from",
+    "env_files",
+    "python",
+)
+
+
+def _given_run(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: values[k] for k in _RUN_OPTIONS}
+
+
 def runs(*, home: str | Path | None = None) -> list[RunRecord]:
     """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
     ``started`` in epoch seconds); a run going on on the cluster with no ddpctl here is asked there."""
@@ -168,15 +190,12 @@ def logs(
 ) -> list[LogLine]:
     """``ddpctl logs``: a run's lines from its ``output.log`` (default: the last run started),
     filtered by node and rank, the last ``tail`` of them."""
-    from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs import logs as run_logs
 
-    from ..options import RunId
+    from ..access_commands import logs as command
 
-    if run_id is not None:
-        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
-    if tail is not None and tail < 0:
-        raise UsageError(f"Invalid value for '--tail': {tail} is not in the range 0<=x<=10000000.")
+    run_id = _checked(command, "run_id", run_id)
+    node, rank, tail = (_checked(command, k, v) for k, v in (("node", node), ("rank", rank), ("tail", tail)))
     from ddpctl.infra.runs.on_cluster import bring_up_to_date
 
     store = _store(home)
@@ -198,9 +217,11 @@ def download(
     ``DIR/RUN_ID``, default its record's ``outputs``; ``to_dict()`` is ``download --json``'s."""
     from ddpctl.infra.runs.outputs import download as fetch_outputs
 
-    from ..options import RunId
+    from ..access_commands import download as command
 
-    _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    if run_id is None:
+        _checked(command, "run_id", "")
+    run_id, to = _checked(command, "run_id", run_id), _checked(command, "to", to)
     return fetch_outputs(_store(home), run_id, Path(to) if to else None, progress or _quiet)
 
 
@@ -210,10 +231,9 @@ def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> lis
     from ddpctl.infra.runs import metrics as run_metrics
     from ddpctl.infra.runs.logs import log_path
 
-    from ..options import RunId
+    from ..inspect_commands import metrics as command
 
-    if run_id is not None:
-        _convert(RunId("RUN_ID"), run_id, "RUN_ID")
+    run_id = _checked(command, "run_id", run_id)
     store = _store(home)
     run_id, _ = log_path(store, run_id)  # an unknown run: the CLI's one line
     return run_metrics.read(store.run_dir(run_id))

@@ -37,20 +37,27 @@ _PART = re.compile(r"(\d+)([smhd])")
 
 
 def parse(text: str | int, flag: str = "--autodown") -> int:
-    """``30m``, ``2h``, ``1h30m``, ``90s`` -> seconds; ``off`` -> 0. A bare number has no unit: refused."""
+    """``30m``, ``2h``, ``1h30m``, ``600s`` -> seconds (at least 5 min: ``min_idle_s``); ``off`` -> 0. A bare number has no unit: refused."""
     if isinstance(text, int) and not isinstance(text, bool):
-        raise UsageError(f"{flag} {text} has no unit: give e.g. {text}m, 2h or 90s (or off)")
+        raise UsageError(f"{flag} {text} has no unit: give e.g. {text}m, 2h or 1h30m (or off)")
     value = str(text).strip().lower()
     if value in ("off", "0", "none", ""):
         return 0
     if value.isdigit():
-        raise UsageError(f"{flag} {value} has no unit: give e.g. {value}m, 2h or 90s (or off)")
+        raise UsageError(f"{flag} {value} has no unit: give e.g. {value}m, 2h or 1h30m (or off)")
     parts = _PART.findall(value)
     if not parts or "".join(n + u for n, u in parts) != value.replace(" ", ""):
-        raise UsageError(f"{flag} {text!r} is not a duration: give e.g. 30m, 2h, 1h30m or 90s (or off)")
+        raise UsageError(f"{flag} {text!r} is not a duration: give e.g. 30m, 2h, 1h30m or 600s (or off)")
     seconds = sum(int(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         return 0
+    if seconds < min_idle_s():
+        least = min_idle_s()
+        raise UsageError(
+            f"{flag} {text} is under {globals()['text'](least)}: the head node looks for a run once every "
+            f"{check_s()} s, so a shorter idle time could take the cluster down right after `up` or between two "
+            f"runs: give {flag_text(least)} or more (or off)"
+        )
     if seconds > 30 * 86400:
         raise UsageError(f"{flag} {text} is more than 30 days: give a shorter idle time, or off")
     return seconds
@@ -73,6 +80,15 @@ def flag_text(seconds: int) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v)
+
+
+#: the shortest idle time, in the program's looks: 5 min at one look a minute
+MIN_LOOKS = 5
+
+
+def min_idle_s() -> int:
+    """The shortest idle time ``parse`` takes: ``MIN_LOOKS`` of the program's looks (``check_s``)."""
+    return MIN_LOOKS * check_s()
 
 
 def check_s() -> int:

@@ -36,10 +36,12 @@ def connect(host: Host, timeout: float = 10.0) -> fabric.Connection:
             gateway = _connect_jumps(host, r.proxy_jump, timeout)
         elif r.proxy_command:
             gateway = _expand(r.proxy_command, r)  # fabric runs it as paramiko's ProxyCommand
-        return _open(host.name, r, timeout, gateway)
+        return _open(host.name, r, timeout, gateway, host.made_by)
 
 
-def _open(name: str, r: Resolved, timeout: float, gateway: fabric.Connection | str | None) -> fabric.Connection:
+def _open(
+    name: str, r: Resolved, timeout: float, gateway: fabric.Connection | str | None, made_by: str = ""
+) -> fabric.Connection:
     import fabric
     import paramiko
 
@@ -65,7 +67,7 @@ def _open(name: str, r: Resolved, timeout: float, gateway: fabric.Connection | s
         conn.open()
     except Exception as exc:
         conn.close()
-        raise DdpctlError(f"{name} ({user}@{r.hostname}:{r.port}): {explain(exc)}") from None
+        raise DdpctlError(f"{name} ({user}@{r.hostname}:{r.port}): {explain(exc, made_by)}") from None
     return conn
 
 
@@ -80,7 +82,7 @@ def _connect_jumps(host: Host, jumps: str, timeout: float) -> fabric.Connection:
         number = parse_port(port or 22, f"{host.name}: the port of ProxyJump {hop}")
         jump = Host(name=f"{host.name}'s jump host {address}", address=address, user=user or None, port=number)
         r = resolve(replace(jump, ssh_args=tuple(config)))
-        gateway = _open(jump.name, replace(r, proxy_jump=None), timeout, gateway)
+        gateway = _open(jump.name, replace(r, proxy_jump=None), timeout, gateway, host.made_by)
     assert gateway is not None
     return gateway
 
@@ -123,11 +125,25 @@ def _jumped_connection() -> type:
     return JumpedConnection
 
 
-def explain(exc: BaseException) -> str:
-    """An SSH failure as something to do about it."""
+#: what to check where a node that a provider made cannot be reached (there is no inventory of the user's)
+MADE_UNREACHABLE = (
+    "check that the cluster's instances run (`ddpctl status`) and that this machine's address is still the one "
+    "the cluster's --ssh-cidr lets in (it may have changed since `up`)"
+)
+
+
+def explain(exc: BaseException, made_by: str = "") -> str:
+    """An SSH failure as something to do about it: in the user's inventory's terms for their hosts,
+    in the provider's (``made_by``: ``Host.made_by``) for nodes it made."""
     import paramiko
 
     text = str(exc).strip() or type(exc).__name__
+    if made_by and isinstance(exc, paramiko.AuthenticationException):
+        return f"{text}: the cluster's own key was refused: check --ssh-user (the image's login user)"
+    if made_by and isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"no answer (timed out): {MADE_UNREACHABLE}"
+    if made_by and isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError, OSError)):
+        return f"{text}: {MADE_UNREACHABLE}"
     if isinstance(exc, paramiko.AuthenticationException):
         return f"{text}: check ansible_user and ansible_ssh_private_key_file"
     if isinstance(exc, paramiko.SSHException) and "No authentication methods" in text:
@@ -158,7 +174,7 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
             out = conn.run("nproc", hide=True, warn=True, timeout=timeout, in_stream=False)
             return host.name, int(out.stdout.strip() or 1) if out.ok else 1
         except Exception as exc:
-            return host.name, f"{host.name}: {explain(exc)}"
+            return host.name, f"{host.name}: {explain(exc, host.made_by)}"
         finally:
             conn.close()
 

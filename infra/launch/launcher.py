@@ -35,9 +35,9 @@ class Phase(Word):
     GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
 
 
-#: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits only (it goes into commands run on
+#: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits (an array task's with _N; it goes into commands run on
 #: the cluster: ``scancel REF``; a record that says otherwise is damaged)
-REF_RE = re.compile(r"[0-9]{1,20}")
+REF_RE = re.compile(r"[0-9]{1,20}(_[0-9]{1,9})?")  # a pid, a Slurm job id (an array task's: _N)
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,21 @@ class Handle:
 
     @classmethod
     def from_dict(cls, doc: object) -> Handle | None:
-        """From a run's ``options.json`` (None: no handle, or not one this ddpctl reads)."""
+        """From a run's ``options.json`` (None: no handle, or not one this ddpctl reads). What goes
+        into commands on the cluster is checked here: ``ref`` is a pid (head) or a Slurm job id
+        (``1234``, an array's ``1234_5``), and ``run_id`` a run id, else the record is not read
+        (a damaged or edited record never runs ``scancel 1; rm -rf ~`` on the login node)."""
         if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
             return None
-        try:
-            handle = cls(str(doc["kind"]), str(doc["ref"]), str(doc["folder"]), str(doc["run_id"]))
-        except KeyError:
+        fields = [doc.get(k) for k in ("kind", "ref", "folder", "run_id")]
+        if not all(isinstance(f, str) for f in fields):
             return None
-        return handle if REF_RE.fullmatch(handle.ref) else None  # it goes into commands on the cluster
+        kind, ref, folder, run_id = fields
+        from ..model.spec import RUN_ID_RE
+
+        if not re.fullmatch(REF_PATTERNS[kind], ref) or not RUN_ID_RE.fullmatch(run_id) or not folder:
+            return None
+        return cls(kind, ref, folder, run_id)
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,9 @@ class Launcher(Protocol):
 
     def close(self) -> None: ...
 
+
+#: what each launcher's ``ref`` looks like: a pid; a Slurm job id, an array task's with ``_N``
+REF_PATTERNS = {"head": r"[1-9]\d{0,9}", "slurm": r"\d{1,12}(_\d{1,9})?"}
 
 #: each launcher's name in a handle -> "module:class", opened with ``reopen``
 KINDS = {"head": "head:HeadLauncher", "slurm": "slurm_executor:SlurmLauncher"}

@@ -184,11 +184,13 @@ class SlurmLauncher:
 
     def _ask(self, job_id: str) -> tuple[str, int | None, float]:
         """``state``, and the seconds the job ran (``RunTime``, or ``Elapsed`` in ``sacct``)."""
-        text = _run(self.conn, f"scontrol show job -o {job_id}", check=False)
+        text = _run(self.conn, f"scontrol show job -o {shlex.quote(job_id)}", check=False)
         raw, exit_code = parse_job_info(text)
         ran = re.search(r"\bRunTime=(\S+)", text)
         if raw == "UNKNOWN":  # Slurm forgot it (MinJobAge): its accounting may still know
-            got = _run(self.conn, f"sacct -n -X -P -j {job_id} -o State,ExitCode,Elapsed", check=False).strip()
+            got = _run(
+                self.conn, f"sacct -n -X -P -j {shlex.quote(job_id)} -o State,ExitCode,Elapsed", check=False
+            ).strip()
             fields = got.splitlines()[0].split("|") if got else []
             if len(fields) != 3:
                 return "gone", None, 0.0
@@ -212,7 +214,7 @@ class SlurmLauncher:
 
         if not follow or self.describe(handle).phase is not Phase.RUNNING:
             skip = per_node(seen)
-            prefix = f"ddpctl-{handle.ref}-"
+            prefix = shlex.quote(f"ddpctl-{handle.ref}-")
             got = _run(
                 self.conn,
                 f"python3 -c {shlex.quote(source('slurm_tail'))} {shlex.quote(handle.folder)} {prefix} once",
@@ -238,7 +240,7 @@ class SlurmLauncher:
         return self._follow(handle, sink, seen, cancel_on_interrupt=True)
 
     def cancel(self, handle: Handle) -> None:
-        _run(self.conn, f"scancel {handle.ref}", check=False)
+        _run(self.conn, f"scancel {shlex.quote(handle.ref)}", check=False)
         deadline = time.monotonic() + 60
         while self.state(handle.ref)[0] in ("pending", "running") and time.monotonic() < deadline:
             time.sleep(self.poll_s)
@@ -265,8 +267,10 @@ class SlurmLauncher:
                 if state in ("succeeded", "failed", "cancelled", "gone"):
                     break
                 if state == "pending" and time.monotonic() - pending_since > self.pending_timeout_s:
-                    reason = _run(self.conn, f"squeue -h -j {job_id} -o %r", check=False).strip() or "unknown"
-                    _run(self.conn, f"scancel {job_id}", check=False)
+                    reason = (
+                        _run(self.conn, f"squeue -h -j {shlex.quote(job_id)} -o %r", check=False).strip() or "unknown"
+                    )
+                    _run(self.conn, f"scancel {shlex.quote(job_id)}", check=False)
                     raise DdpctlError(
                         f"Slurm job {job_id} stayed pending for {self.pending_timeout_s:.0f} s ({reason}) and was "
                         "cancelled: ask for fewer nodes or check `sinfo`"
@@ -278,7 +282,7 @@ class SlurmLauncher:
             if not cancel_on_interrupt:
                 raise
             interrupted = True
-            _run(self.conn, f"scancel {job_id}", check=False)
+            _run(self.conn, f"scancel {shlex.quote(job_id)}", check=False)
             state = "cancelled"
         finally:
             time.sleep(0.5)  # let the tail catch the last lines
@@ -292,7 +296,7 @@ class SlurmLauncher:
         chan = self.conn.client.get_transport().open_session()
         chan.exec_command(
             f"exec env {RUN_KEY}={marker} python3 -u -c {shlex.quote(source('slurm_tail'))} "
-            f"{shlex.quote(handle.folder)} ddpctl-{handle.ref}-"
+            f"{shlex.quote(handle.folder)} {shlex.quote(f'ddpctl-{handle.ref}-')}"
         )
 
         def pump() -> None:

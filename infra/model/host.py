@@ -17,3 +17,6 @@ class Host:
     #: ansible_ssh_common_args + ansible_ssh_extra_args, as OpenSSH options (infra/hosts/ssh_options.py)
     ssh_args: tuple[str, ...] = ()
     vars: dict[str, Any] = field(default_factory=dict)
+    #: "" : a host of the user's inventory; else the provider that made it ("aws", "pcluster"), whose
+    #: words an SSH failure's hint uses (``hosts.connections.explain``): there is no inventory to fix
+    made_by: str = ""

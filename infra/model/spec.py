@@ -74,7 +74,7 @@ class ClusterSpec:
             raise UsageError(f"--port {self.port} is out of range: choose a port from 1024 to 65535")
         check_env_names(self.env)
         if isinstance(self.autodown_s, bool) or not isinstance(self.autodown_s, int) or self.autodown_s < 0:
-            raise UsageError(f"--autodown {self.autodown_s!r} is not a duration: give e.g. 30m, 2h or 90s (or off)")
+            raise UsageError(f"--autodown {self.autodown_s!r} is not a duration: give e.g. 30m, 2h or 1h30m (or off)")
         check_playbook_vars(self)
 
 
@@ -228,8 +228,12 @@ def check_env_name(key: str, flag: str = "--env") -> None:
 
 
 def check_env_names(env: dict[str, str], flag: str = "--env") -> None:
-    for key in env:
+    """Every name (``check_env_name``) and value of an environment: a value is one line (the launch
+    line and the plan carry it as one; a newline would split them), with no NUL (no environment holds one)."""
+    for key, value in env.items():
         check_env_name(key, flag)
+        if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
+            raise UsageError(f"{flag} {key}: its value must be one line of text, without a newline: give {key}=VALUE")
 
 
 def check_positive(flag: str, value: int) -> None:

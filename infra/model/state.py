@@ -273,6 +273,7 @@ def _host(doc: Doc) -> Host:
         ssh_config=doc.text("ssh_config", None),
         ssh_args=doc.texts("ssh_args", ()),  # JSON has lists
         vars=doc.obj("vars", {}),
+        made_by=doc.text("made_by", ""),  # "": the user's inventory (and states written before it was recorded)
     )
     doc.done()
     return host

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..model import locks
 from ..model.errors import UsageError
 from ..model.store import StateStore
-from .records import list_runs
+from .records import list_runs, queued_behind, queued_text, refuse_queued
 
 LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
 POLL_S = 0.5
@@ -58,10 +58,32 @@ def log_path(store: StateStore, run_id: str | None) -> tuple[str, Path]:
         run_id = records[-1].run_id
     path = store.run_dir(run_id) / "output.log"
     if not path.is_file():
+        refuse_queued(store, run_id, f"so it has no output yet: `ddpctl logs --follow {run_id}` waits for its turn")
         known = [r.run_id for r in list_runs(store)][-5:]
         hint = f" (recent: {', '.join(known)})" if known else ""
         raise UsageError(f"run {run_id!r} has no output under {store.home / 'runs'}{hint}: `ddpctl runs` lists them")
     return run_id, path
+
+
+def wait_turn(
+    store: StateStore,
+    run_id: str,
+    progress: Callable[[str], None],
+    *,
+    alive: Callable[[StateStore, str], bool] = locks.run_alive,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """``logs --follow`` of a queued run: wait (said once) until its turn has come and its output.log
+    is there, or its ddpctl has gone (``stop`` took it out of the queue: ``log_path`` then says so)."""
+    said = False
+    while True:
+        wait = queued_behind(store, run_id)
+        if wait is None and ((store.run_dir(run_id) / "output.log").is_file() or not alive(store, run_id)):
+            return
+        if wait is not None and not said:
+            progress(f"{queued_text(run_id, wait)}: waiting for its turn (Ctrl-C stops waiting; the run stays queued)")
+            said = True
+        sleep(POLL_S)
 
 
 def check_filter(store: StateStore, run_id: str, keep: LogFilter) -> None:

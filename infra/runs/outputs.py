@@ -31,7 +31,7 @@ from ..model.progress import Progress
 from ..model.state import ClusterPhase, ClusterState
 from ..model.store import StateStore
 from ..providers.base import Provider
-from .records import OUTPUTS, read_options
+from .records import OUTPUTS, read_options, refuse_queued
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,7 @@ def download(store: StateStore, run_id: str, to: Path | None, progress: Progress
     kept outputs."""
     path = store.run_dir(run_id) / "options.json"
     if not path.is_file():
+        refuse_queued(store, run_id, "so it has no outputs yet")
         raise UsageError(f"no run {run_id!r} under {store.home}: `ddpctl runs` lists them")
     run = next((r for r in recorded(store) if r.run_id == run_id), None)
     if run is None:

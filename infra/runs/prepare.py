@@ -27,7 +27,7 @@ from ..model.torch_versions import check_torch
 from ..providers import get_provider
 from ..providers.base import Executor, ExecutorFor, Provider
 from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
-from .records import OUTPUTS, RunOptions, read_options, resume_options
+from .records import OUTPUTS, RunOptions, read_options, refuse_queued, resume_options
 
 
 @dataclass
@@ -63,6 +63,7 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     a Slurm job) is attached to again (``execute``); else (torchrun launches only) the cluster is brought up again if the run owned it and it is gone,
     whatever is left of the earlier attempt is stopped first, and the job picks up from its snapshot.
     """
+    refuse_queued(store, run_id, f"so there is nothing to resume (`ddpctl stop {run_id}` takes it out of the queue)")
     locks.check_run_free(store, run_id)
     opts, owned = resume_options(run_id, store)
     if finished_ok(store, run_id):

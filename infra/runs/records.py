@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..launch.launcher import REF_RE
 from ..model import costs, locks
-from ..model.errors import UsageError
+from ..model.errors import DdpctlError, UsageError
 from ..model.schema import Doc, SchemaError, shown, whole
 from ..model.spec import MAX_NODES, MAX_NPROC, check_cluster_name, check_run_id
 from ..model.state import Launcher
@@ -165,6 +166,33 @@ class RunRecord:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def queued_behind(store: StateStore, run_id: str) -> dict[str, Any] | None:
+    """A run waiting its turn on its cluster (``run`` behind another run, ``execute._queue``): what
+    its ``queued.json`` says (``ahead``, ``job``, ``nodes``, ``cluster``) while its ddpctl waits;
+    None for any other run."""
+    run_dir = store.run_dir(run_id)
+    queued = run_dir / QUEUED
+    if (run_dir / "options.json").exists() or not queued.exists() or not locks.run_alive(store, run_id):
+        return None
+    try:
+        wait = json.loads(queued.read_text())
+    except (OSError, ValueError):
+        return None
+    return wait if isinstance(wait, dict) and isinstance(wait.get("ahead"), str) else None
+
+
+def refuse_queued(store: StateStore, run_id: str, what: str) -> None:
+    """One line for a command that needs a run that has not started, as it is queued: behind which
+    run, and ``what`` (e.g. "no output yet: `ddpctl logs --follow ID` waits for it")."""
+    wait = queued_behind(store, run_id)
+    if wait is not None:
+        raise DdpctlError(f"{queued_text(run_id, wait)}: it has not started, {what}")
+
+
+def queued_text(run_id: str, wait: dict[str, Any]) -> str:
+    return f"run {run_id} is queued on cluster {str(wait.get('cluster', '?'))!r} behind {wait['ahead']}"
 
 
 def list_runs(store: StateStore) -> list[RunRecord]:

@@ -182,7 +182,7 @@ def test_a_slurm_job_keeps_it_up_and_off_ends_it(node: dict) -> None:
 
 # ---- end to end on the EC2 twin -------------------------------------------------------------------
 
-IDLE = "4s"
+IDLE = "5s"  # autodown.MIN_LOOKS looks of DDPCTL_AUTODOWN_CHECK_S=1
 
 
 def _head_state(env: TwinEnv) -> dict:
@@ -243,10 +243,10 @@ def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
     assert _head_state(env)["activity"].startswith("a run of the cluster")
     set_at = time.time()
     env.ok("autodown", "default", IDLE)
-    while _head_state(env).get("checked_at", 0) < set_at + 4 + 3 and time.monotonic() < deadline + 120:
+    while _head_state(env).get("checked_at", 0) < set_at + 5 + 3 and time.monotonic() < deadline + 120:
         time.sleep(0.5)
     seen = _head_state(env)
-    assert seen["checked_at"] >= set_at + 4 + 3, seen  # it looked three times past the idle time
+    assert seen["checked_at"] >= set_at + 5 + 3, seen  # it looked three times past the idle time
     assert seen["activity"].startswith("a run of the cluster")
     assert set(_instance_states(env).values()) == {"running"}
     assert "a run is going" in env.ok("status").stdout
@@ -273,7 +273,7 @@ def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodow
     assert listed["status"] == "stopped" and listed["live"]["kept_head"] == ids[0], listed
     run = env.ddpctl("run", "message-passing", "--nodes", "2")  # not taken for nodes that do not answer
     assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
-        "Error: cluster 'default' took itself down (autodown after 4 s idle); node0 is stopped with the runs' "
+        "Error: cluster 'default' took itself down (autodown after 5 s idle); node0 is stopped with the runs' "
         "outputs on its disk: `ddpctl down --name default` copies them here and deletes what is left; then "
         "`ddpctl up` a new one"
     ), run.stderr

@@ -31,7 +31,8 @@ from tests.support.specs import cluster_spec
 
 
 @pytest.mark.parametrize(
-    ("given", "seconds"), [("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("90s", 90), ("1d", 86400), ("off", 0)]
+    ("given", "seconds"),
+    [("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("600s", 600), ("5m", 300), ("1d", 86400), ("off", 0)],
 )
 def test_durations(given: str, seconds: int) -> None:
     assert autodown.parse(given) == seconds
@@ -41,9 +42,9 @@ def test_durations(given: str, seconds: int) -> None:
 @pytest.mark.parametrize(
     ("given", "says"),
     [
-        ("30", "--autodown 30 has no unit: give e.g. 30m, 2h or 90s (or off)"),
+        ("30", "--autodown 30 has no unit: give e.g. 30m, 2h or 1h30m (or off)"),
         (30, "--autodown 30 has no unit"),
-        ("30 minutes", "is not a duration: give e.g. 30m, 2h, 1h30m or 90s"),
+        ("30 minutes", "is not a duration: give e.g. 30m, 2h, 1h30m or 600s"),
         ("31d", "more than 30 days"),
     ],
 )

@@ -114,7 +114,12 @@ def write_files(
 
 def ssh_host(node: Launched, files: SshFiles, *, user: str, key_path: str, private: bool) -> Host:
     return Host(
-        name=node.name, address=node.address(private), user=user, key_file=key_path, ssh_config=str(files.ssh_config)
+        name=node.name,
+        address=node.address(private),
+        user=user,
+        key_file=key_path,
+        ssh_config=str(files.ssh_config),
+        made_by="aws",  # an EC2 instance ddpctl launched (pcluster's head node too)
     )
 
 

@@ -14,6 +14,7 @@ from . import boto, keys, preflight, pricing
 from .ec2 import Aws
 from .ec2_requests import client_token, run_instances_request
 from .errors import aws_errors
+from .options import ssh_cidr_warnings
 from .plan import VPC_CIDR, AwsPlan
 
 
@@ -157,6 +158,7 @@ def offline_report(plan: AwsPlan) -> DryRunReport:
     lines += plan.describe()
     if facts:
         lines.append(f"  instance type: {facts.vcpus} vCPUs, {facts.gpus} GPU(s), {facts.arch} (ddpctl's table)")
+    lines += [f"  warning: {w}" for w in ssh_cidr_warnings(plan.ssh_cidr, plan.private_ip)]
     lines.append(
         f"Not checked ({NO_CREDENTIALS}: `aws configure` or `aws sso login`, or set AWS_PROFILE; "
         "then this dry run asks AWS):"

@@ -51,6 +51,42 @@ def check_cidr(value: str) -> None:
         raise UsageError(f"invalid --ssh-cidr {value!r}: an address or network, e.g. 203.0.113.7/32") from None
 
 
+#: a --ssh-cidr with a shorter prefix opens SSH to much of the internet (a /8 is 16 million addresses)
+WIDE_PREFIX = 8
+
+
+def ssh_cidr_warnings(cidr: str, private_ip: bool) -> list[str]:
+    """What is wrong with a --ssh-cidr that AWS takes: open to the whole internet or much of it
+    (a prefix shorter than /8), or a source the nodes can never see (loopback, link-local; a
+    private network where the nodes are reached at their public addresses). Pure."""
+    import ipaddress
+
+    if not cidr:
+        return []
+    net = ipaddress.ip_network(cidr, strict=False)
+    if net.prefixlen == 0:
+        return [f"--ssh-cidr {cidr} opens SSH on the nodes to the whole internet"]
+    if net.prefixlen < WIDE_PREFIX:
+        return [
+            f"--ssh-cidr {cidr} opens SSH on the nodes to {net.num_addresses:,} addresses, much of the internet: "
+            "give your own address/32 (or leave --ssh-cidr out for it)"
+        ]
+    never = "the nodes can never see SSH come from it, and `up` would wait for SSH until it fails"
+    if net.is_loopback or net.is_link_local or net.is_unspecified:
+        return [
+            f"--ssh-cidr {cidr} is this machine's own (loopback or link-local): {never}; give your public "
+            "address/32, or leave --ssh-cidr out"
+        ]
+    private = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")  # RFC 1918, 6598, 4193
+    if not private_ip and any(net.subnet_of(p) for p in map(ipaddress.ip_network, private) if p.version == net.version):
+        return [
+            f"--ssh-cidr {cidr} is a private network, and the nodes are reached at their public addresses, where "
+            f"SSH comes from your public address: {never}; give your public address/32, or --private-ip when "
+            "ddpctl runs inside the VPC"
+        ]
+    return []
+
+
 def check_ssh_family(options: Mapping[str, object]) -> None:
     """An IPv6 ``--ssh-cidr`` only into a given subnet (``up`` checks its VPC has IPv6): the VPC
     ddpctl makes has none, so no node could be reached from there."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...hosts.autodown import text as autodown_text
 from ...model.state import Resource
 from . import details as d
 from . import pricing
@@ -79,6 +80,8 @@ class AwsPlan:
     #: the id of the state home that makes the cluster (tagged ``ddpctl:home``); "" = none yet (a
     #: dry run in a home that never brought a cluster up)
     home_id: str = ""
+    #: ``--autodown``: seconds without a run after which the nodes take themselves down; 0: off
+    autodown_s: int = 0
 
     @property
     def efa_attached(self) -> int:
@@ -185,7 +188,10 @@ class AwsPlan:
         )
         ssh = self.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
         cost = pricing.format_usd(self.hourly_usd)
-        day = "" if self.hourly_usd is None else f"; about ${self.hourly_usd * 24:,.0f} a day until `ddpctl down`"
+        until = "until `ddpctl down`" + (
+            f" or autodown ({autodown_text(self.autodown_s)} idle)" if self.autodown_s else ""
+        )
+        day = "" if self.hourly_usd is None else f"; about ${self.hourly_usd * 24:,.0f} a day {until}"
         lines = [
             f"  {self.count} x {self.instance_type}{gpus} in {self.region} ({where}), "
             + ("spot" if self.spot else "on-demand"),
@@ -209,6 +215,11 @@ class AwsPlan:
             lines.append("  IAM instance profile: none (the nodes get no AWS credentials)")
         if not self.configure:
             lines.append("  configure: skipped (--no-configure): the nodes are not prepared for jobs")
+        if self.autodown_s:
+            lines.append(
+                f"  autodown: after {autodown_text(self.autodown_s)} without a run the nodes shut themselves down "
+                "and EC2 terminates them (a program on node0); the next `ddpctl status`, `down` or `up` deletes the rest"
+            )
         return lines
 
     def describe_image(self, arch: str) -> list[str]:
@@ -267,6 +278,7 @@ def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, home_id: str = 
         iam_instance_profile=o.get("iam_instance_profile", ""),
         user_tags=dict(o["tags"]),
         home_id=home_id,
+        autodown_s=getattr(spec, "autodown_s", 0),
     )
 
 

@@ -8,7 +8,6 @@ IPv6). ``--dry-run`` runs the same checks.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from ...model.errors import DdpctlError, UsageError
 from . import network, pricing
 from .ec2 import Aws, home_of
 from .images import DLAMI, UBUNTU, ImageChoice
+from .options import ssh_cidr_warnings
 from .plan import AwsPlan, ssh_cidr_for
 
 
@@ -115,8 +115,7 @@ def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> 
         cidr = ssh_cidr_for(caller_address())
     if cidr:
         network.check_ssh_family(aws, plan, cidr, vpc_id)
-    if cidr and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
-        warnings.append(f"--ssh-cidr {cidr} opens SSH on the nodes to the whole internet")
+    warnings += ssh_cidr_warnings(plan.ssh_cidr, plan.private_ip)  # the one given (your own /32 is fine)
     if choice.source is UBUNTU and not plan.configure:
         warnings.append(f"--no-configure: {UBUNTU.label} has no NVIDIA driver; run `ddpctl configure` before GPU jobs")
     return Preflight(

@@ -44,6 +44,18 @@ from .steps import only
 from .up import Up
 
 
+def check_autodown_nodes(spec: ClusterSpec, idle_s: int) -> None:
+    """Autodown (``up --autodown``, ``ddpctl autodown``) only on configured nodes: the head node shuts
+    the others down over the cluster's SSH mesh, which ``--no-configure``'s nodes do not have yet
+    (``ddpctl configure`` makes it)."""
+    if idle_s and not with_defaults(spec).options["configure"]:
+        raise UsageError(
+            "--autodown needs configured nodes (the head node shuts the others down over the cluster's SSH "
+            f"mesh): drop --no-configure, or run `ddpctl configure --name {spec.name}` first and then "
+            f"`ddpctl autodown {spec.name} {autodown.flag_text(idle_s)}`"
+        )
+
+
 class AwsProvider(Provider):
     name = "aws"
     runs_playbooks = True
@@ -66,11 +78,7 @@ class AwsProvider(Provider):
 
     def check_up(self, spec: ClusterSpec) -> None:
         check_ssh_family(spec.options)  # an IPv6 --ssh-cidr into ddpctl's own VPC, which has none
-        if spec.autodown_s and not with_defaults(spec).options["configure"]:
-            raise UsageError(
-                "--autodown needs configured nodes (the head node shuts the others down over the cluster's SSH "
-                "mesh): drop --no-configure, or set it later with `ddpctl autodown` after `ddpctl configure`"
-            )
+        check_autodown_nodes(spec, spec.autodown_s)
 
     def plan(self, spec: ClusterSpec, store: StateStore, *, ephemeral: bool = False) -> ClusterState:
         spec = with_defaults(spec)
@@ -271,6 +279,7 @@ class AwsProvider(Provider):
         """The program on the head node (``infra/hosts/autodown.py``): the nodes shut themselves down, and
         EC2 terminates them (``InstanceInitiatedShutdownBehavior``), but the head, set to stop so that its
         disk keeps the runs' outputs (``kept_head.py``; not spot's); no AWS credentials go to them."""
+        check_autodown_nodes(state.spec, idle_s)  # as `up --no-configure --autodown` is refused
         if not idle_s:
             autodown.remove(state)
             progress(f"autodown of {state.name!r} is off")
@@ -333,6 +342,8 @@ class AwsProvider(Provider):
             if res.kind == "configure":  # an `up` stopped in its configure step is finished now
                 res.status = ResourcePhase.CREATED
         state.status = ClusterPhase.UP
+        if play.tags is None or "ssh_mesh" in play.tags.split(","):  # `up --no-configure`'s nodes now have their mesh
+            state.spec = replace(state.spec, options={**state.spec.options, "configure": True})
         return report
 
     def _collect_missing_host_keys(self, state: ClusterState, store: StateStore, progress: Progress) -> None:

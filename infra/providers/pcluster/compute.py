@@ -162,7 +162,14 @@ def compute_node_infos(head: NodeInfo, nodes: list[ClusterInstance], ssh_config:
             host=n.private_ip,
             ifname=None,
             nproc=0,
-            ssh=Host(name=node_name(n), address=node_name(n), user=user, key_file=key, ssh_config=str(ssh_config)),
+            ssh=Host(
+                name=node_name(n),
+                address=node_name(n),
+                user=user,
+                key_file=key,
+                ssh_config=str(ssh_config),
+                made_by="pcluster",
+            ),
         )
         for n in nodes
     ]
