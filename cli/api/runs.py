@@ -69,6 +69,7 @@ def run(
     launcher: str | None = None,
     snapshot_dir: str = "",
     workdir: str | Path | None = None,
+    requirements: str | Path | None = None,
     resume_from: str | None = None,
     env: Sequence[str] = (),
     env_files: Sequence[str | Path] = (),
@@ -114,6 +115,7 @@ def run(
         snapshot_dir=snapshot_dir,
         resume_from=resume_from,
         workdir=workdir,
+        requirements=None if requirements is None else str(requirements),
     )
     store = _store(home)
     prep = prepare(opts, store)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from ..launch import deps
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.project import locate, scan
@@ -167,9 +168,21 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
         workdir = Path(opts.workdir) if opts.workdir else None
         project = (scan if provider.remote_nodes else locate)(job.script, workdir)
+    requirements = deps.find(Path(project.root) if project else None, opts.requirements)
+    # this machine's nodes: one folder of environments for every cluster (a run's own cluster too)
+    envs = "" if provider.remote_nodes else str(store.home / "envs")
 
     def replan(now: ClusterState) -> LaunchPlan:
-        return plan_torchrun(now, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
+        return plan_torchrun(
+            now,
+            run,
+            script=str(job.script),
+            port=port,
+            bundle_root=str(BUNDLE_DIR),
+            project=project,
+            requirements=requirements,
+            envs=envs,
+        )
 
     plan = replan(cluster)
     if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
