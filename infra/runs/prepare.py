@@ -150,7 +150,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
                 "use --launcher torchrun, or keep them in the job's environment on the cluster"
             )
-        plan = plan_slurm(cluster, run, job.script)
+        plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
         login = cluster.nodes[0].ssh
         assert login is not None  # Slurm answers on a remote head node
         slurm = partial(SlurmExecutor, login)
@@ -296,8 +296,11 @@ def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, epheme
     return f"{where}, {procs} process(es)" + (f" ({source})" if source else "")
 
 
-def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
-    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem)."""
+def plan_slurm(
+    cluster: ClusterState, run: RunSpec, script: Path, requirements: deps.Requirements | None = None
+) -> SbatchPlan:
+    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem),
+    the run's packages (``requirements``) too, made there from the login node before sbatch."""
     if not cluster.nodes or not cluster.nodes[0].ssh:
         raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
     head = cluster.nodes[0]
@@ -314,9 +317,23 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
             "--launcher sbatch runs the bundled jobs (mnist, mingpt, message-passing): run your own script with "
             "--launcher torchrun, which ships its project to every node"
         )
-    return plan_sbatch(
+    python, steps = head.python or cluster.spec.python, ()
+    if requirements is not None:
+        envs = f"{head.workdir}/envs"
+        step = deps.step(
+            requirements,
+            node=head.name,
+            host=head.host,
+            python=python,
+            envs=envs,
+            project_dir="",
+            workdir=head.workdir,
+            local=False,
+        )
+        python, steps = step.python, (step,)
+    plan = plan_sbatch(
         run,
-        python=head.python or cluster.spec.python,
+        python=python,
         script=node_script,
         output_dir=f"{head.workdir}/slurm",
         workdir=head.workdir,
@@ -325,3 +342,4 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
         env_file=head.env_file,
         env=cluster.spec.env,
     )
+    return replace(plan, deps=steps)

@@ -141,3 +141,22 @@ def test_pips_last_error_line_is_the_one_kept() -> None:
     )
     assert node_deps.last_error(out) == "No matching distribution found for x"
     assert node_deps.last_error("Traceback...\nOSError: disk full\n") == "OSError: disk full"
+
+
+def test_through_sbatch_the_login_node_makes_it_in_the_shared_work_dir(tmp_path: Path) -> None:
+    from ddpctl.infra.model.host import Host
+    from ddpctl.infra.runs.jobs import BUNDLE_DIR
+    from ddpctl.infra.runs.prepare import plan_slurm
+
+    state = remote(2)
+    nodes = [dataclasses.replace(n, ssh=Host(name=n.name, address=n.host)) for n in state.nodes]
+    state = dataclasses.replace(state, nodes=nodes)
+    (tmp_path / "req.txt").write_text("--no-index\nx==1\n")
+    req = deps.find(None, str(tmp_path / "req.txt"))
+    plan = plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py", req)
+    (step,) = plan.deps
+    assert step.node == "node0" and step.env_dir.startswith("/work/node0/envs/") and step.cwd == "/work/node0"
+    assert step.argv[5:] == ()  # this machine's folders are not the login node's
+    assert f"{step.python} -m torch.distributed.run" in plan.script
+    assert plan.dry_run_lines()[0] == "  packages on node0 (10.0.0.10), before the run:"
+    assert plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py").deps == ()
