@@ -38,11 +38,34 @@ class Requirements:
     text: str
     #: folders of wheels pip may use, relative to the project's root ("." the root itself)
     find_links: tuple[str, ...]
-    digest: str  # of the text and the wheels in ``find_links`` (names and contents)
+    digest: str  # of the text, the files it includes and the wheels in ``find_links`` (names and contents)
+    #: what the nodes need of the project, relative to its root: the file, the files it includes
+    #: (``-r``, ``-c``), the wheels (shipped even where .gitignore leaves them out)
+    files: tuple[str, ...] = ()
 
     def env_name(self, python: str) -> str:
         """The environment's folder name on a node whose Python is ``python``."""
         return hashlib.sha256(f"{self.digest}\0{python}".encode()).hexdigest()[:16]
+
+
+#: the lines of a requirements file that name another file (pip reads it relative to the including one)
+INCLUDES = ("-r", "--requirement", "-c", "--constraint")
+
+
+def _included(path: Path, text: str) -> list[Path]:
+    found = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].replace("=", " ", 1).split() if line.startswith("-") else []
+        if len(words) >= 2 and words[0] in INCLUDES:
+            found.append((path.parent / words[1]).resolve())
+    return found
+
+
+def _read(path: Path, shown: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--requirements {shown}: cannot read {path} ({exc}): give a readable text file") from None
 
 
 def find(root: Path | None, given: str | None) -> Requirements | None:
@@ -58,10 +81,7 @@ def find(root: Path | None, given: str | None) -> Requirements | None:
         path = root / REQUIREMENTS
     else:
         return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--requirements {path}: cannot be read ({exc}): give a readable text file") from None
+    text = _read(path, str(given or path))
     inside = root is not None and path.is_relative_to(root)
     if given and root is not None and not inside:
         raise UsageError(
@@ -69,9 +89,18 @@ def find(root: Path | None, given: str | None) -> Requirements | None:
             "move it into the project, or give --workdir above it"
         )
     base = root if inside and root is not None else path.parent
+    digest = hashlib.sha256(text.encode())
+    files, pending = [path], _included(path, text)
+    while pending:  # the files it includes, and theirs: in the hash, and shipped
+        more = pending.pop()
+        if more in files or not more.is_file():
+            continue  # pip says what is missing
+        files.append(more)
+        more_text = _read(more, str(given or path))
+        digest.update(f"\0{more}\0{more_text}".encode())
+        pending += _included(more, more_text)
     folders = [path.parent, base, *(base / name for name in WHEEL_FOLDERS)]
     links: list[str] = []
-    digest = hashlib.sha256(text.encode())
     for folder in folders:
         rel = str(folder.relative_to(base)) if inside else str(folder)
         if not folder.is_dir() or rel in links:
@@ -80,11 +109,13 @@ def find(root: Path | None, given: str | None) -> Requirements | None:
         if folder != base and not archives and folder.name in WHEEL_FOLDERS:
             continue
         links.append(rel)
+        files += archives
         for archive in archives:
             digest.update(f"\0{rel}/{archive.name}\0".encode())
             digest.update(archive.read_bytes())
     shown = str(path.relative_to(base)) if inside else str(path)
-    return Requirements(shown, text, tuple(links), digest.hexdigest()[:16])
+    shipped = tuple(str(f.relative_to(base)) for f in files if inside and f.is_relative_to(base))
+    return Requirements(shown, text, tuple(links), digest.hexdigest()[:16], shipped)
 
 
 @dataclass(frozen=True)
@@ -94,7 +125,8 @@ class DepsStep:
     node: str
     host: str
     env_dir: str
-    argv: tuple[str, ...]  # the node's Python, -c, the program, ENV_DIR, the requirements, find-links folders
+    #: the node's Python, -c, the program, ENV_DIR, the requirements' text, the file on the node ("": none), find-links folders
+    argv: tuple[str, ...]
     cwd: str  # where relative paths of the requirements resolve: the project's copy
     requirements: str = REQUIREMENTS  # the file, as the run's messages name it
 
@@ -134,10 +166,12 @@ def step(
     env_dir = f"{envs}/{req.env_name(python)}"
     if project_dir:
         links = [posixpath.normpath(posixpath.join(project_dir, rel)) for rel in req.find_links]
+        path = posixpath.join(project_dir, req.path)
     else:  # a bundled job's --requirements: its folders are this machine's
         links = list(req.find_links) if local else []
+        path = req.path if local else ""  # remote: its text alone
     cwd = project_dir or (links[0] if links else workdir)
-    argv = (python, "-c", source("deps"), env_dir, req.text, *links)
+    argv = (python, "-c", source("deps"), env_dir, req.text, path, *links)
     return DepsStep(node, host, env_dir, argv, cwd, req.path)
 
 

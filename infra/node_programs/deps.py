@@ -1,6 +1,8 @@
 """A run's own packages on a node: an environment of the cluster's, layered on the node's Python.
 
-argv: ENV_DIR REQUIREMENTS_TEXT [FIND_LINKS...]. Run with the node's Python (the one with torch).
+argv: ENV_DIR REQUIREMENTS_TEXT REQUIREMENTS_FILE [FIND_LINKS...]. Run with the node's Python (the one
+with torch). REQUIREMENTS_FILE: the file in the project's copy, so that files it includes (``-r``)
+are found beside it; "": none, the text alone.
 
 ``ENV_DIR`` becomes a venv of that Python whose ``site-packages`` comes first and whose ``.pth``
 then lists every folder of the node Python's own path (its venv, its system's, the user's site):
@@ -18,6 +20,7 @@ last error line>``, exit 1 (the folder is left unmarked, made again by the next 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -60,9 +63,11 @@ def layer_python(env_dir: str) -> str:
 
 
 def make_layer(env_dir: str) -> None:
-    """A venv of this Python (no pip of its own) whose path goes on to this Python's packages."""
+    """A venv of this Python (no pip of its own where this Python has one) whose path goes on to
+    this Python's packages."""
     shutil.rmtree(env_dir, ignore_errors=True)  # an earlier attempt's, unfinished
-    venv.EnvBuilder(symlinks=True, with_pip=False, clear=True).create(env_dir)
+    has_pip = importlib.util.find_spec("pip") is not None  # else the layer's own, from ensurepip
+    venv.EnvBuilder(symlinks=True, with_pip=not has_pip, clear=True).create(env_dir)
     found = subprocess.run(
         [layer_python(env_dir), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -75,12 +80,13 @@ def make_layer(env_dir: str) -> None:
         f.write(f"import site; list(map(site.addsitedir, {node_paths()!r}))\n")
 
 
-def install(env_dir: str, requirements: str, find_links: list[str]) -> str | None:
+def install(env_dir: str, requirements: str, path: str, find_links: list[str]) -> str | None:
     """Make the layer and install into it; None, or pip's last error line."""
     make_layer(env_dir)
-    req = os.path.join(env_dir, "requirements.txt")
+    req = os.path.join(env_dir, "requirements.txt")  # kept: what the layer was made from
     with open(req, "w", encoding="utf-8") as f:
         f.write(requirements)
+    req = path if path and os.path.isfile(path) else req
     links = [arg for folder in find_links for arg in ("--find-links", folder)]
     argv = [layer_python(env_dir), "-m", "pip", "install", "--disable-pip-version-check", "-r", req, *links]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PIP_TARGET", "PIP_PREFIX")}
@@ -95,7 +101,7 @@ def install(env_dir: str, requirements: str, find_links: list[str]) -> str | Non
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    env_dir, requirements, find_links = args[0], args[1], args[2:]
+    env_dir, requirements, path, find_links = args[0], args[1], args[2], args[3:]
     os.makedirs(os.path.dirname(env_dir) or ".", exist_ok=True)
     with open(f"{env_dir}.lock", "a", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run (or node on this filesystem) installs: wait for it
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         try:
-            error = install(env_dir, requirements, find_links)
+            error = install(env_dir, requirements, path, find_links)
         except (OSError, subprocess.CalledProcessError) as exc:
             error = f"could not make {env_dir}: {exc}"
             print(error, flush=True)

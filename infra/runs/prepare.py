@@ -164,11 +164,15 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm, restartable=False
         )
     port = provider.rdzv_port(cluster, opts.port)
-    project = None
+    project = requirements = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
         workdir = Path(opts.workdir) if opts.workdir else None
-        project = (scan if provider.remote_nodes else locate)(job.script, workdir)
-    requirements = deps.find(Path(project.root) if project else None, opts.requirements)
+        project = locate(job.script, workdir)
+        requirements = deps.find(Path(project.root), opts.requirements)
+        if provider.remote_nodes:  # with what pip needs of it, wheels .gitignore leaves out too
+            project = scan(job.script, workdir, extra=requirements.files if requirements else ())
+    else:
+        requirements = deps.find(None, opts.requirements)
     # this machine's nodes: one folder of environments for every cluster (a run's own cluster too)
     envs = "" if provider.remote_nodes else str(store.home / "envs")
 

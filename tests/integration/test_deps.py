@@ -56,13 +56,28 @@ def test_requirements_none_runs_without_the_step(home: Path, tmp_path: Path) -> 
     assert "packages on" not in result.stdout
 
 
+def test_wheels_gitignore_leaves_out_are_shipped_with_the_project(tmp_path: Path) -> None:
+    """A project's wheels are often ignored by git: the run ships them all the same (and the files
+    the requirements include)."""
+    from ddpctl.infra.launch import deps
+    from ddpctl.infra.launch.project import scan
+
+    script = make_project(tmp_path / "p")
+    (tmp_path / "p" / ".gitignore").write_text("wheels/\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "p")], check=True)
+    req = deps.find(tmp_path / "p", None)
+    wheel = "wheels/ddpctl_tinypkg-0.1-py3-none-any.whl"
+    assert wheel in req.files and wheel not in scan(script).files  # git leaves it out
+    assert set(req.files) <= set(scan(script, extra=req.files).files)  # the run ships it
+
+
 def test_the_layer_sees_the_nodes_packages_and_is_made_once(tmp_path: Path) -> None:
     """The node program alone, with this Python as the node's: its packages (click here, torch on a
     node) import in the layer; the same folder again is reused; a changed wheel is the planner's
     business (a new hash, a new folder)."""
     make_wheel(tmp_path / "wheels", word="layered")
     env_dir = str(tmp_path / "envs" / "e1")
-    argv = [sys.executable, "-c", source("deps"), env_dir, "ddpctl-tinypkg==0.1\n", str(tmp_path / "wheels")]
+    argv = [sys.executable, "-c", source("deps"), env_dir, "ddpctl-tinypkg==0.1\n", "", str(tmp_path / "wheels")]
     first = subprocess.run(argv, capture_output=True, text=True, env=offline(), timeout=300)
     assert first.returncode == 0 and first.stdout.strip() == f"installed {env_dir}", first.stderr
     probe = "import click, ddpctl_tinypkg; print(ddpctl_tinypkg.WORD, ddpctl_tinypkg.__file__)"
@@ -72,3 +87,16 @@ def test_the_layer_sees_the_nodes_packages_and_is_made_once(tmp_path: Path) -> N
     assert word == "layered" and path.startswith(env_dir)  # into the layer, not the node's Python
     again = subprocess.run(argv, capture_output=True, text=True, env=offline(), timeout=300)
     assert again.stdout.strip() == f"reused {env_dir}"
+
+
+def test_a_file_the_requirements_include_is_read_beside_it(tmp_path: Path) -> None:
+    """Given the file's place on the node, pip reads `-r base.txt` next to it (the project's copy)."""
+    make_wheel(tmp_path / "wheels")
+    (tmp_path / "base.txt").write_text("ddpctl-tinypkg==0.1\n")
+    (tmp_path / "requirements.txt").write_text("-r base.txt\n")
+    env_dir = str(tmp_path / "envs" / "e2")
+    req = str(tmp_path / "requirements.txt")
+    argv = [sys.executable, "-c", source("deps"), env_dir, "-r base.txt\n", req, str(tmp_path / "wheels")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=offline(), timeout=300, cwd="/")
+    assert done.returncode == 0 and done.stdout.strip() == f"installed {env_dir}", done.stdout + done.stderr
+    assert list(Path(env_dir).glob("lib/python*/site-packages/ddpctl_tinypkg/__init__.py"))

@@ -40,6 +40,24 @@ def test_the_projects_requirements_txt_is_found_and_hashed(tmp_path: Path) -> No
     assert deps.find(root, None).digest != req.digest
 
 
+def test_included_files_and_wheels_are_hashed_and_named_for_shipping(tmp_path: Path) -> None:
+    root = project_with(tmp_path / "p", "-r reqs/base.txt\n-c reqs/pins.txt\n")
+    (root / "reqs").mkdir()
+    (root / "reqs" / "base.txt").write_text("tinypkg\n")
+    (root / "reqs" / "pins.txt").write_text("tinypkg==0.1\n")
+    (root / "wheels").mkdir()
+    (root / "wheels" / "tinypkg-0.1-py3-none-any.whl").write_bytes(b"w")
+    req = deps.find(root, None)
+    assert sorted(req.files) == [
+        "reqs/base.txt",
+        "reqs/pins.txt",
+        "requirements.txt",
+        "wheels/tinypkg-0.1-py3-none-any.whl",
+    ]
+    (root / "reqs" / "pins.txt").write_text("tinypkg==0.2\n")
+    assert deps.find(root, None).digest != req.digest  # an included file changed: a new environment
+
+
 def test_no_file_or_none_means_no_packages(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
     assert deps.find(tmp_path, None) is None
@@ -85,7 +103,9 @@ def test_remote_nodes_install_into_their_work_dir_and_start_with_that_python(tmp
     env = f"/work/node1/envs/{req.env_name('/opt/venv/bin/python')}"
     step = plan.deps[1]
     assert step.env_dir == env and step.cwd == "/work/node1/projects/abc"
-    assert step.argv[0] == "/opt/venv/bin/python" and step.argv[3:] == (env, req.text, "/work/node1/projects/abc")
+    proj = "/work/node1/projects/abc"
+    assert step.argv[0] == "/opt/venv/bin/python"
+    assert step.argv[3:] == (env, req.text, f"{proj}/requirements.txt", proj)  # the file in the project's copy
     assert plan.nodes[1].argv[0] == f"{env}/bin/python"  # the agent and its ranks
     assert plan.store.argv[0] == "/opt/venv/bin/python"  # the store needs only torch
     assert step.shell().startswith("cd /work/node1/projects/abc && /opt/venv/bin/python -c ")
@@ -104,7 +124,8 @@ def test_this_machines_nodes_share_one_environment_in_the_state_home(tmp_path: P
         cluster(2), RUN, script=str(root / "train.py"), port=29400, project=project, requirements=req, envs=envs
     )
     (step,) = plan.deps
-    assert step.env_dir.startswith(envs + "/") and step.cwd == str(root) and step.argv[5:] == (str(root),)
+    assert step.env_dir.startswith(envs + "/") and step.cwd == str(root)
+    assert step.argv[5:] == (str(root / "requirements.txt"), str(root))
     assert {launch.argv[0] for launch in plan.nodes} == {step.python}
 
 
@@ -156,7 +177,7 @@ def test_through_sbatch_the_login_node_makes_it_in_the_shared_work_dir(tmp_path:
     plan = plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py", req)
     (step,) = plan.deps
     assert step.node == "node0" and step.env_dir.startswith("/work/node0/envs/") and step.cwd == "/work/node0"
-    assert step.argv[5:] == ()  # this machine's folders are not the login node's
+    assert step.argv[5:] == ("",)  # the text alone: this machine's folders are not the login node's
     assert f"{step.python} -m torch.distributed.run" in plan.script
     assert plan.dry_run_lines()[0] == "  packages on node0 (10.0.0.10), before the run:"
     assert plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py").deps == ()
