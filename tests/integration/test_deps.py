@@ -100,3 +100,23 @@ def test_a_file_the_requirements_include_is_read_beside_it(tmp_path: Path) -> No
     done = subprocess.run(argv, capture_output=True, text=True, env=offline(), timeout=300, cwd="/")
     assert done.returncode == 0 and done.stdout.strip() == f"installed {env_dir}", done.stdout + done.stderr
     assert list(Path(env_dir).glob("lib/python*/site-packages/ddpctl_tinypkg/__init__.py"))
+
+
+def test_the_python_api_takes_a_requirements_file(home: Path, tmp_path: Path, monkeypatch) -> None:
+    """`ddpctl.run(script, requirements=FILE)`: a file of another name in the project, as `--requirements`."""
+    import ddpctl as api
+
+    script = make_project(tmp_path / "proj")
+    (tmp_path / "proj" / "requirements.txt").rename(tmp_path / "proj" / "train-reqs.txt")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    lines, said = [], []
+    result = api.run(
+        str(script),
+        nodes=1,
+        requirements=tmp_path / "proj" / "train-reqs.txt",
+        on_line=lines.append,
+        progress=said.append,
+    )
+    assert result.ok, said
+    assert any("the run's packages (train-reqs.txt) installed in" in line for line in said)
+    assert any("rank 0: tinypkg says hello" in line.text for line in lines)
