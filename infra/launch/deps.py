@@ -177,7 +177,7 @@ def step(
 
 def outcome(steps: Sequence[DepsStep], said: Sequence[tuple[bool, str]]) -> list[str]:
     """What the executors say of the steps that ran, each ``(ok, its output)``: a progress line per
-    node (``node0: packages of requirements.txt reused from ENV``); raises one ``DdpctlError`` line
+    node (``node0: the run's packages (requirements.txt) reused in ENV``); raises one ``DdpctlError`` line
     naming every node whose step failed with what it said (``node1: pip: <pip's last error line>``)."""
     lines, failed = [], []
     for deps, (ok, output) in zip(steps, said):

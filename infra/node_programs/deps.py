@@ -93,7 +93,7 @@ def install(env_dir: str, requirements: str, path: str, find_links: list[str]) -
     env.pop("PIP_USER", None)  # into the layer, never the user's site
     done = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        return last_error(done.stderr + "\n" + done.stdout if "ERROR:" in done.stderr else done.stdout + done.stderr)
+        return last_error(done.stdout + "\n" + done.stderr)
     with open(os.path.join(env_dir, MARKER), "w", encoding="utf-8") as f:
         f.write(stamp())
     return None
