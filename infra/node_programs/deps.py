@@ -67,7 +67,12 @@ def make_layer(env_dir: str) -> None:
     this Python's packages."""
     shutil.rmtree(env_dir, ignore_errors=True)  # an earlier attempt's, unfinished
     has_pip = importlib.util.find_spec("pip") is not None  # else the layer's own, from ensurepip
-    venv.EnvBuilder(symlinks=True, with_pip=not has_pip, clear=True).create(env_dir)
+    try:
+        venv.EnvBuilder(symlinks=True, with_pip=not has_pip, clear=True).create(env_dir)
+    except subprocess.CalledProcessError:  # ensurepip failed (a Debian Python without python3-venv)
+        raise OSError(
+            f"{sys.executable} has no pip and ensurepip could not give the environment one: install pip for it"
+        ) from None
     found = subprocess.run(
         [layer_python(env_dir), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
