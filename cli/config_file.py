@@ -26,6 +26,7 @@
     nodes = 2
     max_restarts = 1
     snapshot_dir = "s3://my-bucket/snapshots"
+    requirements = "requirements-gpu.txt"  # the project's packages on every node (none: no packages)
     all_lines = true          # every agent line on the terminal (--all-lines)
 
 Flags given on the command line win. Unknown sections or keys are refused.
@@ -72,6 +73,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "python": STR,
     "env": TABLE,
     "snapshot_dir": STR,
+    "requirements": STR,
     "all_lines": BOOL,
 }
 CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)

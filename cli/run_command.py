@@ -80,6 +80,14 @@ from .plans import print_cluster_plan, print_launch_plan
     "would track there (.gitignore honoured), copied again only when they change, and the script starts there.",
 )
 @click.option(
+    "--requirements",
+    default=None,
+    metavar="FILE|none",
+    help="Your project's own packages, installed on every node before the run in an environment of the "
+    "cluster's layered on the node's torch, once per content hash [default: the project's requirements.txt, "
+    "if any; none: no packages]. Wheels beside it or in wheels/ install offline; the nodes' pip config applies.",
+)
+@click.option(
     "--resume-from",
     type=RunId("--resume-from"),
     default=None,
@@ -137,6 +145,7 @@ def run(
     snapshot_dir,
     resume_id,
     workdir,
+    requirements,
     resume_from,
     env,
     env_files,
@@ -211,6 +220,7 @@ def run(
             snapshot_dir=snapshot_dir,
             resume_from=resume_from,
             workdir=workdir,
+            requirements=requirements,
         )
         prep = prepare(opts, store)
     if dry_run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,6 +70,7 @@ def run(
     launcher: str | None = None,
     snapshot_dir: str = "",
     workdir: str | Path | None = None,
+    requirements: str | Path | None = None,
     resume_from: str | None = None,
     env: Mapping[str, str] | Sequence[str] = (),
     env_from: Sequence[str] = (),
@@ -98,6 +100,8 @@ def run(
 
     from ..run_command import run as command
 
+    if isinstance(requirements, os.PathLike):  # a file's path, taken as the flag's text
+        requirements = os.fspath(requirements)
     given = {k: _checked(command, k, v) for k, v in _given_run(locals()).items()}
     if not given["job"]:
         raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
@@ -117,6 +121,7 @@ def run(
         snapshot_dir=given["snapshot_dir"],
         resume_from=given["resume_from"],
         workdir=given["workdir"],
+        requirements=given["requirements"],
     )
     store = _store(home)
     prep = prepare(opts, store)
@@ -159,6 +164,7 @@ _RUN_OPTIONS = (
     "launcher",
     "snapshot_dir",
     "workdir",
+    "requirements",
     "resume_from",
     "env_files",
     "python",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..node_programs import source
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, stop_tagged
 from ..tools.signals import sigint_deferred
+from .deps import DepsStep, outcome
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .store import RdzvStore, stop_process
@@ -104,6 +105,14 @@ class LocalNodeProcess:
             pass
 
 
+def run_step(deps: DepsStep) -> tuple[bool, str]:
+    """The run's packages on this machine (``node_programs/deps.py``): (ok, what it printed)."""
+    done = subprocess.run(
+        deps.argv, cwd=deps.cwd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL
+    )
+    return done.returncode == 0, done.stdout.strip() or done.stderr  # its line, else a crash's last
+
+
 class LocalExecutor:
     """Carries out a ``LaunchPlan`` whose nodes are all this machine."""
 
@@ -123,6 +132,9 @@ class LocalExecutor:
         procs = []
         if plan.stop_first:
             stop_tagged(RUN_KEY, plan.run_id, grace=self.grace_s)
+        for line in outcome(plan.deps, [run_step(deps) for deps in plan.deps]):  # one: the nodes share it
+            if progress is not None:
+                progress(line)
         sweeper = _start_sweeper(plan.run_id)
         store = self._start_store(plan)  # first: the agents start once it listens, and join it
         try:

@@ -17,6 +17,7 @@ from ..model.spec import RunSpec
 from ..model.state import ClusterState, NodeInfo
 from ..node_programs import source
 from ..tools.procs import NODE_KEY, STORE_KEY
+from .deps import DepsStep, Requirements, step
 from .project import Project
 from .torchrun import RankEnv, literal, rank_env, run_markers, torchrun_argv
 
@@ -101,6 +102,9 @@ class LaunchPlan:
     #: nodes see it): the SSH executor checks it on its connections before anything starts
     #: (``node_programs/writable.py``; this machine's nodes are checked by the local provider)
     writable: str = ""
+    #: the run's own packages, made (or found) on each node before anything else of the run starts
+    #: there (``node_programs/deps.py``); the agents start with that environment's Python
+    deps: tuple[DepsStep, ...] = ()
 
     @property
     def where(self) -> str:
@@ -113,6 +117,8 @@ class LaunchPlan:
         lines = [
             f"Would run {self.job} as run {self.run_id}: world size {self.world_size}, rendezvous {self.rdzv_endpoint}"
         ]
+        for deps in self.deps:
+            lines += deps.dry_run_lines()
         if self.store is not None:
             argv = [
                 f"<{STORE_PROGRAM}>" if i == 2 and self.store.argv[1] == "-c" else a
@@ -127,6 +133,7 @@ class LaunchPlan:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""
         doc = asdict(self)
         doc["project"] = self.project.to_dict() if self.project else None
+        doc["deps"] = [deps.to_dict() for deps in self.deps]  # not the requirements' text, nor the program's
         for node, launch in zip(doc["nodes"], self.nodes):
             node["env"] = launch.shown_env()
         if self.store is not None:
@@ -142,6 +149,8 @@ def plan_torchrun(
     port: int,
     bundle_root: str | None = None,
     project: Project | None = None,
+    requirements: Requirements | None = None,
+    envs: str = "",
 ) -> LaunchPlan:
     """Plan ``torchrun`` on the first ``run.nodes`` nodes of ``cluster`` (head node first).
 
@@ -150,6 +159,9 @@ def plan_torchrun(
     from the node's copy of its ``project`` (``projects/<digest>`` in the node's work directory),
     which is also where it starts; on this machine's nodes a user's script runs in place, from its
     project's directory.
+
+    ``requirements``: the run's own packages, in an environment of each node's (``deps.py``) under
+    ``envs`` (this machine's nodes: one folder for them all), else under the node's work directory.
     """
     if not cluster.nodes:
         raise UsageError(
@@ -164,7 +176,7 @@ def plan_torchrun(
     nodes = cluster.nodes[: run.nodes]
     head = nodes[0]
     endpoint = f"{head.host}:{port}"
-    launches = []
+    launches, steps = [], {}
     for rank, node in enumerate(nodes):
         log_dir = f"{node.workdir}/logs/{run.run_id}"
         node_script, cwd, project_dir = script, node.workdir, ""
@@ -182,8 +194,22 @@ def plan_torchrun(
                 project_dir = cwd = f"{node.workdir}/projects/{project.digest}"
                 node_script = f"{project_dir}/{project.script}"
         layers = node_layers(cluster, run, node.cpus, node.ifname, run.nprocs()[rank], node.env_file, node.devices)
+        python = node.python or cluster.spec.python
+        if requirements is not None:
+            deps = step(
+                requirements,
+                node=node.name,
+                host=node.host,
+                python=python,
+                envs=envs or f"{node.workdir}/envs",
+                project_dir=project_dir or (project.root if project is not None and not node.bundle_dir else ""),
+                workdir=node.workdir,
+                local=not node.bundle_dir,
+            )
+            steps.setdefault(("" if envs else node.host, deps.env_dir), deps)  # one folder for all (envs): one step
+            python = deps.python
         argv = torchrun_argv(
-            node.python or cluster.spec.python,
+            python,
             run,
             nproc=run.nprocs()[rank],
             rdzv_endpoint=endpoint,
@@ -218,6 +244,7 @@ def plan_torchrun(
         project=project if any(launch.project_dir for launch in launches) else None,
         store=store_launch(cluster, run, head, port),
         writable=run.node_snapshot_dir,
+        deps=tuple(steps.values()),
     )
 
 

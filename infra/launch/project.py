@@ -55,15 +55,16 @@ def locate(script: Path, workdir: Path | None = None) -> Project:
     return Project(str(root), str(script.resolve().relative_to(root)), (), "", 0)
 
 
-def scan(script: Path, workdir: Path | None = None) -> Project:
-    """The project with its files and their hash: what remote nodes get a copy of."""
+def scan(script: Path, workdir: Path | None = None, extra: tuple[str, ...] = ()) -> Project:
+    """The project with its files and their hash: what remote nodes get a copy of (``extra``:
+    files of it they need whatever .gitignore says, the run's requirements and wheels)."""
     root = Path(locate(script, workdir).root)
     files = _git_files(root)
     if files is None:
         files = _walk(root)
     rel_script = str(script.resolve().relative_to(root))
-    if rel_script not in files:  # an ignored script still runs
-        files = sorted({*files, rel_script})
+    if not {rel_script, *extra} <= set(files):  # an ignored script still runs
+        files = sorted({*files, rel_script, *extra})
     digest, size = hashlib.sha256(), 0
     for name in files:
         data = (root / name).read_bytes()

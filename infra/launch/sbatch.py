@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .. import node_programs
 from ..model.spec import RunSpec
 from ..tools.procs import STORE_KEY
+from .deps import DepsStep
 from .torchrun import ShellVar, rank_env, shell_join, torchrun_argv
 
 
@@ -35,6 +36,9 @@ class SbatchPlan:
     writable: str = ""
     #: no project is shipped: the job's files are where the cluster's shared /home has them
     project: None = None
+    #: the run's own packages (``run --requirements``), made on the login node in the head's work
+    #: directory (the shared filesystem every compute node sees) before sbatch; the script's Python is that environment's
+    deps: tuple[DepsStep, ...] = ()
 
     @property
     def where(self) -> str:
@@ -43,7 +47,8 @@ class SbatchPlan:
 
     def dry_run_lines(self) -> list[str]:
         """What ``run --dry-run`` prints: the script it would submit."""
-        return [f"Would submit run {self.run_id} with sbatch as {self.script_path}:", *self.script.splitlines()]
+        lines = [line for deps in self.deps for line in deps.dry_run_lines()]
+        return [*lines, f"Would submit run {self.run_id} with sbatch as {self.script_path}:", *self.script.splitlines()]
 
     def to_dict(self) -> dict:
         return {
@@ -52,6 +57,7 @@ class SbatchPlan:
             "script_path": self.script_path,
             "output_dir": self.output_dir,
             "script": self.script,
+            "deps": [deps.to_dict() for deps in self.deps],
         }
 
 

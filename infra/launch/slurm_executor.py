@@ -22,11 +22,12 @@ from ..model.errors import DdpctlError
 from ..model.host import Host
 from ..node_programs import source
 from ..tools.procs import RUN_KEY
+from .deps import outcome
 from .head_agent import log_line, read_log_line
 from .launcher import Described, Handle, Phase
 from .nodes import NodeStatus
 from .sbatch import SbatchPlan
-from .ssh_executor import check_writable
+from .ssh_executor import check_writable, run_step
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,6 +95,9 @@ class SlurmExecutor:
         left unused: an sbatch job is not elastic)."""
         conn = connect(self.login)
         try:
+            for line in self.install(conn, plan):
+                if progress is not None:
+                    progress(line)
             job_id = self.submit(conn, plan)
             handle = Handle("slurm", job_id, plan.output_dir, plan.run_id)
             if submitted is not None:
@@ -102,6 +106,12 @@ class SlurmExecutor:
             return launcher.attach(handle, self.sink, seen=[])
         finally:
             conn.close()
+
+    @staticmethod
+    def install(conn: fabric.Connection, plan: SbatchPlan) -> list[str]:
+        """The run's packages on the login node, into the shared work directory, before sbatch (a
+        failure: one line, and no job is submitted)."""
+        return outcome(plan.deps, [run_step(conn, deps) for deps in plan.deps])
 
     def submit(self, conn: fabric.Connection, plan: SbatchPlan) -> str:
         nodes = len(set(_run(conn, "sinfo -h -N -o %N", check=False).split()))

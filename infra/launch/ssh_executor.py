@@ -24,6 +24,7 @@ from ..model.host import Host
 from ..model.state import NodeInfo
 from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
 from . import head
+from .deps import DepsStep, outcome
 from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .project import pack
@@ -136,6 +137,13 @@ class SshExecutor:
                 archive = pack(plan.project)
                 with ThreadPoolExecutor(max_workers=len(conns)) as pool:
                     list(pool.map(lambda c, n: ship_project(c, n, archive), conns, plan.nodes))
+            if plan.deps:  # the run's packages, on every node at once; a failure: nothing is started
+                by_node = {n.node: c for n, c in zip(plan.nodes, conns)}
+                with ThreadPoolExecutor(max_workers=len(plan.deps)) as pool:
+                    said = list(pool.map(lambda d: run_step(by_node[d.node], d), plan.deps))
+                for line in outcome(plan.deps, said):
+                    if progress is not None:
+                        progress(line)
             commands = [launch.shell() for launch in plan.nodes]
             sink, checked = self.sink, []
             if plan.precheck is not None:
@@ -210,6 +218,9 @@ class SshExecutor:
                 conn = conns[i]
                 if renewed is not None and plan.project is not None:  # a new machine has no copy yet
                     ship_project(conn, launches[i], archive)
+                if renewed is not None:  # nor the run's packages (its environment is named as before)
+                    steps = [d for d in plan.deps if d.node == node]
+                    outcome(steps, [run_step(conn, d) for d in steps])
                 remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: node})
                 return SshNodeProcess(conn, launches[i], plan.run_id)
 
@@ -237,6 +248,12 @@ class SshExecutor:
         return RdzvStore.start(
             plan.store.node, proc, sink, lambda: remote_stop(head, STORE_KEY, plan.run_id, "stop", self.grace_s)
         )
+
+
+def run_step(conn: fabric.Connection, deps: DepsStep) -> tuple[bool, str]:
+    """The run's packages on one node (``node_programs/deps.py``): (ok, what it printed)."""
+    done = conn.run(deps.shell(), hide=True, warn=True, in_stream=False)
+    return done.ok, done.stdout.strip() or done.stderr
 
 
 def ship_project(conn: fabric.Connection, launch: NodeLaunch, archive: bytes) -> None:

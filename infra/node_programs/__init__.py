@@ -14,6 +14,8 @@ travels as its text: ``python3 -c TEXT ARGS`` (or on stdin) to an interpreter th
   (``infra/runs/outputs.py``: ``down`` keeping them, ``ddpctl download``).
 - ``autodown``: on the head node, take the cluster down once no run has been active for a while
   (``infra/hosts/autodown.py``: written to the node and started as a service, not sent to ``python3 -c``).
+- ``deps``: a run's own packages (its ``requirements.txt``) in an environment layered on the node's
+  Python, made once per hash (``infra/launch/deps.py`` plans it; the executors run it before the run).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm_executor.py``).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
@@ -24,7 +26,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "outputs", "autodown")
+NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "outputs", "autodown", "deps")
 
 
 @cache

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from ..launch import deps
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.project import locate, scan
@@ -146,7 +147,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
                 "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
                 "use --launcher torchrun, or keep them in the job's environment on the cluster"
             )
-        plan = plan_slurm(cluster, run, job.script)
+        plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
         login = cluster.nodes[0].ssh
         assert login is not None  # Slurm answers on a remote head node
         slurm = partial(SlurmExecutor, login)
@@ -160,13 +161,29 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm, restartable=False
         )
     port = provider.rdzv_port(cluster, opts.port)
-    project = None
+    project = requirements = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
         workdir = Path(opts.workdir) if opts.workdir else None
-        project = (scan if provider.remote_nodes else locate)(job.script, workdir)
+        project = locate(job.script, workdir)
+        requirements = deps.find(Path(project.root), opts.requirements)
+        if provider.remote_nodes:  # with what pip needs of it, wheels .gitignore leaves out too
+            project = scan(job.script, workdir, extra=requirements.files if requirements else ())
+    else:
+        requirements = deps.find(None, opts.requirements)
+    # this machine's nodes: one folder of environments for every cluster (a run's own cluster too)
+    envs = "" if provider.remote_nodes else str(store.home / "envs")
 
     def replan(now: ClusterState) -> LaunchPlan:
-        return plan_torchrun(now, run, script=str(job.script), port=port, bundle_root=str(BUNDLE_DIR), project=project)
+        return plan_torchrun(
+            now,
+            run,
+            script=str(job.script),
+            port=port,
+            bundle_root=str(BUNDLE_DIR),
+            project=project,
+            requirements=requirements,
+            envs=envs,
+        )
 
     plan = replan(cluster)
     if provider.remote_nodes:  # nodes on other hosts: first check they reach the head's port
@@ -306,8 +323,11 @@ def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, epheme
     return f"{where}, {procs} process(es)" + (f" ({source})" if source else "")
 
 
-def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
-    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem)."""
+def plan_slurm(
+    cluster: ClusterState, run: RunSpec, script: Path, requirements: deps.Requirements | None = None
+) -> SbatchPlan:
+    """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem),
+    the run's packages (``requirements``) too, made there from the login node before sbatch."""
     if not cluster.nodes or not cluster.nodes[0].ssh:
         raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
     head = cluster.nodes[0]
@@ -324,9 +344,23 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
             "--launcher sbatch runs the bundled jobs (mnist, mingpt, message-passing): run your own script with "
             "--launcher torchrun, which ships its project to every node"
         )
-    return plan_sbatch(
+    python, steps = head.python or cluster.spec.python, ()
+    if requirements is not None:
+        envs = f"{head.workdir}/envs"
+        step = deps.step(
+            requirements,
+            node=head.name,
+            host=head.host,
+            python=python,
+            envs=envs,
+            project_dir="",
+            workdir=head.workdir,
+            local=False,
+        )
+        python, steps = step.python, (step,)
+    plan = plan_sbatch(
         run,
-        python=head.python or cluster.spec.python,
+        python=python,
         script=node_script,
         output_dir=f"{head.workdir}/slurm",
         workdir=head.workdir,
@@ -335,3 +369,4 @@ def plan_slurm(cluster: ClusterState, run: RunSpec, script: Path) -> SbatchPlan:
         env_file=head.env_file,
         env=cluster.spec.env,
     )
+    return replace(plan, deps=steps)

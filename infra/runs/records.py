@@ -54,6 +54,8 @@ class RunOptions:
     snapshot_dir: str = ""  # DDPCTL_SNAPSHOT_DIR for the jobs: a directory or s3://bucket/prefix
     workdir: str = ""  # a user's script: its project's directory ("": the script's), shipped to remote nodes
     resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
+    #: the run's own packages (launch/deps.py): a requirements file; "": the project's requirements.txt; none: no packages
+    requirements: str = ""
 
     @classmethod
     def given(
@@ -66,6 +68,7 @@ class RunOptions:
         env_files: tuple[str, ...] | list[str] = (),
         resume_from: str | None = None,
         workdir: str | None = None,
+        requirements: str | None = None,
         **rest,
     ) -> RunOptions:
         """The options as the command line (or the Python API) gives them: ``nodes`` as a count or
@@ -80,6 +83,11 @@ class RunOptions:
             env_files=tuple(str(Path(f).resolve()) for f in env_files),
             resume_from=resume_from or "",
             workdir=str(Path(workdir).resolve()) if workdir else "",
+            requirements=""
+            if not requirements
+            else "none"
+            if requirements == "none"
+            else str(Path(requirements).resolve()),
             **rest,
         )
 
@@ -126,6 +134,7 @@ class RunOptions:
             min_nodes=doc.count("min_nodes", 0, high=MAX_NODES),
             snapshot_dir=doc.text("snapshot_dir", ""),
             workdir=doc.text("workdir", ""),
+            requirements=doc.text("requirements", ""),
             resume_from=doc.text("resume_from", ""),
         )
         doc.done()

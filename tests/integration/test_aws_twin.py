@@ -126,6 +126,18 @@ def test_message_passing(twin: TwinEnv) -> None:
     assert "rank 1 received 42.0 from rank 0" in result.stdout and "rank 2 received 42.0 from rank 0" in result.stdout
 
 
+def test_a_projects_packages_reach_every_instance(twin: TwinEnv, tmp_path: Path) -> None:
+    """The project's requirements.txt (its wheel in the project, `--no-index`) on every instance, in
+    an environment layered on the image's torch, before the run (issue 37)."""
+    from tests.support.wheels import make_project
+
+    script = make_project(tmp_path / "proj", requirements="--no-index\nddpctl-tinypkg==0.1\n")
+    result = twin.ok("run", str(script), "--nodes", "3")
+    for node in range(3):
+        assert f"node{node}: the run's packages (requirements.txt) installed in " in result.stderr
+        assert f"rank {node}: tinypkg says hello" in result.stdout
+
+
 def test_runs_outlive_every_ddpctl_here(twin: TwinEnv, tmp_path: Path) -> None:
     """The run's supervisor is on the head instance: an attached run, then a detached one, each
     with every ddpctl here SIGKILLed once its ranks have started, finish there; `runs`, `logs` and

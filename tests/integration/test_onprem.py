@@ -584,3 +584,18 @@ def test_down_of_another_cluster_on_the_same_hosts_leaves_this_ones_work_folder(
     assert all(d.read_text() == "weights\n" for d in decoys)
     for d in decoys:
         shutil.rmtree(d.parent.parent)
+
+
+def test_a_projects_packages_reach_every_node_over_ssh(onprem, tmp_path: Path) -> None:
+    """The project's requirements.txt (offline: `--no-index`, its wheel in the project) installed on
+    every node, into an environment of each node's work folder layered on its Python, before the run;
+    every rank imports the package; a second run reuses every node's environment (issue 37)."""
+    from tests.support.wheels import make_project
+
+    script = make_project(tmp_path / "proj", requirements="--no-index\nddpctl-tinypkg==0.1\n")
+    for said in ("installed", "reused"):
+        result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem.env), timeout=300)
+        assert result.returncode == 0, result.stderr
+        for node in range(3):
+            assert f"node{node}: the run's packages (requirements.txt) {said} in " in result.stderr
+            assert f"rank {node}: tinypkg says hello" in result.stdout

@@ -291,3 +291,29 @@ def test_pcluster_head_node_configure_then_sbatch_run(slurm_testbed: Testbed, tm
     again = ddpctl("configure", "--json", env=env, timeout=300)  # the head node's roles again: nothing to change
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] == {"head": 0}, again.stderr
     store.delete("pc")  # `down` would delete the ParallelCluster: there is none
+
+
+def test_a_runs_packages_are_made_on_the_login_node_before_sbatch(slurm_cluster, slurm_testbed, tmp_path) -> None:
+    """`run --requirements FILE` through sbatch (issue 37): the packages go into an environment in
+    the head's shared work directory, made from the login node before the job is submitted, and
+    the job's Python is that environment's; a bad requirement is one line and submits nothing."""
+    from tests.support.wheels import make_wheel
+
+    make_wheel(tmp_path / "wheels")
+    good = tmp_path / "requirements.txt"
+    good.write_text(f"--no-index\n--find-links {tmp_path / 'wheels'}\nddpctl-tinypkg==0.1\n")
+    result = ddpctl("run", "message-passing", "--nodes", "2", "--requirements", str(good), env=slurm_cluster.env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = re.search(r"node0: the run's packages \(.*requirements.txt\) installed in (\S+)", result.stderr)
+    assert said is not None, result.stderr
+    assert list(Path(said[1]).glob("lib/python*/site-packages/ddpctl_tinypkg/__init__.py"))
+    assert "[node1 r1] rank 1 received 42.0 from rank 0" in result.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text("--no-index\nddpctl-no-such-package==9\n")
+    result = ddpctl("run", "message-passing", "--nodes", "2", "--requirements", str(bad), env=slurm_cluster.env)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "Error: node0: pip: No matching distribution found for ddpctl-no-such-package==9: "
+        "nothing of the run was started"
+    )
+    assert squeue(slurm_testbed) == ""
