@@ -122,8 +122,14 @@ def runs(as_json) -> int:
     # duration, cost, loss and accuracy only where a run has one: the table stays narrow without them
     shown_if = ("duration_s", "cost_usd", "loss", "accuracy")
     extra = [c for c in shown_if if any(getattr(r, c) is not None for r in records)]
+    # the run id is what every follow-up command needs: never cut; the other columns give way first
+    widest = max(len(r.run_id) for r in records)
     for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
-        table.add_column(col.removesuffix("_s").removesuffix("_usd"), min_width=10 if col == "result" else None)
+        table.add_column(
+            col.removesuffix("_s").removesuffix("_usd"),
+            min_width=widest if col == "run id" else 10 if col == "result" else None,
+            no_wrap=col == "run id",
+        )
     for r in records:
         result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.state == "unfinished" else "")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))

@@ -37,9 +37,9 @@ class DdpctlGroup(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
         extra.pop("standalone_mode", None)
-        self.argv = list(args) if args is not None else sys.argv[1:]
+        self.argv = hoisted(list(args) if args is not None else sys.argv[1:], self.commands)
         try:
-            rv = super().main(args, prog_name, standalone_mode=False, **extra)
+            rv = super().main(self.argv, prog_name, standalone_mode=False, **extra)
         except click.ClickException as exc:
             hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
             self.where_from_argv(exc)
@@ -68,6 +68,26 @@ class DdpctlGroup(click.Group):
         words = self.argv[: self.argv.index("--")] if "--" in self.argv else self.argv
         command = command or next((w for w in words if w in self.commands), None)
         exc.ddpctl_where = (as_json or "--json" in words, command, verbose)  # type: ignore[attr-defined]
+
+
+#: ddpctl's own flags, taken anywhere before ``--`` (``ddpctl status -q`` as ``ddpctl -q status``)
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+def hoisted(argv: list[str], commands: dict[str, click.Command]) -> list[str]:
+    """``argv`` with the global flags given after the command moved before it (pure), as users of
+    git, kubectl and the AWS CLI write them; never those after ``--`` (the job's, a node command's),
+    nor one the command itself takes."""
+    at = next((i for i, w in enumerate(argv) if w in commands), None)
+    if at is None:
+        return argv
+    own = {opt for p in commands[argv[at]].params for opt in (*p.opts, *p.secondary_opts)}
+    end = argv.index("--") if "--" in argv[at:] else len(argv)
+    moved = [w for w in argv[at + 1 : end] if w in GLOBAL_FLAGS and w not in own]
+    if not moved:
+        return argv
+    rest = [w for w in argv[at + 1 : end] if w not in moved]
+    return [*argv[:at], *moved, argv[at], *rest, *argv[end:]]
 
 
 def _fail(exc: BaseException, message: str, code: int) -> NoReturn:
@@ -102,8 +122,18 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     envvar="DDPCTL_CONFIG",
     help="Defaults for the options below, from a TOML file (or $DDPCTL_CONFIG). [default: ./ddpctl.toml if present]",
 )
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines: only the job's output, results and errors.")
-@click.option("--verbose", "-v", is_flag=True, help="On an error, also the traceback behind it (for a bug report).")
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress lines: only the job's output, results and errors (anywhere before --).",
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="On an error, also the traceback behind it, for a bug report (anywhere before --).",
+)
 @click.pass_context
 def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """Multi-node PyTorch DDP, from nothing to a finished run and back to nothing.
