@@ -92,6 +92,8 @@ class LocalProvider(Provider):
         )
 
     def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
+        self.preflight(state)  # its Python has torch: else the first run would be where it fails
+
         def create() -> str:
             for res in state.resources:
                 if res.kind == "dir":

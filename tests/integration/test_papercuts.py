@@ -4,6 +4,9 @@ ids never cut in a narrow terminal."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 from tests.support.cli import ddpctl
@@ -27,3 +30,25 @@ def test_runs_never_cuts_a_run_id(home: Path) -> None:
         table = ddpctl("runs", env={**os.environ, "COLUMNS": columns})
         assert table.returncode == 0, table.stderr
         assert LONG_ID in table.stdout, (columns, table.stdout)
+
+
+def test_up_of_a_local_cluster_checks_torch_first(home: Path, tmp_path: Path) -> None:
+    """A local cluster on a controller-only install came up, and its first run failed for want of
+    torch: `up` now says so first, with the command that adds it, and creates nothing. The install:
+    a venv holding this one's packages (ddpctl's editable install too), torch left out."""
+    venv = tmp_path / "controller"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("torch", "functorch", "triton", "nvidia")):
+            (site / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    up = ddpctl_with(python, "up", "--nodes", "2")
+    assert up.returncode == 2, up.stdout + up.stderr
+    last = up.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: torch is not installed for ") and "pip install" in last, up.stderr
+    assert not (home / "clusters" / "default.json").exists()
+
+
+def ddpctl_with(python: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", "ddpctl", *args], capture_output=True, text=True, timeout=120)
