@@ -92,7 +92,9 @@ class LocalProvider(Provider):
         )
 
     def ready(self, state: ClusterState, store: StateStore, progress: Progress) -> Callable[[], str]:
-        self.preflight(state)  # its Python has torch: else the first run would be where it fails
+        python = state.spec.python  # it has torch (an other --python: check_up asked it), else the first run fails
+        if python == sys.executable and installed_torch() is None:
+            raise UsageError(_no_torch(python))
 
         def create() -> str:
             for res in state.resources:
@@ -155,7 +157,7 @@ class LocalProvider(Provider):
             raise UsageError(f"python {python!r} not found: pass --python with the interpreter that has torch")
         check = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
         if subprocess.run([python, "-c", check], check=False).returncode != 0:
-            raise UsageError(f"torch is not installed for {python}: run `{pip_install('train', python)}`")
+            raise UsageError(_no_torch(python))
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> LocalExecutor:
         return LocalExecutor(sink)
@@ -290,3 +292,7 @@ def check_local_snapshot_dir(path: str) -> None:
         raise UsageError(
             f"--snapshot-dir {path}: {reason} (the local nodes run as you): give a directory you can write"
         )
+
+
+def _no_torch(python: str) -> str:
+    return f"torch is not installed for {python}: run `{pip_install('train', python)}`"
