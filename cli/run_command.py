@@ -223,6 +223,7 @@ def run(
             requirements=requirements,
         )
         prep = prepare(opts, store)
+        _refuse_a_configured_provider(ctx, prep)
     if dry_run:
         if as_json:
             doc = {"ok": True, "dry_run": True, "summary": prep.summary, "plan": prep.plan.to_dict()}
@@ -272,3 +273,17 @@ def _detached_argv(argv: list[str], new_run_id: str | None) -> list[str]:
         at = head.index("run") + 1
         head[at:at] = ["--run-id", new_run_id]
     return head + argv[end:]
+
+
+def _refuse_a_configured_provider(ctx: click.Context, prep) -> None:
+    """A run that brings a cluster up for itself brings up a local one: where ddpctl.toml's
+    ``[cluster]`` names another provider, that is said in one line, not run locally without a word."""
+    configured = ((ctx.find_root().default_map or {}).get("up") or {}).get("provider")
+    if prep.ephemeral and configured and configured != prep.cluster.spec.provider:
+        from ddpctl.infra.model.errors import UsageError
+
+        raise UsageError(
+            f"ddpctl.toml's [cluster] says provider = {configured!r}, and no cluster {prep.cluster.name!r} is up: "
+            f"`run` brings up only {prep.cluster.spec.provider} clusters for itself; `ddpctl up` first (it reads "
+            "that file), then `ddpctl run`"
+        )

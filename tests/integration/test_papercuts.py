@@ -52,3 +52,17 @@ def test_up_of_a_local_cluster_checks_torch_first(home: Path, tmp_path: Path) ->
 
 def ddpctl_with(python: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-m", "ddpctl", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_configured_provider_is_not_run_locally_without_a_word(home: Path, tmp_path: Path) -> None:
+    """`provider = "aws"` in ddpctl.toml was ignored by a `run` that brings its own cluster up (it
+    planned a local one): now one line that says to `ddpctl up` first; nothing made."""
+    (tmp_path / "ddpctl.toml").write_text('[cluster]\nprovider = "aws"\nssh_cidr = "203.0.113.7/32"\n')
+    env = {k: v for k, v in os.environ.items() if k != "DDPCTL_CONFIG"}
+    for args in (["run", "mnist", "--nodes", "2", "--dry-run"], ["run", "message-passing"]):
+        result = ddpctl(*args, cwd=tmp_path, env=env)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "ddpctl.toml's [cluster] says provider = 'aws'" in result.stderr.strip().splitlines()[-1]
+    assert not home.exists()
+    (tmp_path / "ddpctl.toml").write_text('[cluster]\nprovider = "local"\n')  # what run brings up: fine
+    assert ddpctl("run", "mnist", "--dry-run", cwd=tmp_path, env=env).returncode == 0
