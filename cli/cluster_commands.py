@@ -340,23 +340,25 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("args", nargs=-1, metavar="[NAME] DURATION|off")
+@click.argument("args", nargs=-1, metavar="DURATION|off")
+@name_option
 @json_option
-def autodown(args, as_json) -> int:
+def autodown(args, name, as_json) -> int:
     """Take a cluster down by itself once no run has been active on it for DURATION (30m, 2h, 1h30m; 5m at least), or off.
 
     \b
     A program on the head node watches for runs (ddpctl's, any torchrun agent, Slurm jobs); after
-    DURATION idle it shuts every node down over the cluster's SSH mesh, then its own, and EC2
-    terminates them: nothing needs to run on this machine meanwhile. The network, security group and
-    key pair, which the nodes cannot delete, go with the next `ddpctl status`, `down` or `up` of NAME.
-    Setting it again starts the idle time anew. `ddpctl status` shows it and when it would fire.
+    DURATION idle it shuts every node down over the cluster's SSH mesh, then its own: EC2 terminates
+    the others and stops the head node, whose disk keeps the runs' outputs (spot nodes all
+    terminate); nothing needs to run on this machine meanwhile. `ddpctl status` then shows it
+    stopped, and `ddpctl down` copies the outputs here and deletes everything. Setting it again
+    starts the idle time anew. `ddpctl status` shows it and when it would fire.
 
     \b
     Examples:
       ddpctl autodown 30m              # the only cluster
-      ddpctl autodown big 2h
-      ddpctl autodown big off
+      ddpctl autodown --name big 2h
+      ddpctl autodown --name big off
     """
     from ddpctl.infra.hosts.autodown import parse
     from ddpctl.infra.lifecycle import clusters
@@ -365,12 +367,14 @@ def autodown(args, as_json) -> int:
     from .output import Output
 
     if len(args) not in (1, 2):
-        raise UsageError("give [NAME] DURATION: e.g. `ddpctl autodown 30m` or `ddpctl autodown NAME off`")
-    name = args[0] if len(args) == 2 else None
-    if name is not None:
+        raise UsageError("give DURATION: e.g. `ddpctl autodown 30m` or `ddpctl autodown --name NAME off`")
+    if len(args) == 2:  # `autodown NAME DURATION`, as earlier versions took it
         from ddpctl.infra.model.spec import check_cluster_name
 
-        check_cluster_name(name)
+        check_cluster_name(args[0])
+        if name is not None and name != args[0]:
+            raise UsageError(f"--name {name} and NAME {args[0]} contradict: give the cluster once, with --name")
+        name = args[0]
     idle_s = parse(args[-1], "DURATION")
     out = Output(as_json)
     state = clusters.set_autodown(open_store(), name, idle_s, out.progress)

@@ -154,12 +154,15 @@ def _duration(seconds: float) -> str:
 @click.command(epilog=EXIT_CODES)
 @click.argument("run_id", type=RunId("RUN_ID"), required=False)
 @click.option(
+    "--tail",
     "--last",
+    "last",
     type=click.IntRange(min=0),
     default=20,
     show_default=True,
     metavar="N",
-    help="The table's last N step lines (0: all); every epoch line is shown.",
+    help="The table's last N step lines (0: all), as `logs --tail` (--last: its earlier name); every epoch "
+    "line is shown.",
 )
 @click.option(
     "--png",

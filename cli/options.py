@@ -113,8 +113,8 @@ yes_option = click.option(
     "--yes",
     "-y",
     is_flag=True,
-    help="Do not ask before creating what is billed or taking down every cluster (needed when stdin "
-    "is not a terminal, as in scripts and CI).",
+    help="Do not ask before what is billed: creating it, taking it down, or taking every cluster down "
+    "(needed when stdin is not a terminal, as in scripts and CI).",
 )
 
 
@@ -162,9 +162,9 @@ autodown_option = click.option(
     type=Duration("--autodown"),
     default="off",
     metavar="DURATION",
-    help="aws: once no run has been active this long (30m, 2h; 5m at least), the nodes shut themselves down and EC2 "
-    "terminates them, with no ddpctl running anywhere; the next `status`, `down` or `up` of the name deletes "
-    "the rest (network, key pair). [default: off]",
+    help="aws: once no run has been active this long (30m, 2h; 5m at least), the nodes shut themselves down, with "
+    "no ddpctl running anywhere: EC2 terminates them, but the head node, which stops with the runs' outputs on "
+    "its disk until `down` copies them here and deletes it all (spot nodes all terminate). [default: off]",
 )
 
 

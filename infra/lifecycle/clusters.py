@@ -198,7 +198,7 @@ def down(
 
 
 def set_autodown(store: StateStore, name: str | None, idle_s: int, progress: Progress) -> ClusterState:
-    """``ddpctl autodown [NAME] 30m|off``: on a cluster that is up, recorded in its state."""
+    """``ddpctl autodown [--name NAME] 30m|off``: on a cluster that is up, recorded in its state."""
     resolved = resolve_name(store, name)
     if resolved is None:
         raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up --autodown 30m`")

@@ -16,7 +16,7 @@ whichever is later. Once it reaches ``idle_s``, every other node (``peers``: the
 cluster's own SSH mesh) is told to shut down, then this one: on AWS the others were launched
 with ``InstanceInitiatedShutdownBehavior=terminate`` and this one set to stop (its disk keeps the
 runs' outputs; ``providers/aws/kept_head.py``), so a shutdown ends what is billed by the hour.
-The settings file removed (``ddpctl autodown NAME off``), it exits. What it saw goes to the file
+The settings file removed (``ddpctl autodown --name NAME off``), it exits. What it saw goes to the file
 beside the settings, ``<settings>.state`` (JSON: ``checked_at``, ``last_active``, ``fires_at``,
 ``activity``), which the tests and a curious user read.
 """

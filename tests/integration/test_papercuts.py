@@ -66,3 +66,18 @@ def test_a_configured_provider_is_not_run_locally_without_a_word(home: Path, tmp
     assert not home.exists()
     (tmp_path / "ddpctl.toml").write_text('[cluster]\nprovider = "local"\n')  # what run brings up: fine
     assert ddpctl("run", "mnist", "--dry-run", cwd=tmp_path, env=env).returncode == 0
+
+
+def test_one_name_per_option_across_commands(home: Path) -> None:
+    """`autodown` takes --name as every other command (NAME before DURATION still works), `metrics`
+    takes --tail as `logs` does (--last still works)."""
+    for args in (["autodown", "--name", "nope", "30m"], ["autodown", "nope", "30m"]):
+        result = ddpctl(*args)
+        assert result.returncode != 0 and "no cluster named 'nope'" in result.stderr, (args, result.stderr)
+    both = ddpctl("autodown", "--name", "a", "b", "30m")
+    assert both.returncode == 2 and "--name a and NAME b contradict" in both.stderr, both.stderr
+    run = ddpctl("run", "message-passing", "--nodes", "1", "--run-id", "rtail1")
+    assert run.returncode == 0, run.stderr
+    for flag in ("--tail", "--last"):
+        result = ddpctl("metrics", "rtail1", flag, "1")
+        assert result.returncode == 0 or "no metric lines" in result.stderr, (flag, result.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddpctl.main import cli, hoisted
@@ -22,3 +24,32 @@ from ddpctl.main import cli, hoisted
 )
 def test_global_flags_anywhere_before_the_double_dash(argv: list[str], want: list[str]) -> None:
     assert hoisted(argv, cli.commands) == want
+
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def _help(*command: str) -> str:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, [*command, "--help"], terminal_width=1000)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    "command,help_says,readme_says",
+    [
+        # --spot: an elastic run goes on without a node AWS took back (the help said the run fails)
+        (("up",), "an elastic run (--nodes MIN:MAX) goes on without it", "the run goes on without it"),
+        # -y: down asks before a billed cluster goes too (the help named only creating and --all)
+        (
+            ("down",),
+            "creating it, taking it down, or taking every cluster down",
+            "`down` before it deletes such a cluster",
+        ),
+    ],
+)
+def test_help_and_readme_agree(command: tuple[str, ...], help_says: str, readme_says: str) -> None:
+    assert help_says in _help(*command)
+    assert readme_says in " ".join(README.split())

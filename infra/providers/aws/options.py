@@ -156,8 +156,9 @@ OPTIONS: tuple[Option, ...] = (
         "spot",
         "--spot",
         bool,
-        "aws: spot instances (cheaper; AWS may reclaim one with 2 minutes' notice: it is "
-        "terminated, the run fails, and `down` + `up` start over from the last snapshot).",
+        "aws: spot instances (cheaper; AWS may take one back with 2 minutes' notice: an elastic run "
+        "(--nodes MIN:MAX) goes on without it while ddpctl launches a new one in its place; any other run, "
+        "or the head node's loss, fails it).",
     ),
     Option(
         "ssh_cidr",
