@@ -41,12 +41,16 @@ def _help(*command: str) -> str:
     "command,help_says,readme_says",
     [
         # --spot: an elastic run goes on without a node AWS took back (the help said the run fails)
-        (("up",), "an elastic run (--nodes MIN:MAX) goes on without it", "the run goes on without it"),
+        (
+            ("up",),
+            "an elastic run (--nodes MIN:MAX) goes on without it",
+            "an elastic run goes on without a node AWS takes back",
+        ),
         # -y: down asks before a billed cluster goes too (the help named only creating and --all)
         (
             ("down",),
             "creating it, taking it down, or taking every cluster down",
-            "`down` before it deletes such a cluster",
+            "`down` of a billed cluster, ask first",
         ),
     ],
 )
