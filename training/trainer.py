@@ -197,8 +197,8 @@ class DeviceBatches:
     collated batch for a 1-D index tensor on that device), as mingpt's CharDataset does.
     """
 
-    def __init__(self, dataset, batch_size, sampler, device):
-        self.batch_size, self.sampler, self.device = batch_size, sampler, device
+    def __init__(self, dataset, batch_size, sampler, device, drop_last=False):
+        self.batch_size, self.sampler, self.device, self.drop_last = batch_size, sampler, device, drop_last
         if isinstance(dataset, TensorDataset):
             tensors = [t.to(device) for t in dataset.tensors]
             self.gather = lambda idx: tuple(t[idx] for t in tensors)
@@ -206,11 +206,13 @@ class DeviceBatches:
             self.gather = dataset.to(device).gather
 
     def __len__(self):
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size
         return -(-len(self.sampler) // self.batch_size)
 
     def __iter__(self):
         order = torch.tensor(list(self.sampler), dtype=torch.long).to(self.device)  # one copy per epoch
-        for idx in order.split(self.batch_size):
+        for idx in order.split(self.batch_size)[: len(self)]:
             yield self.gather(idx)
 
 
@@ -251,13 +253,18 @@ class Trainer:
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler(device.type, enabled=speed.precision == "fp16")  # fp16 needs loss scaling
         self.sampler = DistributedSampler(dataset)  # a different shard per rank, reshuffled by set_epoch()
+        # the short last batch is dropped (as most trainers do): a batch of another shape would compile
+        # the model a second time; the shuffle puts the dropped samples in other batches next epoch.
+        # Only where a full batch remains (a tiny shard keeps its one short batch)
+        drop_last = len(self.sampler) >= batch_size
         if speed.device_data:
-            self.loader = DeviceBatches(dataset, batch_size, self.sampler, device)
+            self.loader = DeviceBatches(dataset, batch_size, self.sampler, device, drop_last)
         else:
             self.loader = DataLoader(
                 dataset,
                 batch_size=batch_size,
                 sampler=self.sampler,
+                drop_last=drop_last,
                 pin_memory=device.type == "cuda",
                 num_workers=speed.workers,
                 persistent_workers=speed.workers > 0,
