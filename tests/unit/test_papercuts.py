@@ -57,3 +57,14 @@ def _help(*command: str) -> str:
 def test_help_and_readme_agree(command: tuple[str, ...], help_says: str, readme_says: str) -> None:
     assert help_says in _help(*command)
     assert readme_says in " ".join(README.split())
+
+
+def test_dev_demo_takes_torchs_cpu_build_without_a_gpu() -> None:
+    """`./dev demo` on a machine without a GPU downloaded the multi-GB CUDA torch with pip's output
+    silenced: the demo installs the CPU build first (its progress shown), where no nvidia-smi is."""
+    dev = (Path(__file__).resolve().parents[2] / "dev").read_text()
+    demo = dev.split("    demo)", 1)[1].split(";;", 1)[0]
+    assert "setup train demo" in demo
+    helper = dev.split("cpu_torch_for_demo() {", 1)[1].split("\n}\n", 1)[0]
+    assert "command -v nvidia-smi" in helper and "download.pytorch.org/whl/cpu" in helper
+    assert "--quiet" not in helper  # a download of hundreds of MB shows its progress
