@@ -215,8 +215,11 @@ def test_ctrl_c_of_a_reattached_run_stops_it(cluster, tmp_path: Path) -> None:
 
 
 def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:
-    """The head's run folders (in its work dir) go with `down`, where the nodes stay (onprem)."""
-    runs_on_head = testbed.node_dir("node0") / "work" / "head-runs"
+    """The head's run folders (in the cluster's own work dir) go with `down`, where the nodes stay (onprem)."""
+    state = json.loads((cluster["home"] / "clusters" / "default.json").read_text())
+    workdir = Path(state["nodes"][0]["workdir"])
+    assert workdir.parent == testbed.node_dir("node0") / "work"  # the cluster's own folder under the root
+    runs_on_head = workdir / "head-runs"
     assert (runs_on_head / "rhead00001" / "run.json").is_file()
     down = ddpctl("down", env=cluster["env"])
     assert down.returncode == 0, down.stderr
