@@ -108,13 +108,18 @@ class OnpremProvider(Provider):
 
     def delete(self, state: ClusterState, store: StateStore, progress: Progress, *, persisted: bool) -> str:
         own = work_folder(state.name, state.cluster_id)
-        shared = sorted({n.workdir for n in state.nodes if n.workdir and PurePosixPath(n.workdir).name != own})
+
+        def ours(workdir: str) -> bool:  # the cluster's own folder, named for it, at an absolute path
+            path = PurePosixPath(workdir)
+            return path.is_absolute() and path.name == own and ".." not in path.parts
+
+        shared = sorted({n.workdir for n in state.nodes if n.workdir and not ours(n.workdir)})
         if shared:  # an older ddpctl's cluster, configured before each had its own folder
             progress(
                 f"warning: {', '.join(shared)} on the hosts of {state.name!r} may hold other clusters' runs "
                 "(ddpctl gave each cluster its own folder only later): it stays"
             )
-        owned = [(_host(n), n.workdir if PurePosixPath(n.workdir).name == own else "") for n in state.nodes]
+        owned = [(_host(n), n.workdir if ours(n.workdir) else "") for n in state.nodes]
         _clean_hosts(owned, state.cluster_id, progress)
         return f"on-prem cluster {state.name!r} is down (what the playbooks installed stays)"
 
