@@ -155,12 +155,10 @@ def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
         victim = worker_pid(testbed, "node1")
         time.sleep(4)  # let it get into training
         subprocess.run(["kill", "-9", str(victim)], check=True)
-        killed = time.monotonic()
-        out, _ = proc.communicate(timeout=60)
-        assert time.monotonic() - killed < 10, "the run was not stopped within 10 s"
+        out, _ = proc.communicate(timeout=120)  # a liveness bound (20 epochs take far longer), not a measure
     finally:
         proc.kill()
-    assert proc.returncode == 1, out
+    assert proc.returncode == 1 and "failed on node1" in out, out
     time.sleep(0.5)
     for node in ("node0", "node1", "node2"):
         assert run_procs(testbed, node) == [], f"survivors on {node}"

@@ -163,7 +163,9 @@ def test_a_stop_reaches_all_sixteen(big, testbed16: Testbed, stop: str) -> None:
 
 def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> None:
     """--nodes 12:16: the agents and workers of the head node0 and of node15 SIGKILLed (the
-    rendezvous store, on node0 apart from its agent, lives on); the other 14 go on."""
+    rendezvous store, on node0 apart from its agent, lives on); the run goes on and finishes. Whether
+    the survivors meet again as 14 or the two restarted nodes (30 s later) make that round 16 depends on
+    the machine's load, so the test asks only for a new round after the loss."""
     proc = start(big, "--nodes", "12:16", *TORCHRUN, "-e", "STEPS=40")
     try:
         output = Output(proc)
@@ -171,7 +173,8 @@ def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> Non
         for name in ("node0", "node15"):
             for entry in run_procs(testbed16, name, but_store=True):
                 subprocess.run(["kill", "-9", entry.split(":")[0]], check=False)
-        output.until("(14 ranks)", timeout=240)  # the survivors re-rendezvoused without them
+        output.until("node15 lost", timeout=120)
+        output.until("step 0: sum", timeout=300)  # a new round: the run went on without them
         out = output.finish(timeout=600)
     finally:
         proc.kill()
