@@ -15,7 +15,7 @@ import gzip
 import os
 import socket
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import TensorDataset
-from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
+from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, fraction, parse_config
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = HERE / "data" / "mnist"
@@ -43,6 +43,8 @@ class Config:
     data_dir: str = str(HERE / "data")
     download: bool = True
     seed: int = 0
+    # train on the first fraction of the training images (the held-out set stays whole)
+    data_fraction: float = field(default=1.0, metadata={"type": fraction})
 
 
 class Net(nn.Module):
@@ -161,7 +163,8 @@ def main():
     device = ddp_setup()
     torch.manual_seed(cfg.seed)
     train_x, train_y, heldout_x, heldout_y = load_mnist(cfg, device)
-    heldout_x = normalize(heldout_x)
+    keep = max(1, int(len(train_x) * cfg.data_fraction))
+    train_x, train_y, heldout_x = train_x[:keep], train_y[:keep], normalize(heldout_x)
 
     model = Net().to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=cfg.lr)

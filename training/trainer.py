@@ -138,6 +138,14 @@ class SpeedConfig:
     tf32: bool = True  # TF32 for the fp32 matmuls and convolutions left on GPUs that have it
 
 
+def fraction(text):
+    """An argparse type: a float in (0, 1]."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in (0, 1]")
+    return value
+
+
 def parse_config(*configs):
     """Turn every field of the given dataclass instances into a flag (n_layer -> --n-layer) and apply argv."""
     parser = argparse.ArgumentParser()
@@ -151,7 +159,11 @@ def parse_config(*configs):
                 )
             else:
                 parser.add_argument(
-                    flag, type=f.type, default=default, choices=f.metadata.get("choices"), help="default: %(default)s"
+                    flag,
+                    type=f.metadata.get("type", f.type),
+                    default=default,
+                    choices=f.metadata.get("choices"),
+                    help="default: %(default)s",
                 )
     args = parser.parse_args()
     if os.environ.get("DDPCTL_PARSE_ONLY"):  # ddpctl checks a job's arguments before it starts the cluster

@@ -183,14 +183,16 @@ def test_ssh_reaches_each_node(twin: TwinEnv) -> None:
 
 
 def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
-    proc = twin.start("run", "mnist", "--nodes", "2", "--", "--epochs", "1", "--log-every", "20")
+    proc = twin.start(
+        "run", "mnist", "--nodes", "2", "--", "--epochs", "1", "--log-every", "20", "--data-fraction", "0.3"
+    )
     out = Output(proc)
-    out.until("step 20 |", timeout=600)  # one epoch (72 steps) reaches about 96 %
+    out.until("step 20 |", timeout=600)  # a short epoch (21 steps): plumbing, not accuracy
     assert_no_credentials_on_nodes(twin)  # the ranks' environments too, while they train
     text = out.finish(timeout=600)
     assert proc.returncode == 0, text
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", text)]
-    assert accuracies and accuracies[-1] >= 90.0, text
+    assert accuracies and accuracies[-1] >= 50.0, text  # it learned (chance is 10 %)
     head = node_dirs()[0]
     assert list((head / "opt" / "ddpctl" / "work").rglob("*mnist*.pt")), "no snapshot on the head node"
 

@@ -19,7 +19,9 @@ from tests.support.cli import ddpctl, tree
 
 
 def test_quick_start_keeps_a_loadable_snapshot_and_resume_from_trains_it_further(home: Path) -> None:
-    first = ddpctl("run", "mnist", "--nodes", "2", "--run-id", "rquick0001", "--", "--epochs", "1")
+    first = ddpctl(
+        "run", "mnist", "--nodes", "2", "--run-id", "rquick0001", "--", "--epochs", "1", "--data-fraction", "0.3"
+    )
     assert first.returncode == 0, first.stderr
     kept = home / "runs" / "rquick0001" / "outputs"
     assert f"kept in {kept}" in first.stderr
@@ -29,7 +31,9 @@ def test_quick_start_keeps_a_loadable_snapshot_and_resume_from_trains_it_further
     runs = {r["run_id"]: r for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
     assert runs["rquick0001"]["outputs"] == str(kept)
 
-    second = ddpctl("run", "mnist", "--nodes", "2", "--resume-from", "rquick0001", "--", "--epochs", "2")
+    second = ddpctl(
+        "run", "mnist", "--nodes", "2", "--resume-from", "rquick0001", "--", "--epochs", "2", "--data-fraction", "0.3"
+    )
     assert second.returncode == 0, second.stderr
     assert "Resuming from snapshot at epoch 1" in second.stdout
     assert re.findall(r"epoch (\d+)/2", second.stdout) == ["2"]  # only the epoch left to do
@@ -39,7 +43,9 @@ def test_two_runs_on_one_cluster_do_not_share_a_snapshot(home: Path) -> None:
     assert ddpctl("up", "--nodes", "2").returncode == 0
     try:
         for run_id in ("rshare0001", "rshare0002"):
-            result = ddpctl("run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", "1")
+            result = ddpctl(
+                "run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", "1", "--data-fraction", "0.3"
+            )
             assert result.returncode == 0, result.stderr
             assert "Resuming" not in result.stdout  # the second trains from scratch
             assert (home / "clusters" / "default" / "shared" / "runs" / run_id / "mnist_snapshot.pt").is_file()

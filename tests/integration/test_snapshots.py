@@ -134,7 +134,20 @@ def test_two_node_run_keeps_its_snapshot_in_s3(moto: Moto, home: Path, tmp_path:
     assert ddpctl("up", "--nodes", "2", env=env).returncode == 0
     try:
         first = ddpctl(
-            "run", "mnist", "--nodes", "2", "--run-id", "s3a", "--snapshot-dir", uri, "--", "--epochs", "1", env=env
+            "run",
+            "mnist",
+            "--nodes",
+            "2",
+            "--run-id",
+            "s3a",
+            "--snapshot-dir",
+            uri,
+            "--",
+            "--epochs",
+            "1",
+            "--data-fraction",
+            "0.3",
+            env=env,
         )
         assert first.returncode == 0, first.stdout + first.stderr
         assert f"snapshot saved to {uri}/mnist_snapshot.pt" in first.stdout
@@ -142,7 +155,20 @@ def test_two_node_run_keeps_its_snapshot_in_s3(moto: Moto, home: Path, tmp_path:
         assert snap["epoch"] == 1 and {"model", "optimizer", "rng"} <= set(snap)
 
         second = ddpctl(
-            "run", "mnist", "--nodes", "2", "--run-id", "s3b", "--snapshot-dir", uri, "--", "--epochs", "2", env=env
+            "run",
+            "mnist",
+            "--nodes",
+            "2",
+            "--run-id",
+            "s3b",
+            "--snapshot-dir",
+            uri,
+            "--",
+            "--epochs",
+            "2",
+            "--data-fraction",
+            "0.3",
+            env=env,
         )
         assert second.returncode == 0, second.stdout + second.stderr
         assert "Resuming from snapshot at epoch 1 (2 ranks)" in second.stdout

@@ -64,6 +64,23 @@ def test_speed_defaults_and_flags(monkeypatch, text):
         trainer.parse_config(trainer.SpeedConfig())
 
 
+@pytest.mark.parametrize("given, ok", [("0.3", True), ("1", True), ("0", False), ("1.5", False), ("x", False)])
+def test_data_fraction_is_a_fraction(monkeypatch, given, ok):
+    """--data-fraction (the jobs' short runs: fewer images or characters, whole epochs) takes (0, 1] only."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        data_fraction: float = dataclasses.field(default=1.0, metadata={"type": trainer.fraction})
+
+    monkeypatch.setattr(sys, "argv", ["job", "--data-fraction", given])
+    if ok:
+        assert trainer.parse_config(Cfg())[0].data_fraction == float(given)
+    else:
+        with pytest.raises(SystemExit):
+            trainer.parse_config(Cfg())
+
+
 def test_eager_attention_matches_sdpa():
     sdpa, eager = tiny_gpt(11).eval(), tiny_gpt(11, attention="eager").eval()
     eager.load_state_dict(sdpa.state_dict())  # same keys: the mask is not in the state dict

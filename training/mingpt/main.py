@@ -13,7 +13,7 @@ is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-grap
 """
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # training/, home of the shared trainer.py
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from char_dataset import CharDataset
 from model import GPT, GPTConfig
 from torch.distributed.elastic.multiprocessing.errors import record
-from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, parse_config
+from trainer import SpeedConfig, Trainer, ddp_setup, default_snapshot_path, fraction, parse_config
 
 
 @dataclass
@@ -39,7 +39,7 @@ class TrainerConfig:
     log_every: int = 10  # steps between loss lines
     snapshot_path: str = ""  # a file or s3://bucket/key; "" -> trainer.default_snapshot_path("mingpt")
     data: str = str(Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt")
-    data_fraction: float = 1.0  # train on the first fraction of the text
+    data_fraction: float = field(default=1.0, metadata={"type": fraction})  # train on the first fraction of the text
     prompt: str = "O God, O God!"
     sample_chars: int = 200
     seed: int = 0
