@@ -322,8 +322,7 @@ def given_options(values: dict) -> dict:
     """``up``'s values of the providers' options, as ``ClusterSpec.options`` takes them: those given
     (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
     from ddpctl.infra.model.spec import parse_env
-    from ddpctl.infra.providers import all_options
-    from ddpctl.infra.providers.options import check_given
+    from ddpctl.infra.providers import all_options, check_given
 
     given = {}
     for option in all_options():

@@ -49,8 +49,7 @@ def up(
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.spec import ClusterSpec, parse_env
-    from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.providers.options import check_given
+    from ddpctl.infra.providers import check_given, get_provider
 
     from ..cluster_commands import up as command
 

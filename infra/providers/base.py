@@ -243,7 +243,7 @@ class Provider:
             )
         if spec.autodown_s and not self.autodown:
             raise UsageError(self._no_autodown())
-        from . import all_options
+        from .registry import all_options
 
         given = {"inventory": "--inventory"} if spec.inventory and not self.takes_inventory else {}
         given |= {  # another provider's options, given a value
@@ -263,8 +263,8 @@ class Provider:
         """``ClusterSpec.options``: every option it takes (``options``), from ``given`` or at its
         empty value, each checked (``Option.validate``); a key no provider declares is refused.
         Another provider's options are left out (``check_spec`` refused any given a value)."""
-        from . import all_options
         from .options import take
+        from .registry import all_options
 
         unknown = sorted(set(given) - {o.name for o in all_options()})
         if unknown:
@@ -332,8 +332,7 @@ class Provider:
 
 
 def _who(can: Callable[[type[Provider]], bool], sep: str = " or ") -> str:
-    """The providers that ``can``, for a message: "aws or pcluster"."""
-    from . import NAMES, provider_class
+    """The providers that ``can``, for a message (``registry.who``)."""
+    from .registry import who
 
-    names = [n for n in NAMES if can(provider_class(n))]
-    return ", ".join(names[:-1]) + sep + names[-1] if len(names) > 1 else "".join(names)
+    return who(can, sep)

@@ -94,22 +94,6 @@ def take(declared: tuple[Option, ...], given: Mapping[str, Any]) -> dict[str, An
     return values
 
 
-def check_given(given: Mapping[str, Any]) -> None:
-    """Options the user gave (a flag, a ``[cluster]`` key of ``ddpctl.toml``, ``ddpctl.up(options=)``):
-    an empty text is refused, not taken as "not given" (``--instance-type ''`` from an unset shell
-    variable would otherwise plan the default type). Leave the option out for the provider's default."""
-    from . import all_options
-
-    for option in all_options():
-        value = given.get(option.name)
-        if option.kind is str and isinstance(value, str) and not value.strip():
-            flag = option.flag.partition("/")[0]
-            hint = f" ({option.example})" if option.example else ""
-            raise UsageError(
-                f"{flag} {value!r} is empty: give a value{hint}, or leave {flag} out for the provider's default"
-            )
-
-
 def merge(*declarations: tuple[Option, ...]) -> tuple[Option, ...]:
     """Every option of ``declarations``, each once, in order. Two providers that take the same
     option share its declaration (pcluster reuses aws's): two different ones by one name are a bug."""

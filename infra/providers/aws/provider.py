@@ -30,8 +30,8 @@ from ...model.errors import DdpctlError, UsageError
 from ...model.spec import ClusterSpec
 from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase
 from ...model.store import StateStore
-from .. import checked_spec
 from ..base import LiveStatus, Progress, Provider, TakenDown
+from ..registry import checked_spec
 from . import configure, instances, kept_head, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail

@@ -39,7 +39,6 @@ from ...model.errors import DdpctlError
 from ...model.spec import ClusterSpec
 from ...model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, ResourcePhase
 from ...model.store import StateStore
-from .. import checked_spec
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
 from ..aws.ec2 import Aws
@@ -48,6 +47,7 @@ from ..aws.options import check_ssh_family
 from ..aws.plan import base_name, ssh_cidr_for
 from ..aws.steps import only
 from ..base import LiveStatus, Progress, Provider
+from ..registry import checked_spec
 from . import compute, schema
 from .cli import find_pcluster, opened
 from .config import PLACEHOLDER_SUBNET, Resolved, Settings, settings_from_env, to_yaml
