@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from click.core import ParameterSource
 
@@ -116,39 +114,34 @@ def up(
     """
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
-    from ddpctl.infra.model.spec import ClusterSpec, parse_env
-    from ddpctl.infra.providers import get_provider
+    from ddpctl.infra.model.spec import parse_env
 
     from .output import Output
 
     out = Output(as_json)
-    kwargs = {"python": python} if python else {}
-    impl = get_provider(provider)
     down_on_failure = opts.pop("down_on_failure")
-    given = given_options(opts)  # the providers' options
-    impl.check_up_flags(down_on_failure=down_on_failure)
-    spec = ClusterSpec(
-        name=name or "default",
+    spec = clusters.new_spec(
+        name=name,
         provider=provider,
-        nodes=impl.default_nodes(inventory or "") if nodes is None else nodes,
-        nproc_per_node=nproc_per_node or 0,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
         port=port,
         env=parse_env(env),
-        inventory=str(Path(inventory).resolve()) if inventory else "",
+        inventory=inventory,
         playbook_vars=parse_env(playbook_vars, flag="--playbook-var"),
-        options=given,
+        options=given_options(opts),  # the providers' options
         autodown_s=autodown,
-        **kwargs,
+        python=python,
+        down_on_failure=down_on_failure,
     )
     store = open_store()
     if not dry_run:  # one command at a time changes a cluster
         click.get_current_context().with_resource(locks.cluster(store, spec.name, "up"))
     # the checks that cost nothing, before asking (and a cluster of the name that took itself down cleaned up)
     provider_impl, state = clusters.plan_up(spec, store, clean=not dry_run, progress=out.progress)
-    if not dry_run and impl.billed:  # what costs money is asked for, not assumed
-        cost = impl.hourly_cost(state.spec)
-        price = f", about ${cost:.2f}/h" if cost is not None else ""
-        confirm(f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`", yes)
+    question = None if dry_run else clusters.cost_question(provider_impl, state)
+    if question:  # what costs money is asked for, not assumed
+        confirm(question, yes)
     if dry_run:
         report = provider_impl.dry_run(state, store, out.progress)
         if as_json:

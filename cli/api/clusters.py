@@ -48,8 +48,8 @@ def up(
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
-    from ddpctl.infra.model.spec import ClusterSpec, parse_env
-    from ddpctl.infra.providers import check_given, get_provider
+    from ddpctl.infra.model.spec import parse_env
+    from ddpctl.infra.providers import check_given
 
     from ..cluster_commands import up as command
 
@@ -65,32 +65,26 @@ def up(
         )
     check_given(options or {})
     progress = progress or _quiet
-    impl = get_provider(provider or "local")
-    impl.check_up_flags(down_on_failure=down_on_failure)
-    kwargs = {"python": python} if python else {}
-    spec = ClusterSpec(
-        name=name or "default",
-        provider=provider or "local",
-        nodes=impl.default_nodes(str(inventory or "")) if nodes is None else nodes,
-        nproc_per_node=nproc_per_node or 0,
+    spec = clusters.new_spec(
+        name=name,
+        provider=provider,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
         port=port,
         env=parse_env(_env_pairs(env)),
-        inventory=str(Path(inventory).resolve()) if inventory else "",
+        inventory=str(inventory) if inventory else None,
         playbook_vars=parse_env(playbook_vars or (), flag="--playbook-var"),
-        options=dict(options or {}),
-        autodown_s=autodown or 0,
-        **kwargs,
+        options=options or {},
+        autodown_s=autodown,
+        python=python,
+        down_on_failure=down_on_failure,
     )
     store = _store(home)
     with locks.cluster(store, spec.name, "up"):
         provider_impl, state = clusters.plan_up(spec, store, clean=True, progress=progress)
-        if impl.billed and not yes:
-            cost = impl.hourly_cost(state.spec)
-            price = f", about ${cost:.2f}/h" if cost is not None else ""
-            raise UsageError(
-                f"create {spec.nodes} {provider} node(s) for cluster {spec.name!r}{price} until `ddpctl down`: "
-                "pass yes=True to confirm"
-            )
+        question = clusters.cost_question(provider_impl, state)
+        if question and not yes:
+            raise UsageError(f"{question}: pass yes=True to confirm")
         return clusters.up(provider_impl, state, store, progress, down_on_failure=down_on_failure)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..hosts import autodown
@@ -23,6 +24,52 @@ if TYPE_CHECKING:
 
 #: What a caller of ``down`` does first, with the cluster's provider, state and store (raises to stop).
 BeforeDown = Callable[[Provider, ClusterState, StateStore], None]
+
+
+def new_spec(
+    *,
+    name: str | None,
+    provider: str | None,
+    nodes: int | None,
+    nproc_per_node: int | None,
+    port: int,
+    env: Mapping[str, str],
+    inventory: str | None,
+    playbook_vars: Mapping[str, str],
+    options: Mapping[str, object],
+    autodown_s: int | None,
+    python: str | None,
+    down_on_failure: bool,
+) -> ClusterSpec:
+    """``up``'s spec from its values, typed (the CLI's flags, the API's keywords): the provider's
+    defaults filled in (its node count, from the inventory for onprem), what it refuses refused."""
+    impl = get_provider(provider or "local")
+    impl.check_up_flags(down_on_failure=down_on_failure)
+    return ClusterSpec(
+        name=name or "default",
+        provider=provider or "local",
+        nodes=impl.default_nodes(inventory or "") if nodes is None else nodes,
+        nproc_per_node=nproc_per_node or 0,
+        port=port,
+        env=dict(env),
+        inventory=str(Path(inventory).resolve()) if inventory else "",
+        playbook_vars=dict(playbook_vars),
+        options=dict(options),
+        autodown_s=autodown_s or 0,
+        **({"python": python} if python else {}),
+    )
+
+
+def cost_question(provider: Provider, state: ClusterState) -> str | None:
+    """What ``up`` asks before it creates billed nodes (None where nothing is billed): the CLI asks
+    it, the API wants ``yes=True``."""
+    if not provider.billed:
+        return None
+    spec = state.spec
+    cost = provider.hourly_cost(spec)
+    price = f", about ${cost:.2f}/h" if cost is not None else ""
+    until = "until `ddpctl down` or autodown" if spec.autodown_s else "until `ddpctl down`"
+    return f"create {spec.nodes} {spec.provider} node(s) for cluster {spec.name!r}{price} {until}"
 
 
 def plan_up(

@@ -37,3 +37,26 @@ def test_bad_input_raises_the_clis_usage_error(home: Path, call, message: str | 
     assert not home.exists() or not list((home / "clusters").glob("*.json")), "bad input created nothing"
     if message:
         assert message in str(raised.value)
+
+
+def test_up_is_composed_once_for_the_cli_and_the_api(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both faces of ``up`` build the spec with ``lifecycle.clusters.new_spec`` and ask
+    ``cost_question``: the CLI asks it, the API wants yes=True (the same words, autodown named)."""
+    from click.testing import CliRunner
+
+    from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.providers import checked_spec
+    from ddpctl.main import cli
+
+    made = []
+    real = clusters.new_spec
+    monkeypatch.setattr(clusters, "new_spec", lambda **kw: made.append(checked_spec(real(**kw))) or real(**kw))
+    args = ["up", "--provider", "aws", "--nodes", "2", "--autodown", "30m", "--region", "us-east-1"]
+    cli_said = CliRunner().invoke(cli, args, input="")
+    with pytest.raises(UsageError) as api_said:
+        ddpctl.up(provider="aws", nodes=2, autodown="30m", options={"region": "us-east-1"})
+    assert len(made) == 2 and made[0] == made[1]
+    question = "create 2 aws node(s) for cluster 'default', about $6.12/h until `ddpctl down` or autodown"
+    assert question in cli_said.output and cli_said.exit_code == 2
+    assert str(api_said.value) == f"{question}: pass yes=True to confirm"
+    assert not list((home / "clusters").glob("*.json")) if home.exists() else True
