@@ -152,7 +152,7 @@ def _duration(seconds: float) -> str:
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("run_id", type=RunId("RUN_ID"), required=False)
+@click.argument("run_ids", metavar="[RUN_ID]...", nargs=-1, type=RunId("RUN_ID"))
 @click.option(
     "--tail",
     "--last",
@@ -169,45 +169,64 @@ def _duration(seconds: float) -> str:
     type=click.Path(dir_okay=False, writable=True),
     default=None,
     metavar="FILE",
-    help="Also draw loss (and accuracy) and throughput against steps into FILE (needs matplotlib).",
+    help="Also draw the curves into FILE (.png, .svg, .pdf...; needs matplotlib): loss, accuracy and "
+    "throughput against the step, one panel each; each log step a line, each epoch's mean a marker at "
+    "the step it ended; several runs overlaid, one colour each.",
+)
+@click.option(
+    "--csv",
+    "csv_file",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default=None,
+    metavar="FILE",
+    help="Also write every line as CSV into FILE (- : stdout, instead of the table), for a spreadsheet, "
+    "pandas or your own plots: one row a line, a run_id column, then every key any line has.",
 )
 @click.option(
     "--follow",
     "-f",
     is_flag=True,
-    help="Keep printing new lines, one a line, while the run is alive (--png, --json: when it ends).",
+    help="Keep printing new lines, one a line, while the run is alive (one run; --png, --csv, --json: when it ends).",
 )
 @json_option
-def metrics(run_id, last, png, follow, as_json) -> int:
-    """Show a run's metric lines (default: the last run started): loss, held-out accuracy, samples/s,
-    tokens/s, MFU and GPU memory per log step and epoch, as the bundled jobs write them (a script of
-    your own: training/metrics.py's log_metrics). They come into RUNS_DIR/<run id>/metrics.jsonl as
-    the run goes (every few seconds) and whole when it ends.
+def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
+    """Show a run's metric lines (default: the last run started), or several runs' one after the
+    other: loss, held-out accuracy, samples/s, tokens/s, MFU and GPU memory per log step and epoch,
+    as the bundled jobs write them (a script of your own: training/metrics.py's log_metrics). They
+    come into RUNS_DIR/<run id>/metrics.jsonl as the run goes (every few seconds) and whole when it
+    ends.
 
     \b
     Examples:
       ddpctl metrics                       # the last run's
       ddpctl metrics --follow              # the last run's, then new lines until it ends
       ddpctl metrics r3f2a9c1d0e --png curves.png
+      ddpctl metrics r3f2a9c1d0e r7b1c2d3e4f --png compare.png   # two runs overlaid
+      ddpctl metrics r3f2a9c1d0e --csv metrics.csv
+      ddpctl metrics r3f2a9c1d0e --csv - | column -s, -t
       ddpctl metrics --json | jq '.lines[-1].loss'
     """
     from rich.table import Table
 
     from ddpctl.infra.model import locks
-    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import curves
     from ddpctl.infra.runs import metrics as run_metrics
-    from ddpctl.infra.runs.logs import log_path
 
     from .output import Output
 
     out = Output(as_json)
-    picture = run_metrics.check_picture(png) if png is not None else None  # before anything is read or drawn
+    if csv_file == "-" and as_json:
+        raise UsageError("--csv - and --json both write to stdout: give --csv a FILE, or leave out --json")
+    if follow and len(run_ids) > 1:
+        raise UsageError(f"--follow follows one run, not {len(run_ids)}: give one RUN_ID (or none: the last run)")
+    targets = curves.check_targets(png, csv_file)  # before anything is read or written
     store = open_store()
-    run_id, _ = log_path(store, run_id)
-    path = store.run_dir(run_id) / run_metrics.FILE
+    runs = curves.load(store, run_ids)  # an unknown run among several: one line, nothing written
     if follow:
+        run_id, path = runs[0].run_id, runs[0].file
         batches = run_metrics.follow(store.run_dir(run_id), lambda: locks.run_alive(store, run_id))
-        if not as_json and picture is None:  # as they come: every epoch line and the last --last step lines first
+        if not as_json and targets == curves.Targets():  # as they come: every epoch line and the last --tail first
             said = 0
             for i, batch in enumerate(batches):
                 for doc in run_metrics.shown(batch, last) if i == 0 else batch:
@@ -218,31 +237,33 @@ def metrics(run_id, last, png, follow, as_json) -> int:
             return 0
         for _ in batches:  # to the run's end
             pass
-    lines = run_metrics.read(store.run_dir(run_id))
-    if picture is not None:
-        if not lines:
-            raise DdpctlError(f"run {run_id} has no metrics ({path}): nothing to draw")
-        run_metrics.plot(lines, picture, title=f"run {run_id}")
-        out.progress(f"run {run_id}: curves drawn in {png}")
+        runs = curves.load(store, [run_id])
+    for phrase in curves.export(runs, targets):
+        out.progress(f"{curves.named(runs)}: {phrase}")
     if as_json:
-        out.document(
-            {"ok": True, "run_id": run_id, "file": str(path), "summary": run_metrics.summary(lines), "lines": lines}
-        )
+        docs = [
+            {"run_id": r.run_id, "file": str(r.file), "summary": run_metrics.summary(r.lines), "lines": r.lines}
+            for r in runs
+        ]
+        out.document({"ok": True, **docs[0]} if len(docs) == 1 else {"ok": True, "runs": docs})
         return 0
-    if not lines:
-        out.progress(
-            f"run {run_id} has no metrics ({path}): the bundled jobs write them, a script of yours through "
-            "training/metrics.py's log_metrics"
-        )
+    if targets.csv_stdout:
         return 0
-    rows = run_metrics.shown(lines, last)
-    columns = [k for k in run_metrics.COLUMNS if any(k in doc for doc in rows)]
-    table = Table(title=f"run {run_id}: {path}", title_justify="left")
-    for key in columns:
-        table.add_column(run_metrics.COLUMNS[key], justify="left" if key == "kind" else "right")
-    for doc in rows:
-        table.add_row(*(run_metrics.cell(key, doc.get(key)) for key in columns))
-    out.table(table)
+    for run in runs:
+        if not run.lines:
+            out.progress(
+                f"run {run.run_id} has no metrics ({run.file}): the bundled jobs write them, a script of yours "
+                "through training/metrics.py's log_metrics"
+            )
+            continue
+        rows = run_metrics.shown(run.lines, last)
+        columns = [k for k in run_metrics.COLUMNS if any(k in doc for doc in rows)]
+        table = Table(title=f"run {run.run_id}: {run.file}", title_justify="left")
+        for key in columns:
+            table.add_column(run_metrics.COLUMNS[key], justify="left" if key == "kind" else "right")
+        for doc in rows:
+            table.add_row(*(run_metrics.cell(key, doc.get(key)) for key in columns))
+        out.table(table)
     return 0
 
 

@@ -231,15 +231,29 @@ def download(
     return fetch_outputs(_store(home), run_id, Path(to) if to else None, progress or _quiet)
 
 
-def metrics(run_id: str | None = None, *, home: str | Path | None = None) -> list[dict[str, Any]]:
+def metrics(
+    run_id: str | Sequence[str] | None = None,
+    *,
+    png: str | os.PathLike[str] | None = None,
+    csv: str | os.PathLike[str] | None = None,
+    home: str | Path | None = None,
+) -> list[dict[str, Any]]:
     """``ddpctl metrics --json``'s ``lines``: a run's metric lines (default: the last run started),
-    one dict a line, [] where it wrote none. During a run, the lines brought so far (every few seconds)."""
-    from ddpctl.infra.runs import metrics as run_metrics
-    from ddpctl.infra.runs.logs import log_path
+    one dict a line, [] where it wrote none. During a run, the lines brought so far (every few seconds).
+    A list of run ids: every run's lines in that order, each with its ``run_id`` first (``--csv``'s
+    rows). ``png``/``csv``: also draw the curves / write the CSV there, as ``--png``/``--csv`` do."""
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs import curves
 
     from ..inspect_commands import metrics as command
+    from .common import _python_kind
 
-    run_id = _checked(command, "run_id", run_id)
-    store = _store(home)
-    run_id, _ = log_path(store, run_id)  # an unknown run: the CLI's one line
-    return run_metrics.read(store.run_dir(run_id))
+    several = run_id is not None and not isinstance(run_id, str)
+    if several and not isinstance(run_id, (list, tuple)):
+        raise UsageError(f"run_id={run_id!r} is {_python_kind(run_id)}: give a run id (a str) or a list of them")
+    ids = _checked(command, "run_ids", list(run_id) if several else [] if run_id is None else [run_id], "run_id")
+    png, csv = _checked(command, "png", png), _checked(command, "csv_file", csv, "csv")
+    targets = curves.check_targets(png, csv)  # before anything is read or written
+    runs = curves.load(_store(home), ids)  # an unknown run: the CLI's one line
+    curves.export(runs, targets)
+    return curves.rows(runs) if several else runs[0].lines

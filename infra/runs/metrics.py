@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..launch.torchrun import run_snapshot_dir
-from ..model.errors import DdpctlError, UsageError
+from ..model.errors import UsageError
 
 if TYPE_CHECKING:
     from ..model.spec import RunSpec
@@ -285,106 +285,45 @@ PICTURE_FORMATS = ("png", "svg", "svgz", "pdf", "jpg", "jpeg", "webp", "tif", "t
 
 def check_picture(path: str) -> Path:
     """``--png FILE``, refused in one line before anything is drawn: a name with a picture format's
-    suffix (``PICTURE_FORMATS``) in a folder that exists and where a file can be made (tried: a
-    mode bit says nothing in /proc). The absolute path it is drawn to."""
+    suffix (``PICTURE_FORMATS``) in a folder where a file can be made (``check_file``). The absolute
+    path it is drawn to."""
     suffix = Path(path).suffix.lower().lstrip(".")
-    if not path.strip() or not Path(path).name.strip():
-        raise UsageError(f"--png {path!r} is not a file name: give one such as --png curves.png")
-    if suffix not in PICTURE_FORMATS:
+    if path.strip() and Path(path).name.strip() and suffix not in PICTURE_FORMATS:
         said = f"a .{suffix} file" if suffix else "a name without a suffix"
         raise UsageError(
             f"--png {path}: {said} is not a picture format ddpctl draws: end the name in .png "
             f"(or .{', .'.join(f for f in PICTURE_FORMATS if f != 'png')})"
         )
+    return check_file("--png", path, "curves.png")
+
+
+def check_file(flag: str, path: str, example: str) -> Path:
+    """A file an option writes (``--png FILE``, ``--csv FILE``), refused in one line before anything is
+    read or written: a name, in a folder that exists and where a file can be made (tried: a mode bit
+    says nothing in /proc), not a folder, writable where it exists. Its absolute path."""
+    if not path.strip() or not Path(path).name.strip():
+        raise UsageError(f"{flag} {path!r} is not a file name: give one such as {flag} {example}")
     target = Path(os.path.abspath(path))
     folder = target.parent
     if not folder.is_dir():
-        raise UsageError(f"--png {path}: the folder {folder} does not exist: make it, or give a file in another folder")
+        raise UsageError(
+            f"{flag} {path}: the folder {folder} does not exist: make it, or give a file in another folder"
+        )
     if target.is_dir():
-        raise UsageError(f"--png {path} is a folder: give a file name in it, such as {target / 'curves.png'}")
+        raise UsageError(f"{flag} {path} is a folder: give a file name in it, such as {target / example}")
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ddpctl-png-")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ddpctl-out-")
     except OSError as exc:
         raise UsageError(
-            f"--png {path}: no file can be made in {folder} ({exc.strerror or exc}): give a file in a folder you can write"
+            f"{flag} {path}: no file can be made in {folder} ({exc.strerror or exc}): give a file in a folder you can write"
         ) from None
     os.close(fd)
     os.unlink(probe)
     if target.exists() and not os.access(target, os.W_OK):
-        raise UsageError(f"--png {path} exists and cannot be written: give another file, or make it writable")
+        raise UsageError(f"{flag} {path} exists and cannot be written: give another file, or make it writable")
     return target
 
 
 def number(value: object) -> bool:
     """A value a curve can hold: a finite number (not true/false, not a string)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def series(lines: list[dict[str, Any]], key: str, *, epochs: bool) -> tuple[list[float], list[float]]:
-    """The (step, value) points of ``key`` in the step lines (``epochs``: the epoch lines), in file order
-    (pure): a line without a number for its step or for ``key`` gives none (a script of the user's logs
-    what it has, as ``log_metrics(step=1, loss=0.9)`` does)."""
-    points = [(d.get("step"), d.get(key)) for d in lines if (d.get("kind") == "epoch") == epochs]
-    points = [(s, v) for s, v in points if number(s) and number(v)]
-    return [s for s, _ in points], [v for _, v in points]
-
-
-def curves(lines: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
-    """What ``plot`` draws (pure), each curve that has a point: ``loss`` (step lines), ``epoch loss``,
-    ``accuracy`` (epoch lines), and the throughput (``tokens_per_s`` where the run gave it, else
-    ``samples_per_s``)."""
-    speed = "tokens_per_s" if series(lines, "tokens_per_s", epochs=False)[0] else "samples_per_s"
-    found = {
-        "loss": series(lines, "loss", epochs=False),
-        "epoch loss": series(lines, "loss", epochs=True),
-        "accuracy": series(lines, "accuracy", epochs=True),
-        speed: series(lines, speed, epochs=False),
-    }
-    return {name: points for name, points in found.items() if points[0]}
-
-
-def plot(lines: list[dict[str, Any]], path: str | Path, title: str = "") -> None:
-    """Draw loss (and accuracy) and throughput against steps into the picture at path (matplotlib, the
-    `plot` extra; DdpctlError naming the pip command where it is missing), each curve the lines have
-    (``curves``); DdpctlError where they have none. ``path`` as ``check_picture`` gives it."""
-    drawn = curves(lines)
-    if not drawn:
-        raise DdpctlError(
-            "no metric line has a number for its step and for loss, accuracy, samples_per_s or tokens_per_s: "
-            "nothing to draw (`ddpctl metrics` shows the lines)"
-        )
-    try:
-        import matplotlib
-    except ImportError:
-        import sys
-
-        from ..tools.install import pip_install
-
-        raise DdpctlError(f"--png needs matplotlib: run `{pip_install('plot', sys.executable)}`") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    empty: tuple[list[float], list[float]] = ([], [])
-    speed = next((k for k in ("tokens_per_s", "samples_per_s") if k in drawn), "samples_per_s")
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    top.plot(*drawn.get("loss", empty), label="loss (log steps)", color="tab:blue", alpha=0.6)
-    top.plot(*drawn.get("epoch loss", empty), "o-", label="loss (epoch mean)", color="tab:blue")
-    top.set_ylabel("loss")
-    top.grid(alpha=0.3)
-    handles, labels = top.get_legend_handles_labels()
-    if "accuracy" in drawn:
-        right = top.twinx()
-        right.plot(*drawn["accuracy"], "s--", color="tab:green", label="held-out accuracy %")
-        right.set_ylabel("accuracy %")
-        more = right.get_legend_handles_labels()
-        handles, labels = handles + more[0], labels + more[1]
-    top.legend(handles, labels, loc="best")
-    bottom.plot(*drawn.get(speed, empty), ".-", color="tab:orange", label=speed.replace("_per_s", "/s"))
-    bottom.set_ylabel(speed.replace("_per_s", "/s"))
-    bottom.set_xlabel("step")
-    bottom.grid(alpha=0.3)
-    if title:
-        top.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

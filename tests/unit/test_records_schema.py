@@ -30,7 +30,7 @@ from ddpctl.infra.model.spec import PROVIDERS, ClusterSpec, RunSpec
 from ddpctl.infra.model.state import ClusterState, DamagedState, NodeInfo, Resource
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import NAMES
-from ddpctl.infra.runs import metrics
+from ddpctl.infra.runs import curves, metrics
 from ddpctl.infra.runs.records import RunOptions, check_record
 from ddpctl.output_json import dumps, finite
 
@@ -260,25 +260,31 @@ CURVES = {
         {
             "loss": ([1], [2.0]),
             "epoch loss": ([1], [1.5]),
-            "accuracy": ([1], [90.0]),
+            "epoch accuracy": ([1], [90.0]),
             "tokens_per_s": ([1], [100]),
         },
     ),
-    "nothing to draw": ([{"step": "x", "loss": 1.0}, {"note": "hi"}], {}),
 }
+
+
+def drawn(lines: list[dict]) -> dict[str, tuple[list, list]]:
+    """The series ``--png`` draws of one run's lines, by name (``epoch KEY``: the epoch means)."""
+    chart = curves.chart([curves.RunLines("r1", Path("metrics.jsonl"), lines)])
+    return {f"{'epoch ' * s.epochs}{s.key}": (list(s.steps), list(s.values)) for p in chart.panels for s in p.series}
 
 
 @pytest.mark.parametrize("case", CURVES, ids=list(CURVES))
 def test_the_curves_are_those_the_lines_have(case: str) -> None:
     lines, expected = CURVES[case]
-    assert metrics.curves(lines) == expected
+    assert drawn(lines) == expected
 
 
 def test_no_curve_is_one_line_before_matplotlib() -> None:
     from ddpctl.infra.model.errors import DdpctlError
 
-    with pytest.raises(DdpctlError, match="nothing to draw"):
-        metrics.plot([{"note": "hi"}], "/nonexistent/x.png")
+    for lines in ([{"note": "hi"}], [{"step": "x", "loss": 1.0}, {"note": "hi"}]):
+        with pytest.raises(DdpctlError, match="run r1: no metric line has a number .* nothing to draw"):
+            curves.export([curves.RunLines("r1", Path("m"), lines)], curves.Targets(png=Path("/nonexistent/x.png")))
 
 
 #: a --png FILE -> what its one line says (refused before matplotlib is imported)
