@@ -53,8 +53,8 @@ def ssh(name, print_only, node, command) -> int:
     """
     import shlex
 
-    from ddpctl.infra.hosts.connections import ssh_argv
     from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.lifecycle.faces import ssh_argv
     from ddpctl.infra.model.errors import DdpctlError, UsageError
 
     command = tuple(click.get_current_context().meta.get("ssh_command", command))
@@ -64,11 +64,9 @@ def ssh(name, print_only, node, command) -> int:
         raise UsageError(f"cluster {state.name!r} has no nodes yet: `ddpctl status` says what it is doing")
     target = next((n for n in state.nodes if n.name == (node or names[0])), None)
     if target is None:  # the nodes jobs run on, if not recorded (pcluster: its compute nodes, through the head)
-        from ddpctl.infra.providers import get_provider
-
         from .output import Output
 
-        workers, _ = get_provider(state.spec.provider).check_targets(state, Output(False).progress)
+        workers, _ = clusters.job_nodes(state, Output(False).progress)
         names += [n.name for n in workers.nodes if n.name not in names]
         target = next((n for n in workers.nodes if n.name == node), None)
     if target is None:
@@ -94,7 +92,7 @@ def ssh(name, print_only, node, command) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     if code == 255:
-        from ddpctl.infra.hosts.connections import SSH_CONNECT_TIMEOUT_S
+        from ddpctl.infra.lifecycle.faces import SSH_CONNECT_TIMEOUT_S
 
         where = f"{target.ssh.user + '@' if target.ssh.user else ''}{target.ssh.address}:{target.ssh.port}"
         raise DdpctlError(
@@ -235,7 +233,7 @@ def playbooks(as_json) -> int:
       ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml"
       ansible-playbook -i hosts.ini "$(ddpctl playbooks)/site.yml" --tags nccl_env -e nccl_env_debug=INFO
     """
-    from ddpctl.infra.hosts.ansible import ANSIBLE_CFG, PLAYBOOKS
+    from ddpctl.infra.lifecycle.faces import ANSIBLE_CFG, PLAYBOOKS
 
     from .output import Output
 

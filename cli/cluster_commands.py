@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from ddpctl.infra.providers import NAMES as PROVIDER_NAMES
+from ddpctl.infra.lifecycle.faces import PROVIDER_NAMES
 
 from .options import (
     EXIT_CODES,
@@ -209,7 +209,6 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
     and pcluster, `down` asks first, naming those outputs and their size (--yes answers).
     """
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.store import StateStore
     from ddpctl.infra.runs import outputs
@@ -227,10 +226,7 @@ def down(name, all_, region, lost_provider, home_id, keep_outputs, yes, as_json)
         store = StateStore(store.home, acting_for=home_id)
     if not store.exists(name or ""):
         if region is not None:
-            from ddpctl.infra.providers import get_provider
-
-            click.get_current_context().with_resource(locks.cluster(store, name, "down"))
-            get_provider(lost_provider or "aws").down_lost(name, region, store, out.progress)
+            clusters.down_lost(store, name, region, lost_provider, out.progress)
             if as_json:
                 out.document({"ok": True, "down": [name]})
             return 0
@@ -303,19 +299,22 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
       ddpctl configure --tags bundle                    # the training code only
       ddpctl configure --check --diff                   # what would change, as diffs; nothing changed
     """
-    from ddpctl.infra.hosts.ansible import Play
-    from ddpctl.infra.hosts.site_play import changed_summary
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model.spec import parse_env
 
     from .output import Output
 
     out = Output(as_json)
-    play = Play(tags=tags, check=check, diff=diff)
     state, report = clusters.configure(
-        open_store(), name, out.progress, parse_env(playbook_vars, flag="--playbook-var"), play
+        open_store(),
+        name,
+        out.progress,
+        parse_env(playbook_vars, flag="--playbook-var"),
+        tags=tuple(tags),
+        check=check,
+        diff=diff,
     )
-    summary = changed_summary(report)
+    summary = clusters.changed_summary(report)
     if check:
         out.progress(f"cluster {state.name!r} checked, nothing was changed; a real run would give: {summary}")
     else:
@@ -353,8 +352,8 @@ def autodown(args, name, as_json) -> int:
       ddpctl autodown --name big 2h
       ddpctl autodown --name big off
     """
-    from ddpctl.infra.hosts.autodown import parse
     from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.model.autodown import parse
     from ddpctl.infra.model.errors import UsageError
 
     from .output import Output

@@ -43,8 +43,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (Ubuntu 22.04's)
     import tomli as tomllib
 
+from ddpctl.infra.lifecycle.faces import all_options
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.providers import all_options
 
 #: The TOML type each key takes (a value of another type is refused, never coerced: `nodes = 2.7`
 #: is not 2). What the value may be (a range, a known provider...) is the option's own check.

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ddpctl.infra.launch.nodes import OutputLine
+from ddpctl.infra.model.results import OutputLine
 
 #: torch's prefix on an uncaught exception's lines in a distributed job (beside torchrun's own).
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")

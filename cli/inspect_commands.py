@@ -17,8 +17,7 @@ def status(name, as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra.hosts import autodown
-    from ddpctl.infra.model import costs
+    from ddpctl.infra.model import autodown, costs
     from ddpctl.infra.runs.prepare import node_nprocs
 
     from .api import cluster_statuses
@@ -292,24 +291,13 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
     """
     from rich.table import Table
 
-    from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.runs.check import run_check
+    from ddpctl.infra.runs.check import check_cluster
 
     from .output import Output
 
     out = Output(as_json)
-    state = clusters.load(open_store(), name)
-    provider = get_provider(state.spec.provider)
-    port = provider.rdzv_port(state, port)
-    targets, executor_for = provider.check_targets(state, out.progress)  # pcluster: its compute nodes
-    report = run_check(
-        targets,
-        executor_for,
-        port,
-        out.progress,
-        bandwidth=not no_bandwidth,
-        size_mb=size_mb,
+    state, port, report = check_cluster(
+        open_store(), name, port, out.progress, bandwidth=not no_bandwidth, size_mb=size_mb
     )
     if as_json:
         out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})

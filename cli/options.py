@@ -148,7 +148,7 @@ class Duration(click.ParamType):
         self.flag = flag
 
     def convert(self, value, param, ctx):
-        from ddpctl.infra.hosts.autodown import parse
+        from ddpctl.infra.model.autodown import parse
         from ddpctl.infra.model.errors import UsageError
 
         try:
@@ -298,7 +298,7 @@ down_on_failure_option = click.option(
 def provider_options(func):
     """The options the providers declare (``infra.providers.all_options``: aws's, pcluster's) as
     Click options of ``up``, in the registry's order. Their values are checked by ``ClusterSpec``."""
-    from ddpctl.infra.providers import all_options
+    from ddpctl.infra.lifecycle.faces import all_options
 
     for option in reversed(all_options()):
         func = _click_option(option)(func)
@@ -321,8 +321,8 @@ def _click_option(option):
 def given_options(values: dict) -> dict:
     """``up``'s values of the providers' options, as ``ClusterSpec.options`` takes them: those given
     (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
+    from ddpctl.infra.lifecycle.faces import all_options, check_given
     from ddpctl.infra.model.spec import parse_env
-    from ddpctl.infra.providers import all_options, check_given
 
     given = {}
     for option in all_options():

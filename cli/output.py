@@ -18,7 +18,7 @@ from rich.progress import SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from ddpctl.infra.launch.supervise import OutputLine, RunResult
+from ddpctl.infra.model.results import OutputLine, RunResult
 
 from .failures import SecondaryTraces
 from .options import QUIET_META

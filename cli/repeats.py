@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.model.results import OutputLine
 
 #: torch's log headers: Python's glog style (level, date, time, pid; then "file:line] message") and
 #: its C++ one ("[W1126 11:48:38.983592255 socket.cpp:207] message", a pid in some builds).

@@ -183,7 +183,6 @@ def run(
     from ddpctl.infra.runs.execute import execute
     from ddpctl.infra.runs.prepare import prepare, prepare_resume
     from ddpctl.infra.runs.records import RunOptions
-    from ddpctl.infra.tools.signals import terminate_as_interrupt
 
     from .output import Output
 
@@ -252,8 +251,7 @@ def run(
     if not all_lines:
         out.hide_repeats(prep.run.run_id)
     try:
-        with terminate_as_interrupt():  # `ddpctl stop` of a run where SIGINT is ignored: as Ctrl-C
-            result = execute(prep, store, out.line, out.progress, wait=not no_wait)
+        result = execute(prep, store, out.line, out.progress, wait=not no_wait, sigterm_is_interrupt=True)
     finally:
         out.end_lines()
     out.run_summary(result)

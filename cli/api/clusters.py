@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddpctl.infra.hosts.autodown import Estimate
+    from ddpctl.infra.lifecycle.faces import LiveStatus
+    from ddpctl.infra.model.autodown import Estimate
     from ddpctl.infra.model.state import ClusterState
     from ddpctl.infra.model.store import StateStore
-    from ddpctl.infra.providers.base import LiveStatus
     from ddpctl.infra.runs.check import CheckReport
 
 from .common import _checked, _env_pairs, _quiet, _store, print_progress
@@ -46,10 +46,10 @@ def up(
     ``--autodown`` (``"30m"``). ``progress=None``: quiet.
     """
     from ddpctl.infra.lifecycle import clusters
+    from ddpctl.infra.lifecycle.faces import check_given
     from ddpctl.infra.model import locks
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.model.spec import parse_env
-    from ddpctl.infra.providers import check_given
 
     from ..cluster_commands import up as command
 
@@ -187,11 +187,9 @@ def cluster_statuses(
     """The clusters under the state home (or just ``name``), each with what its provider says runs
     now and its autodown; damaged state files last (what ``ddpctl status`` lists). A cluster that
     took itself down (autodown) has what its nodes could not delete deleted now, said to ``progress``."""
-    from ddpctl.infra.hosts import autodown
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model import locks
+    from ddpctl.infra.model import autodown, locks
     from ddpctl.infra.model.state import DamagedState
-    from ddpctl.infra.providers import get_provider
     from ddpctl.infra.runs.records import list_runs
 
     found, damaged = [], []
@@ -223,7 +221,7 @@ def cluster_statuses(
                 pass  # another command has it now: shown as it is
             runs = list_runs(store) if runs is None else runs
             estimate = autodown.fires_at(state, runs)
-        live = get_provider(state.spec.provider).status(state)
+        live = clusters.live_status(state)
         phase = "stopped" if live is not None and live.details.get("kept_head") else state.status  # autodown kept it
         found.append(ClusterStatus(state.name, state.spec.provider, phase, state, live, autodown=estimate))
     return found + damaged
@@ -250,16 +248,10 @@ def check(
 ) -> CheckReport:
     """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
     (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
-    from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.providers import get_provider
-    from ddpctl.infra.runs.check import run_check
+    from ddpctl.infra.runs.check import check_cluster
 
     from ..inspect_commands import check as command
 
     name, port, size_mb = (_checked(command, k, v) for k, v in (("name", name), ("port", port), ("size_mb", size_mb)))
     progress = progress or _quiet
-    state = clusters.load(_store(home), name)
-    provider = get_provider(state.spec.provider)
-    port = provider.rdzv_port(state, port)
-    targets, executor_for = provider.check_targets(state, progress)
-    return run_check(targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb)
+    return check_cluster(_store(home), name, port, progress, bandwidth=bandwidth, size_mb=size_mb)[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddpctl.infra.launch.nodes import OutputLine
+    from ddpctl.infra.model.results import OutputLine
     from ddpctl.infra.model.store import StateStore
 
 

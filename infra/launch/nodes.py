@@ -1,13 +1,18 @@
-"""What the supervisor drives and reports: a node's agent, its output lines, the run's result, elastic rules."""
+"""What the supervisor drives: a node's agent, its output lines parsed, elastic rules (the line and result
+types are model/results.py's, named here too for launch/'s modules)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from ..model.words import Word
+from ..model.results import NodeResult as NodeResult
+from ..model.results import NodeStatus as NodeStatus
+from ..model.results import OutputLine
+from ..model.results import RunResult as RunResult
+from ..model.results import result_of as result_of
 
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
 
@@ -21,55 +26,6 @@ class NodeProcess(Protocol):
     def poll(self) -> int | None: ...
     def terminate(self) -> None: ...  # ask the agent (and so its workers) to stop
     def kill(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class OutputLine:
-    node: str
-    rank: int | None  # global rank, None for the agent's own lines
-    text: str
-
-
-class NodeStatus(Word):
-    """How a node's part of a run ended: equal to, written and shown as its word."""
-
-    OK = "ok"
-    FAILED = "failed"
-    STOPPED = "stopped"  # ddpctl stopped it: Ctrl-C, `ddpctl stop`, another node failed first, a cancelled job
-    LOST = "lost"  # elastic: the run went on without it
-
-
-@dataclass
-class NodeResult:
-    node: str
-    exit_code: int | None
-    status: NodeStatus
-
-    def __post_init__(self) -> None:
-        self.status = NodeStatus(self.status)
-
-
-@dataclass
-class RunResult:
-    run_id: str
-    exit_code: int  # 0 ok, 1 a node failed, 130 interrupted
-    wall_s: float
-    nodes: list[NodeResult] = field(default_factory=list)
-    failed_node: str | None = None
-    interrupted: bool = False
-    hint: str = ""  # a failure's known cause, what it means and what to do (launch/diagnose.py)
-    cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES), e.g. "rendezvous-timeout"
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-
-def result_of(doc: dict) -> RunResult:
-    """The result in a run's record (``run.json``)."""
-    r = dict(doc["result"])
-    r["nodes"] = [NodeResult(**n) for n in r.get("nodes", [])]
-    return RunResult(**r)
 
 
 def parse_line(node: str, raw: str) -> OutputLine:

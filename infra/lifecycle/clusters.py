@@ -16,7 +16,7 @@ from ..model.spec import ClusterSpec
 from ..model.state import ClusterPhase, ClusterState, DamagedState
 from ..model.store import DownStore, StateStore
 from ..providers import NAMES, checked_spec, get_provider
-from ..providers.base import Progress, Provider, TakenDown
+from ..providers.base import ExecutorFor, LiveStatus, Progress, Provider, TakenDown
 
 if TYPE_CHECKING:
     from ..hosts.ansible import Play, PlayReport
@@ -163,13 +163,22 @@ def _up(
 
 
 def configure(
-    store: StateStore, name: str | None, progress: Progress, playbook_vars: dict[str, str], play: Play
+    store: StateStore,
+    name: str | None,
+    progress: Progress,
+    playbook_vars: dict[str, str],
+    *,
+    tags: tuple[str, ...] = (),
+    check: bool = False,
+    diff: bool = False,
 ) -> tuple[ClusterState, PlayReport]:
     """site.yml again on a cluster that is up, with its recorded variables plus ``playbook_vars``
-    (recorded too once the play succeeds, unless in check mode); ``play``: roles, check, diff."""
+    (recorded too once the play succeeds, unless in check mode); only the roles ``tags``, or
+    ``check`` (Ansible's check mode) showing the ``diff``."""
+    from ..hosts.ansible import Play
     from ..hosts.site_play import check_tags
 
-    play = replace(play, tags=check_tags(play.tags))
+    play = Play(tags=check_tags(tuple(tags)), check=check, diff=diff)
     resolved = resolve_name(store, name)
     if resolved is None:
         raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up`")
@@ -305,6 +314,36 @@ def _down_damaged(name: str, store: StateStore, progress: Progress, provider: st
     with step(progress, f"taking {name!r} down"):
         get_provider(found.provider).down_damaged(name, found, store, progress)
     store.delete(name)
+
+
+def changed_summary(report: PlayReport) -> str:
+    """``node0 ok, node1 changed 3``: what a play changed, node by node (``configure``'s line)."""
+    from ..hosts.site_play import changed_summary as summary
+
+    return summary(report)
+
+
+def down_lost(store: StateStore, name: str, region: str, provider: str | None, progress: Progress) -> None:
+    """``down --name X --region R`` where the state file is gone: what is found by the cluster's
+    tags deleted (aws by default; ``provider``: pcluster), with the cluster's lock held."""
+    with locks.cluster(store, name, "down"):
+        get_provider(provider or "aws").down_lost(name, region, store, progress)
+
+
+def live_status(state: ClusterState) -> LiveStatus | None:
+    """What the cluster's provider says runs now (its instances, stacks...), for ``status``."""
+    return get_provider(state.spec.provider).status(state)
+
+
+def job_nodes(state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
+    """The nodes jobs run on (pcluster: its compute nodes, through the head) and the executor that
+    reaches them: what ``check`` tests and the nodes ``ssh NODE`` opens beyond the recorded ones."""
+    return get_provider(state.spec.provider).check_targets(state, progress)
+
+
+def rdzv_port(state: ClusterState, port: int | None) -> int:
+    """The port a run (or ``check``) rendezvouses on: ``port``, else the cluster's own."""
+    return get_provider(state.spec.provider).rdzv_port(state, port)
 
 
 def resolve_name(store: StateStore, name: str | None) -> str | None:

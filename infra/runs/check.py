@@ -19,6 +19,7 @@ from ..model.errors import DdpctlError
 from ..model.progress import step
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
+from ..model.store import StateStore
 from .jobs import BUNDLE_DIR
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
@@ -260,3 +261,23 @@ def check_in_node(
         ranks, gbps, backend = found
         report.in_node_ranks[node.name], report.in_node_gbps[node.name] = ranks, gbps
         report.in_node_backend[node.name] = backend
+
+
+def check_cluster(
+    store: StateStore,
+    name: str | None,
+    port: int | None,
+    progress: Callable[[str], None],
+    *,
+    bandwidth: bool,
+    size_mb: float,
+) -> tuple[ClusterState, int, CheckReport]:
+    """``ddpctl check`` (the CLI's and the API's): the cluster ``name`` (else the only one), the
+    port its probes use, and the report of ``run_check`` on the nodes jobs run on (pcluster: its
+    compute nodes, through the head)."""
+    from ..lifecycle import clusters
+
+    state = clusters.load(store, name)
+    port = clusters.rdzv_port(state, port)
+    targets, executor_for = clusters.job_nodes(state, progress)
+    return state, port, run_check(targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb)

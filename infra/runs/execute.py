@@ -38,9 +38,17 @@ def execute(
     progress: Progress,
     *,
     wait: bool = True,
+    sigterm_is_interrupt: bool = False,
 ) -> RunResult:
     """Bring up the cluster if the run owns it, wait for the cluster's turn (``wait``; else a busy
-    cluster is refused at once), run the plan, take the cluster down again."""
+    cluster is refused at once), run the plan, take the cluster down again. ``sigterm_is_interrupt``
+    (the CLI, whose process this is): a SIGTERM (``ddpctl stop`` of a run where SIGINT is ignored)
+    stops the run as Ctrl-C does."""
+    if sigterm_is_interrupt:
+        from ..tools.signals import terminate_as_interrupt
+
+        with terminate_as_interrupt():
+            return execute(prep, store, sink, progress, wait=wait)
     prep.provider.preflight(prep.cluster)
     name, run_id = prep.cluster.name, prep.run.run_id
     command = f"run {run_id} ({prep.run.job})"

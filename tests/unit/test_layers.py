@@ -120,3 +120,23 @@ def test_tests_import_helpers_from_support_never_from_another_test_module() -> N
                 if parts[0] == "tests" and len(parts) > 1 and parts[1] not in ("support",):
                     found.append(f"{path.relative_to(REPO)}: {name}")
     assert found == []
+
+
+def test_the_cli_and_the_api_reach_infra_only_through_lifecycle_and_runs() -> None:
+    """cli/ (the commands and the Python API) composes nothing of the lower floors itself: it parses,
+    calls lifecycle/ or runs/ (model/'s types beside them), and prints."""
+    allowed = ("infra.lifecycle", "infra.runs", "infra.model")
+    wrong = []
+    for path in sorted((REPO / "cli").rglob("*.py")):
+        for node in runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = name.removeprefix("ddpctl.")
+                if target.startswith("infra") and not target.startswith(allowed):
+                    wrong.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
+    assert wrong == [], "cli/ reaching below lifecycle/ and runs/:\n" + "\n".join(wrong)

@@ -1,0 +1,58 @@
+"""A run's output and result as every floor sees them: a line of a node's output (``OutputLine``), how
+each node's part ended (``NodeResult``, ``NodeStatus``), the run's result (``RunResult``), as the
+supervisor reports them, run records keep them and the CLI and the API show them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .words import Word
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    node: str
+    rank: int | None  # global rank, None for the agent's own lines
+    text: str
+
+
+class NodeStatus(Word):
+    """How a node's part of a run ended: equal to, written and shown as its word."""
+
+    OK = "ok"
+    FAILED = "failed"
+    STOPPED = "stopped"  # ddpctl stopped it: Ctrl-C, `ddpctl stop`, another node failed first, a cancelled job
+    LOST = "lost"  # elastic: the run went on without it
+
+
+@dataclass
+class NodeResult:
+    node: str
+    exit_code: int | None
+    status: NodeStatus
+
+    def __post_init__(self) -> None:
+        self.status = NodeStatus(self.status)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    exit_code: int  # 0 ok, 1 a node failed, 130 interrupted
+    wall_s: float
+    nodes: list[NodeResult] = field(default_factory=list)
+    failed_node: str | None = None
+    interrupted: bool = False
+    hint: str = ""  # a failure's known cause, what it means and what to do (launch/diagnose.py)
+    cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES), e.g. "rendezvous-timeout"
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def result_of(doc: dict) -> RunResult:
+    """The result in a run's record (``run.json``)."""
+    r = dict(doc["result"])
+    r["nodes"] = [NodeResult(**n) for n in r.get("nodes", [])]
+    return RunResult(**r)
