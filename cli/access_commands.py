@@ -129,34 +129,13 @@ def logs(run_id, node, rank, tail, follow, as_json) -> int:
     from .output import Output
 
     out = Output(as_json)
-    store = open_store()
-    if follow and run_id is not None:  # a queued run (`run --detach` behind another): followed once it starts
-        run_logs.wait_turn(store, run_id, out.progress)
-    run_id, path = run_logs.log_path(store, run_id)
-    from ddpctl.infra.runs import on_cluster
-
-    on_cluster.bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the cluster
-    keep = run_logs.LogFilter(node, rank)
-    run_logs.check_filter(store, run_id, keep)
-    there = follow and on_cluster.goes_on(store, run_id)  # followed through its launcher
-    lines = run_logs.read(store, run_id, path, keep, tail=tail, follow=follow and not there)
+    got = []
+    sink = got.append if as_json else lambda line: out.log_line(line.node, line.rank, line.text)
+    run_id, path = run_logs.show(
+        open_store(), run_id, sink, node=node, rank=rank, tail=tail, follow=follow, progress=out.progress
+    )
     if as_json:
-        got = list(lines)
-        if there:
-            on_cluster.follow(store, run_id, lambda raw: got.append(run_logs.parse(raw)))
-        docs = [line.to_dict() for line in got if keep.keeps(line)]
-        out.document({"ok": True, "run_id": run_id, "log": str(path), "lines": docs})
-        return 0
-    for line in lines:
-        out.log_line(line.node, line.rank, line.text)
-    if there:
-
-        def show(raw: str) -> None:
-            line = run_logs.parse(raw)
-            if keep.keeps(line):
-                out.log_line(line.node, line.rank, line.text)
-
-        on_cluster.follow(store, run_id, show)
+        out.document({"ok": True, "run_id": run_id, "log": str(path), "lines": [line.to_dict() for line in got]})
     return 0
 
 

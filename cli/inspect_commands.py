@@ -98,16 +98,13 @@ def runs(as_json) -> int:
 
     from rich.table import Table
 
-    from ddpctl.infra.runs.records import list_runs
+    from ddpctl.infra.runs.on_cluster import listed
 
     from .output import Output
 
     out = Output(as_json)
     store = open_store()
-    from ddpctl.infra.runs.on_cluster import bring_all_up_to_date
-
-    bring_all_up_to_date(store)  # a run whose ddpctl here was killed: its record from the cluster
-    records = list_runs(store)
+    records = listed(store)  # a run whose ddpctl here was killed: its record from the cluster
     if as_json:
         from .output_json import iso
 

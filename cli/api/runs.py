@@ -178,12 +178,9 @@ def _given_run(values: dict[str, Any]) -> dict[str, Any]:
 def runs(*, home: str | Path | None = None) -> list[RunRecord]:
     """``ddpctl runs``: the recorded runs, oldest first (``to_dict()``: ``runs --json``'s entry,
     ``started`` in epoch seconds); a run going on on the cluster with no ddpctl here is asked there."""
-    from ddpctl.infra.runs.on_cluster import bring_all_up_to_date
-    from ddpctl.infra.runs.records import list_runs
+    from ddpctl.infra.runs.on_cluster import listed
 
-    store = _store(home)
-    bring_all_up_to_date(store)  # a run whose ddpctl was killed: its record from the cluster, as `runs`
-    return list_runs(store)
+    return listed(_store(home))
 
 
 def logs(
@@ -202,14 +199,9 @@ def logs(
 
     run_id = _checked(command, "run_id", run_id)
     node, rank, tail = (_checked(command, k, v) for k, v in (("node", node), ("rank", rank), ("tail", tail)))
-    from ddpctl.infra.runs.on_cluster import bring_up_to_date
-
-    store = _store(home)
-    run_id, path = run_logs.log_path(store, run_id)
-    bring_up_to_date(store, run_id)  # a run whose ddpctl was killed: its output from the cluster, as `logs`
-    keep = run_logs.LogFilter(node, rank)
-    run_logs.check_filter(store, run_id, keep)
-    return list(run_logs.read(store, run_id, path, keep, tail=tail, follow=False))
+    got: list[LogLine] = []
+    run_logs.show(_store(home), run_id, got.append, node=node, rank=rank, tail=tail)
+    return got
 
 
 def download(

@@ -137,3 +137,41 @@ def _complete_lines(f) -> Iterator[str]:
             f.seek(where)
             return
         yield raw
+
+
+def show(
+    store: StateStore,
+    run_id: str | None,
+    sink: Callable[[LogLine], None],
+    *,
+    node: str | None = None,
+    rank: int | None = None,
+    tail: int | None = None,
+    follow: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[str, Path]:
+    """``ddpctl logs`` (the CLI's and the API's): the run ``run_id`` (else the last one) has its lines
+    that ``node``/``rank`` keep, the last ``tail`` of them, given to ``sink``; with ``follow``, then
+    its new ones until it ends (a queued run once it starts; a run going on on the cluster with no
+    ddpctl here through its launcher). A run whose ddpctl was killed has its output brought from the
+    cluster first. Returns the run's id and its log's path."""
+    from . import on_cluster
+
+    if follow and run_id is not None:  # a queued run (`run --detach` behind another): followed once it starts
+        wait_turn(store, run_id, progress)
+    run_id, path = log_path(store, run_id)
+    on_cluster.bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the cluster
+    keep = LogFilter(node, rank)
+    check_filter(store, run_id, keep)
+    there = follow and on_cluster.goes_on(store, run_id)  # followed through its launcher
+    for line in read(store, run_id, path, keep, tail=tail, follow=follow and not there):
+        sink(line)
+    if there:
+
+        def each(raw: str) -> None:
+            line = parse(raw)
+            if keep.keeps(line):
+                sink(line)
+
+        on_cluster.follow(store, run_id, each)
+    return run_id, path

@@ -19,7 +19,7 @@ from ..launch.supervise import OutputLine, RunResult
 from ..model import locks
 from ..model.errors import DdpctlError
 from ..model.store import StateStore, atomic_write
-from .records import ON_CLUSTER
+from .records import ON_CLUSTER, RunRecord
 
 
 def unfinished(store: StateStore, run_id: str, *, held: bool = False) -> tuple[str, Handle, dict] | None:
@@ -111,6 +111,15 @@ def bring_all_up_to_date(store: StateStore) -> None:
     unreachable: set[str] = set()
     for run_dir in store.run_dirs():
         bring_up_to_date(store, run_dir.name, unreachable)
+
+
+def listed(store: StateStore) -> list[RunRecord]:
+    """``ddpctl runs`` (the CLI's and the API's): the recorded runs, oldest first, each brought up to
+    date first where it goes on on the cluster with no ddpctl here (``bring_all_up_to_date``)."""
+    from .records import list_runs
+
+    bring_all_up_to_date(store)
+    return list_runs(store)
 
 
 def goes_on(store: StateStore, run_id: str) -> bool:
