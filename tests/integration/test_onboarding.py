@@ -42,13 +42,14 @@ def test_a_dry_run_with_no_aws_account_shows_the_plan_and_what_it_could_not_chec
     assert "2 x p3.2xlarge" in out
     assert f"AMI: {images.UBUNTU.label}" in out  # the image choice for p3
     assert "GPU driver: site.yml's nvidia role installs NVIDIA's proprietary 580 driver" in out
-    assert f"cost: $6.12/h on-demand (us-east-1 list price of {pricing.PRICES_AS_OF})" in out
+    assert f"cost: $6.12/h: the us-east-1 on-demand list price of {pricing.PRICES_AS_OF}, from ddpctl's table" in out
     assert "about $147 a day until `ddpctl down`" in out
     not_checked = out.split("Not checked (no AWS credentials found", 1)[1]
     assert "vCPU quota L-417A185B (Running On-Demand P instances) in us-east-1" in not_checked
     assert "needs 2 x 8 = 16 vCPUs" in not_checked
     assert "the zones that offer it" in not_checked
     assert "the EC2 DryRun calls: CreateVpc, CreateInternetGateway, CreateSecurityGroup" in not_checked
+    assert "the on-demand price of p3.2xlarge in us-east-1 (the AWS Price List API)" in not_checked
     assert "Nothing was created." in out
     assert not (tmp_path / "home" / "clusters").exists() or not any((tmp_path / "home" / "clusters").iterdir())
 

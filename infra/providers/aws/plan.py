@@ -176,8 +176,10 @@ class AwsPlan:
             res.append(d.ConfigureDetail().resource("playbooks/site.yml"))
         return res
 
-    def describe(self) -> list[str]:
-        """The plan in a few lines, for --dry-run and up."""
+    def describe(self, cost: tuple[float | None, str] | None = None) -> list[str]:
+        """The plan in a few lines, for --dry-run and up. ``cost``: a node's price per hour and where
+        it comes from, in words (``dry_run.priced``: AWS's answer for the plan's region and market);
+        None: ddpctl's table's (``pricing.table_text``)."""
         facts = pricing.TYPES.get(self.instance_type)
         gpus = f", {facts.gpus} GPU(s) each" if facts else ""
         where = self.az or f"any zone of {self.region} with capacity"
@@ -187,11 +189,6 @@ class AwsPlan:
             else f"subnet {self.subnet_id}" + (f" of {self.vpc_id}" if self.vpc_id else "")
         )
         ssh = self.ssh_cidr or "your public address/32 (looked up at `up`; --ssh-cidr to set it)"
-        cost = pricing.format_usd(self.hourly_usd)
-        until = "until `ddpctl down`" + (
-            f" or autodown ({autodown_text(self.autodown_s)} idle)" if self.autodown_s else ""
-        )
-        day = "" if self.hourly_usd is None else f"; about ${self.hourly_usd * 24:,.0f} a day {until}"
         lines = [
             f"  {self.count} x {self.instance_type}{gpus} in {self.region} ({where}), "
             + ("spot" if self.spot else "on-demand"),
@@ -200,9 +197,7 @@ class AwsPlan:
             f"  network: {network}; SSH (22) only from {ssh}; all traffic between the nodes",
             f"  placement: {'a cluster placement group' if self.placement_group else 'none'}",
             self.describe_efa(),
-            f"  cost: {cost} on-demand ({pricing.PRICE_REGION} list price of {pricing.PRICES_AS_OF}"
-            + (", spot is usually less)" if self.spot else ")")
-            + day,
+            self.describe_cost(*(cost or self.table_cost())),
         ]
         if self.spot:
             lines.append("  " + SPOT_NOTE)
@@ -221,6 +216,24 @@ class AwsPlan:
                 "and EC2 terminates them (a program on node0); the next `ddpctl status`, `down` or `up` deletes the rest"
             )
         return lines
+
+    def table_cost(self) -> tuple[float | None, str]:
+        """A node's price per hour in ddpctl's table, and that in words."""
+        return (
+            pricing.ON_DEMAND_USD_PER_HOUR.get(self.instance_type),
+            pricing.table_text(self.instance_type, self.region, self.spot),
+        )
+
+    def describe_cost(self, usd_per_hour: float | None, source: str) -> str:
+        """The cost line: the cluster's price per hour and a day's, and where a node's price comes
+        from (AWS, for the plan's region and market, or ddpctl's dated us-east-1 on-demand table)."""
+        if usd_per_hour is None:
+            return f"  cost: unknown: {source}"
+        total = round(usd_per_hour * self.count, 4)
+        until = "until `ddpctl down`" + (
+            f" or autodown ({autodown_text(self.autodown_s)} idle)" if self.autodown_s else ""
+        )
+        return f"  cost: {pricing.format_usd(total)}: {source}; about ${total * 24:,.0f} a day {until}"
 
     def describe_image(self, arch: str) -> list[str]:
         """The image ``up`` looks for and why, and what becomes of the GPU driver."""

@@ -5,8 +5,8 @@ a day (spot prices for an hour: they move). Where the API cannot be reached (no 
 ``pricing:GetProducts`` permission, an endpoint without it, as moto's), the bundled table of
 ``pricing.py`` answers, and the price says so, with the table's date.
 
-Pure here: the Price List filters, reading a Price List document and the spot history; the
-adapter is ``hourly``.
+Pure here: the Price List filters, reading a Price List document and the spot history, and where
+a price comes from in words (``source_text``); the adapter is ``hourly``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ class Price:
     #: one phrase for the user where the answer is not AWS's own: why, and the table's date
     note: str = ""
     at: float = 0.0  # when AWS answered (epoch seconds); 0: the table
+    #: why AWS's answer is not the one shown ("" where it is): the note without the table's part
+    why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,7 +88,21 @@ def table_price(instance_type: str, why: str) -> Price:
     """The bundled table's price, saying why and of when."""
     usd = pricing.ON_DEMAND_USD_PER_HOUR.get(instance_type)
     where = f"{pricing.PRICE_REGION} on-demand" if usd is not None else "it does not list this type"
-    return Price(usd, "table", f"ddpctl's price table of {pricing.PRICES_AS_OF} ({where}): {why}")
+    note = f"ddpctl's price table of {pricing.price_date(instance_type)} ({where}): {why}"
+    return Price(usd, "table", note, why=why)
+
+
+def source_text(price: Price, *, instance_type: str, region: str, spot: bool) -> str:
+    """Where a plan's price comes from, for which region and market, in words (pure): AWS's answer
+    for the cluster's region and market, or ddpctl's table (``pricing.table_text``), and why AWS's
+    answer is not the one shown."""
+    if price.source == "spot history":
+        text = f"spot in {region}, EC2's latest spot price (its spot price history; it moves by the hour)"
+    elif price.source == "price list":
+        text = f"on-demand in {region}, from AWS's Price List API"
+    else:
+        text = pricing.table_text(instance_type, region, spot)
+    return text + (f" ({price.why})" if price.why else "")
 
 
 # ---- the adapter --------------------------------------------------------------------------------
@@ -179,7 +195,8 @@ def hourly(instance_type: str, region: str, *, spot_market: bool, zone: str = ""
 
 
 def _instead(price: Price, why: str) -> Price:
-    return Price(price.usd_per_hour, price.source, "; ".join(p for p in (why, price.note) if p), price.at)
+    note = "; ".join(p for p in (why, price.note) if p)
+    return Price(price.usd_per_hour, price.source, note, price.at, "; ".join(p for p in (why, price.why) if p))
 
 
 def _short(exc: BaseException) -> str:

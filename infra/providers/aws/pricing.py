@@ -1,10 +1,11 @@
 """Built-in facts about instance types: hourly price, vCPUs, GPUs, vCPU quota, placement support.
 
-The Pricing API needs its own permissions and is not in every endpoint (moto has none), so the
-cost shown by ``--dry-run`` and ``status`` comes from this table: us-east-1 Linux on-demand list
-prices. Other regions cost somewhat more or less; spot prices vary by the hour and are usually
-well below these. ``describe_instance_types`` is preferred for vCPUs and GPUs when it answers;
-``TYPES`` covers the p3 family and a few others when it does not.
+With AWS credentials, prices come from AWS (``prices.py``: the Price List API for on-demand, EC2's
+spot price history for spot, in the cluster's region). Without (a dry run before an account, no
+``pricing:GetProducts`` permission, an endpoint without the API, as moto's), this table answers:
+us-east-1 Linux on-demand list prices, dated. Other regions cost somewhat more or less; spot prices
+vary by the hour and are usually well below these. ``describe_instance_types`` is preferred for
+vCPUs and GPUs when it answers; ``TYPES`` covers the table's types when it does not.
 """
 
 from __future__ import annotations
@@ -12,28 +13,77 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PRICE_REGION = "us-east-1"
-#: When the table was written down (AWS changes list prices: its EC2 pricing page has today's).
-PRICES_AS_OF = "2026-11-22"
+#: The date of the sources the figures below come from (the newest that gives each one), not the
+#: day they were written down: AWS changes list prices (it cut P4 and P5 by up to 45% in June 2025).
+PRICES_AS_OF = "2026-09-24"
+#: Figures whose newest source is older than PRICES_AS_OF, and that source's date.
+OLDER_PRICES: dict[str, str] = {"p3dn.24xlarge": "2026-01-21"}
 
-#: USD per instance-hour, on-demand, Linux, us-east-1.
+# USD per instance-hour, on-demand, Linux, shared tenancy, us-east-1. Where each figure comes from:
+#  [PL] github.com/getnable/finopsmcp src/finops/aws_prices.py, EC2_HOURLY: "Hourly on-demand list,
+#       us-east-1, Linux, shared tenancy [...] Checked entry by entry against the public AWS Price
+#       List (AmazonEC2 [...] us-east-1 offer files, version 20260924211011)", i.e. of 2026-09-24;
+#       it leaves p5e.48xlarge out: "no us-east-1 on-demand listing".
+#  [V]  instances.vantage.sh's data as github.com/tsaol/aws-gpu data/all_gpu_instances.js has it
+#       ("Auto-generated from instances.vantage.sh data", "Last updated: 2026-01-21", commit 7412fd2):
+#       the same figures as [PL] for every type both list; p5e.48xlarge has no price there either.
+#  [D]  p5en.48xlarge's $63.296 in us-east-1 also in `dstack offer` output of 2026-08-06
+#       (github.com/dstackai/dstack pull 4110) and in a pricing.json "as_of" 2026-09-01
+#       (github.com/aarora79/agentic-coding-harness-benchmarks), with g6e.12xlarge's $10.493.
+# p4d.24xlarge was $32.7726 and p5.48xlarge $98.32 before AWS's June 2025 cut (SkyPilot's AWS
+# catalog, github.com/skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv, before the cut).
+# p5e.48xlarge is left out: no source lists an on-demand price for it (Capacity Blocks only), so
+# the plan says "unknown" rather than a guess.
+#: USD per instance-hour, on-demand, Linux, us-east-1, as of PRICES_AS_OF (OLDER_PRICES: earlier).
 ON_DEMAND_USD_PER_HOUR: dict[str, float] = {
+    # V100: [PL], [V]; p3dn.24xlarge [V] only (2026-01-21)
     "p3.2xlarge": 3.06,
     "p3.8xlarge": 12.24,
     "p3.16xlarge": 24.48,
-    "p3dn.24xlarge": 31.218,
-    "p4d.24xlarge": 32.7726,
-    "p5.48xlarge": 98.32,
+    "p3dn.24xlarge": 31.212,
+    # A100, H100, H200: after the June 2025 cut; [PL], [V]; p5en.48xlarge also [D]
+    "p4d.24xlarge": 21.957642,
+    "p4de.24xlarge": 27.44705,
+    "p5.48xlarge": 55.04,
+    "p5en.48xlarge": 63.296,
+    # T4, A10G, L4, L40S: [PL], [V]; g6e.12xlarge also [D]
     "g4dn.xlarge": 0.526,
     "g4dn.12xlarge": 3.912,
     "g5.xlarge": 1.006,
+    "g5.2xlarge": 1.212,
     "g5.12xlarge": 5.672,
     "g5.48xlarge": 16.288,
     "g6.xlarge": 0.8048,
+    "g6.12xlarge": 4.6016,
+    "g6.48xlarge": 13.3504,
+    "g6e.xlarge": 1.861,
+    "g6e.12xlarge": 10.49264,
+    "g6e.48xlarge": 30.13118,
+    # no GPU (ParallelCluster's head node, tests): [PL]
     "c5.xlarge": 0.17,
     "m5.xlarge": 0.192,
     "t3.micro": 0.0104,
     "t3.large": 0.0832,
 }
+
+
+def price_date(instance_type: str) -> str:
+    """The date of the table's figure for ``instance_type`` (its source's)."""
+    return OLDER_PRICES.get(instance_type, PRICES_AS_OF)
+
+
+def table_text(instance_type: str, region: str, spot: bool) -> str:
+    """What the table's price is, in words: the us-east-1 on-demand list price of its date, saying
+    so where the cluster is in another region or on spot (or that the table does not list it)."""
+    date = price_date(instance_type)
+    if instance_type not in ON_DEMAND_USD_PER_HOUR:
+        return f"ddpctl's price table (of {date}) does not list {instance_type}"
+    text = f"the {PRICE_REGION} on-demand list price of {date}, from ddpctl's table"
+    if region != PRICE_REGION:
+        text += f", not {region}'s"
+    if spot:
+        text += ", not a spot price (spot is usually less)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -107,20 +157,30 @@ def is_volta(instance_type: str) -> bool:
     return found is not None and found.architecture == "Volta"
 
 
-#: Used when describe_instance_types does not know the type (moto has no p3.2xlarge).
+#: Used when describe_instance_types does not know the type (moto has no p3.2xlarge): every type of
+#: the price table, and p5e.48xlarge (no on-demand price), as [V] above has them.
 TYPES: dict[str, TypeFacts] = {
     "p3.2xlarge": TypeFacts(8, 1),
     "p3.8xlarge": TypeFacts(32, 4),
     "p3.16xlarge": TypeFacts(64, 8),
     "p3dn.24xlarge": TypeFacts(96, 8),
     "p4d.24xlarge": TypeFacts(96, 8),
+    "p4de.24xlarge": TypeFacts(96, 8),
     "p5.48xlarge": TypeFacts(192, 8),
+    "p5e.48xlarge": TypeFacts(192, 8),
+    "p5en.48xlarge": TypeFacts(192, 8),
     "g4dn.xlarge": TypeFacts(4, 1),
     "g4dn.12xlarge": TypeFacts(48, 4),
     "g5.xlarge": TypeFacts(4, 1),
+    "g5.2xlarge": TypeFacts(8, 1),
     "g5.12xlarge": TypeFacts(48, 4),
     "g5.48xlarge": TypeFacts(192, 8),
     "g6.xlarge": TypeFacts(4, 1),
+    "g6.12xlarge": TypeFacts(48, 4),
+    "g6.48xlarge": TypeFacts(192, 8),
+    "g6e.xlarge": TypeFacts(4, 1),
+    "g6e.12xlarge": TypeFacts(48, 4),
+    "g6e.48xlarge": TypeFacts(192, 8),
     "c5.xlarge": TypeFacts(4, 0),
     "m5.xlarge": TypeFacts(4, 0),
     "t3.micro": TypeFacts(2, 0),
