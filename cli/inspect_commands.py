@@ -13,13 +13,6 @@ from .options import EXIT_CODES, FiniteFloatRange, RunId, json_option, name_opti
 @json_option
 def status(name, as_json) -> int:
     """Show the clusters under the state home (or just --name)."""
-    import time
-
-    from rich.table import Table
-
-    from ddpctl.infra.model import autodown, costs
-    from ddpctl.infra.runs.prepare import node_nprocs
-
     from .api import cluster_statuses
     from .output import Output
 
@@ -29,19 +22,38 @@ def status(name, as_json) -> int:
     if as_json:
         out.document({"ok": True, "home": str(store.home), "clusters": [c.to_dict() for c in found]})
         return 0
-    states = [c.state for c in found if c.state is not None]
     damaged = [c for c in found if c.state is None and not c.took_itself_down]
-    gone = [c for c in found if c.took_itself_down]
-    live = {c.name: c.live for c in found}
-    autodowns = {c.name: autodown.status_text(c.autodown, time.time()) for c in found if c.autodown is not None}
-    spent_by = {c.name: c.cost_so_far_usd for c in found}
-    now = time.time()
-    if not states and not damaged:
-        if not gone:
+    if not any(c.state is not None for c in found) and not damaged:
+        if not any(c.took_itself_down for c in found):
             out.progress(f"no clusters under {store.home}; start one with `ddpctl up`")
         return 0
+    out.table(_clusters_table(str(store.home), found))
+    for c in found:
+        if c.live is not None and c.live.price_note:
+            out.progress(f"{c.name}: cost/h from {c.live.price_note}")
+    for d in damaged:
+        out.progress(f"{d.name}: {d.message}")
+    return 0
+
+
+def _clusters_table(home: str, found: list):
+    """``status``' table: a row per cluster (the cost columns only where something is billed, the
+    autodown column only where one has it), the damaged ones last."""
+    import time
+
+    from rich.table import Table
+
+    from ddpctl.infra.model import autodown, costs
+    from ddpctl.infra.runs.prepare import node_nprocs
+
+    now = time.time()
+    states = [c.state for c in found if c.state is not None]
+    damaged = [c for c in found if c.state is None and not c.took_itself_down]
+    live = {c.name: c.live for c in found}
+    autodowns = {c.name: autodown.status_text(c.autodown, now) for c in found if c.autodown is not None}
+    spent_by = {c.name: c.cost_so_far_usd for c in found}
     billed = any(info is not None for info in live.values())  # the cost columns only where something is billed
-    table = Table(title=f"clusters under {store.home}", title_justify="left")
+    table = Table(title=f"clusters under {home}", title_justify="left")
     table.add_column("name", overflow="fold")  # never cut: it is what the other commands take
     for col in (
         "provider",
@@ -71,13 +83,7 @@ def status(name, as_json) -> int:
         table.add_row(*row, *((autodowns.get(s.name, "off"),) if autodowns else ()))
     for d in damaged:
         table.add_row(*(d.name, d.provider, "damaged", "?", "?", "", "", "", "", "")[: width + bool(autodowns)])
-    out.table(table)
-    for name_, info in live.items():
-        if info is not None and info.price_note:
-            out.progress(f"{name_}: cost/h from {info.price_note}")
-    for d in damaged:
-        out.progress(f"{d.name}: {d.message}")
-    return 0
+    return table
 
 
 @click.command(epilog=EXIT_CODES)

@@ -176,6 +176,7 @@ def run(
       ddpctl run --resume ra35cebc6d8   # after ddpctl was killed mid-run (`ddpctl runs` lists ids)
       ddpctl run mnist --nodes 2 --resume-from ra35cebc6d8 -- --epochs 4   # train that model further
       ddpctl run mnist --nodes 2 --detach -- --epochs 20   # in the background: logs --follow, stop
+    Long because it is the command's flags read into one call: resume, dry run, detach and the run each a few lines.
     """
     from click.core import ParameterSource
 

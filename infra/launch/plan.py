@@ -162,6 +162,8 @@ def plan_torchrun(
 
     ``requirements``: the run's own packages, in an environment of each node's (``deps.py``) under
     ``envs`` (this machine's nodes: one folder for them all), else under the node's work directory.
+    Long because it is the plan's one reading order: each node's launch, its environment and its checks built
+    where a reader looks for them.
     """
     if not cluster.nodes:
         raise UsageError(

@@ -76,7 +76,8 @@ def plan_sbatch(
     time_limit: str | None = None,
     base_port: int = 20000,
 ) -> SbatchPlan:
-    """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes."""
+    """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes. Long because it
+    writes the batch script's lines in the order the script runs them."""
     layers = rank_env(run, cluster_id=cluster_id, cluster_env=env or {}, env_file=env_file)
     explicit = layers.explicit  # with an env file: exported again after it is sourced, so they win
     exports = {**layers.defaults, **({} if env_file else explicit), **layers.fixed}

@@ -123,120 +123,156 @@ class SshExecutor:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
         was replaced (a spot instance taken back), and then for its new host and launch. Supervised
         on the head node where ``on_head(renew)``: its handle to ``submitted`` once it runs there."""
-        launches = list(plan.nodes)  # a replaced node's launch is its new machine's
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
-            if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
-                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
-                    list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
-            if plan.writable:  # --snapshot-dir: found now, not when the first snapshot fails
-                check_writable(plan.writable, {n.node: c for n, c in zip(plan.nodes, conns)})
-            archive = b""
-            if plan.project is not None:  # the user's project, once per content, on every node at once
-                archive = pack(plan.project)
-                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
-                    list(pool.map(lambda c, n: ship_project(c, n, archive), conns, plan.nodes))
-            if plan.deps:  # the run's packages, on every node at once; a failure: nothing is started
-                by_node = {n.node: c for n, c in zip(plan.nodes, conns)}
-                with ThreadPoolExecutor(max_workers=len(plan.deps)) as pool:
-                    said = list(pool.map(lambda d: run_step(by_node[d.node], d), plan.deps))
-                for line in outcome(plan.deps, said):
-                    if progress is not None:
-                        progress(line)
-            commands = [launch.shell() for launch in plan.nodes]
-            sink, checked = self.sink, []
-            if plan.precheck is not None:
-                # Every other node reaches the head's port (where the store listens by then)? Checked
-                # on the launch's own line, just before torchrun starts (`check && exec torchrun`):
-                # one SSH exec per node, not two.
-                marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
-                checks = {check.node: replace(check, env={**check.env, **marked}) for check in plan.precheck.nodes}
-                commands = [
-                    f"{checks[launch.node].shell(last=False)} && {command}" if launch.node in checks else command
-                    for launch, command in zip(plan.nodes, commands)
-                ]
-
-                def sink(line: OutputLine) -> None:
-                    if line.rank is None and REACH_LINE.match(line.text.strip()):
-                        checked.append(line)
-                    else:
-                        self.sink(line)
-
+            archive = self._ready_nodes(plan, conns, progress)
+            commands, sink, checked = self._with_precheck(plan)
             if self.on_head(renew):  # the supervisor on the head node; this process attaches to it
-                names = [self.hosts[n.node].name for n in plan.nodes]
-                node = self.head_node
-                assert node is not None  # on_head
-                doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
-                first = plan.nodes[0].node
-                # a lost connection: made again, the run goes on there
-                launcher = head.HeadLauncher(conns[0], reconnect=lambda: connect(self.hosts[first]))
-                interrupt = False
-                try:
-                    handle = launcher.submit(doc, head.folder(node.workdir, plan.run_id), plan.run_id)
-                except head.SubmitInterrupted as started:  # Ctrl-C while it started: it stops as soon as it runs
-                    handle, interrupt = started.handle, True
-                if submitted is not None:
-                    submitted(handle)
-                result = launcher.attach(handle, sink, seen=[], progress=progress, interrupt=interrupt)
-                if plan.precheck is not None and not result.ok and not result.interrupted:
-                    raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
-                return result
-            store = self._start_store(plan, conns[0], sink)  # first: the agents start once it listens
-            procs: list[SshNodeProcess] = []
-
-            def cleanup() -> None:
-                if store is not None:  # the agents are gone (or stopped): the store goes too
-                    store.stop()
-                if procs and all(p.poll() == 0 for p in procs):
-                    return  # every agent ended cleanly, and torchrun reaped its workers: nothing to sweep
-                with ThreadPoolExecutor(max_workers=len(conns)) as pool:
-                    list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
-
-            try:
-                for conn, launch, command in zip(conns, plan.nodes, commands):
-                    procs.append(SshNodeProcess(conn, launch, plan.run_id, command))
-                if store is not None:
-                    store.ready()  # it imports torch as they do: their clients wait in its backlog
-            except BaseException:  # an agent that did start, and the store, do not outlive this
-                procs.clear()
-                cleanup()
-                raise
-
-            def relaunch(i: int) -> SshNodeProcess:
-                """A lost node back: a fresh connection (the head's is kept while the store it carries
-                runs), what is left of its agent stopped, a new agent; on a new machine where the
-                provider replaced it (``renew``)."""
-                node = launches[i].node
-                renewed = renew(node) if renew is not None and i > 0 else None
-                if renewed is not None:
-                    self.hosts[node], launches[i] = renewed
-                if not (i == 0 and store is not None and store.alive()):
-                    conn = connect(self.hosts[node])
-                    conns[i].close()
-                    conns[i] = conn
-                conn = conns[i]
-                if renewed is not None and plan.project is not None:  # a new machine has no copy yet
-                    ship_project(conn, launches[i], archive)
-                if renewed is not None:  # nor the run's packages (its environment is named as before)
-                    steps = [d for d in plan.deps if d.node == node]
-                    outcome(steps, [run_step(conn, d) for d in steps])
-                remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: node})
-                return SshNodeProcess(conn, launches[i], plan.run_id)
-
-            elastic = None
-            if plan.min_nodes:
-                elastic = Elastic(plan.min_nodes, relaunch=relaunch, store_alive=None if store is None else store.alive)
-            result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
+                result = self._run_on_head(plan, conns[0], commands, sink, progress, submitted)
+            else:
+                result = self._run_here(plan, conns, commands, sink, renew, archive)
             if plan.precheck is not None and not result.ok and not result.interrupted:
                 # the one-line reason, if that was it
                 raise_if_head_unreachable(plan.precheck, checked, plan.nodes[0].node)
-            if store is None:
-                return result
-            return store.explain(result, [Agent(launch.node, launch.host) for launch in launches])
+            return result
         finally:
             for conn in conns:
                 conn.close()
+
+    def _ready_nodes(self, plan: LaunchPlan, conns: list, progress: Callable[[str], None] | None) -> bytes:
+        """Before any agent starts, on every node at once: an earlier attempt's agents stopped, the
+        snapshot folder found writable, the user's project shipped, the run's packages installed (a
+        failure: nothing is started). Returns the project's archive (a replaced node gets it too)."""
+        if plan.stop_first:  # an earlier attempt's agents outlive a crashed controller on remote nodes
+            with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
+        if plan.writable:  # --snapshot-dir: found now, not when the first snapshot fails
+            check_writable(plan.writable, {n.node: c for n, c in zip(plan.nodes, conns)})
+        archive = b""
+        if plan.project is not None:  # the user's project, once per content, on every node at once
+            archive = pack(plan.project)
+            with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                list(pool.map(lambda c, n: ship_project(c, n, archive), conns, plan.nodes))
+        if plan.deps:  # the run's packages, on every node at once
+            by_node = {n.node: c for n, c in zip(plan.nodes, conns)}
+            with ThreadPoolExecutor(max_workers=len(plan.deps)) as pool:
+                said = list(pool.map(lambda d: run_step(by_node[d.node], d), plan.deps))
+            for line in outcome(plan.deps, said):
+                if progress is not None:
+                    progress(line)
+        return archive
+
+    def _with_precheck(self, plan: LaunchPlan) -> tuple[list[str], Callable[[OutputLine], None], list[OutputLine]]:
+        """Each node's launch line, and the sink its output goes to. With a precheck (every other
+        node reaches the head's port, where the store listens by then?), checked on the launch's own
+        line just before torchrun starts (`check && exec torchrun`: one SSH exec per node, not two),
+        its lines kept apart in the list returned."""
+        commands = [launch.shell() for launch in plan.nodes]
+        checked: list[OutputLine] = []
+        if plan.precheck is None:
+            return commands, self.sink, checked
+        marked = {RUN_KEY: plan.run_id}  # stopping the run stops its check too
+        checks = {check.node: replace(check, env={**check.env, **marked}) for check in plan.precheck.nodes}
+        commands = [
+            f"{checks[launch.node].shell(last=False)} && {command}" if launch.node in checks else command
+            for launch, command in zip(plan.nodes, commands)
+        ]
+
+        def sink(line: OutputLine) -> None:
+            if line.rank is None and REACH_LINE.match(line.text.strip()):
+                checked.append(line)
+            else:
+                self.sink(line)
+
+        return commands, sink, checked
+
+    def _run_on_head(
+        self,
+        plan: LaunchPlan,
+        conn,
+        commands: list[str],
+        sink: Callable[[OutputLine], None],
+        progress: Callable[[str], None] | None,
+        submitted: Callable[[Handle], None] | None,
+    ) -> RunResult:
+        """The run submitted to its supervisor on the head node (``head.py``), then attached to."""
+        names = [self.hosts[n.node].name for n in plan.nodes]
+        node = self.head_node
+        assert node is not None  # on_head
+        doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
+        first = plan.nodes[0].node
+        # a lost connection: made again, the run goes on there
+        launcher = head.HeadLauncher(conn, reconnect=lambda: connect(self.hosts[first]))
+        interrupt = False
+        try:
+            handle = launcher.submit(doc, head.folder(node.workdir, plan.run_id), plan.run_id)
+        except head.SubmitInterrupted as started:  # Ctrl-C while it started: it stops as soon as it runs
+            handle, interrupt = started.handle, True
+        if submitted is not None:
+            submitted(handle)
+        return launcher.attach(handle, sink, seen=[], progress=progress, interrupt=interrupt)
+
+    def _run_here(
+        self,
+        plan: LaunchPlan,
+        conns: list,
+        commands: list[str],
+        sink: Callable[[OutputLine], None],
+        renew: Renew | None,
+        archive: bytes,
+    ) -> RunResult:
+        """The run supervised from this process: the store on the head, an agent per node over SSH."""
+        launches = list(plan.nodes)  # a replaced node's launch is its new machine's
+        store = self._start_store(plan, conns[0], sink)  # first: the agents start once it listens
+        procs: list[SshNodeProcess] = []
+
+        def cleanup() -> None:
+            if store is not None:  # the agents are gone (or stopped): the store goes too
+                store.stop()
+            if procs and all(p.poll() == 0 for p in procs):
+                return  # every agent ended cleanly, and torchrun reaped its workers: nothing to sweep
+            with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+                list(pool.map(lambda c: remote_stop(c, RUN_KEY, plan.run_id, "stop", self.grace_s), conns))
+
+        try:
+            for conn, launch, command in zip(conns, plan.nodes, commands):
+                procs.append(SshNodeProcess(conn, launch, plan.run_id, command))
+            if store is not None:
+                store.ready()  # it imports torch as they do: their clients wait in its backlog
+        except BaseException:  # an agent that did start, and the store, do not outlive this
+            procs.clear()
+            cleanup()
+            raise
+
+        def relaunch(i: int) -> SshNodeProcess:
+            """A lost node back: a fresh connection (the head's is kept while the store it carries
+            runs), what is left of its agent stopped, a new agent; on a new machine where the
+            provider replaced it (``renew``)."""
+            node = launches[i].node
+            renewed = renew(node) if renew is not None and i > 0 else None
+            if renewed is not None:
+                self.hosts[node], launches[i] = renewed
+            if not (i == 0 and store is not None and store.alive()):
+                conn = connect(self.hosts[node])
+                conns[i].close()
+                conns[i] = conn
+            conn = conns[i]
+            if renewed is not None and plan.project is not None:  # a new machine has no copy yet
+                ship_project(conn, launches[i], archive)
+            if renewed is not None:  # nor the run's packages (its environment is named as before)
+                steps = [d for d in plan.deps if d.node == node]
+                outcome(steps, [run_step(conn, d) for d in steps])
+            remote_stop(conn, RUN_KEY, plan.run_id, "kill", 0.0, also={NODE_KEY: node})
+            return SshNodeProcess(conn, launches[i], plan.run_id)
+
+        elastic = None
+        if plan.min_nodes:
+            elastic = Elastic(plan.min_nodes, relaunch=relaunch, store_alive=None if store is None else store.alive)
+        result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
+        if store is None:
+            return result
+        return store.explain(result, [Agent(launch.node, launch.host) for launch in launches])
 
     def _start_store(
         self, plan: LaunchPlan, head: fabric.Connection, sink: Callable[[OutputLine], None]

@@ -167,6 +167,8 @@ def _execute(
     progress: Progress,
     hold: locks.ClusterLock,
 ) -> RunResult:
+    """The run recorded, carried out (or attached to again) with its output teed into its
+    ``output.log``, its metrics followed; then what it leaves brought here (``_after``)."""
     run_dir = store.run_dir(prep.run.run_id)
     reattached = None
     if prep.resumed:  # its output copied here before it is opened
@@ -178,32 +180,7 @@ def _execute(
                 "that starts from its snapshot"
             )
     try:
-        store.make_run_dir(prep.run.run_id)  # private: only this user reads a run's output
-        job = prep.options.job
-        job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
-        recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
-        options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
-        options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
-
-        def submitted(handle: Handle) -> None:  # a run this ddpctl may not see end: `runs`, `logs` ask its launcher
-            options.update(handle=handle.to_dict(), plan=prep.plan.to_dict())
-            atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
-
-        if reattached is not None:
-            submitted(reattached.handle)
-        else:
-            atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
-            # a resumed run's earlier result is not this attempt's: were this ddpctl killed, `runs`
-            # would show the old end, and not ask the cluster about the attempt going on there
-            (run_dir / "run.json").unlink(missing_ok=True)
-        project = prep.plan.project
-        if reattached is None:
-            if project is not None and project.size > LARGE_BYTES:
-                progress(project.size_warning())
-            progress(
-                f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {prep.plan.where}; output also in "
-                f"{run_dir / 'output.log'}"
-            )
+        submitted = _record_start(prep, store, reattached, progress)
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(log_fd, "a", buffering=1) as log:
 
@@ -224,24 +201,66 @@ def _execute(
                     executor = prep.executor(tee)
                     result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
     finally:
-        try:  # before a cluster brought up for this run goes
-            metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)
-        except Exception as exc:  # an unreachable head node: the run's result still counts
-            progress(f"warning: could not bring the run's {metrics.FILE} into {run_dir}: {exc}")
-        if prep.ephemeral:
-            try:
-                if prep.provider.keep_outputs(prep.cluster, prep.run, run_dir / OUTPUTS):
-                    progress(f"run {prep.run.run_id}: its snapshot folder is kept in {run_dir / OUTPUTS}")
-            except OSError as exc:  # a full disk: the cluster still goes
-                progress(f"warning: could not keep the run's snapshot folder in {run_dir / OUTPUTS}: {exc}")
-            if hold.try_exclusive():
-                prep.provider.down(store.load(prep.cluster.name), DownStore(store.home, progress), progress)
-            else:
-                users = ", ".join(h.describe() for h in hold.others()) or "another run"
-                progress(
-                    f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
-                    f"{prep.cluster.name}` after that"
-                )
+        _after(prep, store, hold, progress)
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result
+
+
+def _record_start(
+    prep: PreparedRun, store: StateStore, reattached: on_cluster.Reattached | None, progress: Progress
+) -> Callable[[Handle], None]:
+    """The run's folder and ``options.json`` (what ``runs``, ``down`` and ``--resume`` read), said
+    where its output goes; returns what records the run's handle once it runs on the cluster's side."""
+    run_dir = store.run_dir(prep.run.run_id)
+    store.make_run_dir(prep.run.run_id)  # private: only this user reads a run's output
+    job = prep.options.job
+    job = job if resolve_job(job).bundled else str(resolve_job(job).script)  # a resume may start elsewhere
+    recorded = replace(prep.options, job=job, run_id=prep.run.run_id)
+    options = {"options": recorded.to_dict(), "cluster": prep.cluster.name, "ephemeral": prep.ephemeral}
+    options |= run_cost_basis(prep)  # which cluster, and what its nodes cost: `ddpctl runs`, `down`
+
+    def submitted(handle: Handle) -> None:  # a run this ddpctl may not see end: `runs`, `logs` ask its launcher
+        options.update(handle=handle.to_dict(), plan=prep.plan.to_dict())
+        atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+
+    if reattached is not None:
+        submitted(reattached.handle)
+        return submitted
+    atomic_write(run_dir / "options.json", json.dumps(options, indent=2) + "\n")
+    # a resumed run's earlier result is not this attempt's: were this ddpctl killed, `runs`
+    # would show the old end, and not ask the cluster about the attempt going on there
+    (run_dir / "run.json").unlink(missing_ok=True)
+    project = prep.plan.project
+    if project is not None and project.size > LARGE_BYTES:
+        progress(project.size_warning())
+    progress(
+        f"run {prep.run.run_id}: {prep.run.job} on {prep.summary}, {prep.plan.where}; output also in "
+        f"{run_dir / 'output.log'}"
+    )
+    return submitted
+
+
+def _after(prep: PreparedRun, store: StateStore, hold: locks.ClusterLock, progress: Progress) -> None:
+    """However the run ended: its metrics brought here; a cluster brought up for it keeps its
+    snapshot folder in the run's record and goes, unless another run uses it now."""
+    run_dir = store.run_dir(prep.run.run_id)
+    try:  # before a cluster brought up for this run goes
+        metrics.fetch(prep.cluster, prep.run, run_dir / metrics.FILE)
+    except Exception as exc:  # an unreachable head node: the run's result still counts
+        progress(f"warning: could not bring the run's {metrics.FILE} into {run_dir}: {exc}")
+    if not prep.ephemeral:
+        return
+    try:
+        if prep.provider.keep_outputs(prep.cluster, prep.run, run_dir / OUTPUTS):
+            progress(f"run {prep.run.run_id}: its snapshot folder is kept in {run_dir / OUTPUTS}")
+    except OSError as exc:  # a full disk: the cluster still goes
+        progress(f"warning: could not keep the run's snapshot folder in {run_dir / OUTPUTS}: {exc}")
+    if hold.try_exclusive():
+        prep.provider.down(store.load(prep.cluster.name), DownStore(store.home, progress), progress)
+    else:
+        users = ", ".join(h.describe() for h in hold.others()) or "another run"
+        progress(
+            f"not taking {prep.cluster.name!r} down: {users} uses it; `ddpctl down --name "
+            f"{prep.cluster.name}` after that"
+        )

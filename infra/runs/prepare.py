@@ -27,7 +27,7 @@ from ..model.store import StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
 from ..providers.base import Executor, ExecutorFor, Provider
-from .jobs import BUNDLE_DIR, check_bundled_args, resolve_job
+from .jobs import BUNDLE_DIR, Job, check_bundled_args, resolve_job
 from .records import OUTPUTS, RunOptions, read_options, refuse_queued, resume_options
 
 
@@ -93,26 +93,8 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
             f"run id {opts.run_id!r} is already recorded (`ddpctl runs` lists it): choose another --run-id, "
             f"or `ddpctl run --resume {opts.run_id}` to go on with that run"
         )
-    name = clusters.resolve_name(store, opts.name)
     given = opts.nproc_per_node if isinstance(opts.nproc_per_node, (int, tuple)) else None
-    if name is not None and store.exists(name):
-        cluster = store.load(name)
-        provider = get_provider(cluster.spec.provider)
-        ephemeral = owned
-        nodes = opts.nodes or cluster.spec.nodes  # no --nodes: every node of the cluster
-    else:
-        spec_kwargs = {"python": opts.python} if opts.python else {}
-        if opts.nodes:  # else the spec's default: one local node
-            spec_kwargs["nodes"] = opts.nodes
-        spec = ClusterSpec(
-            name=name or "default",
-            nproc_per_node=given if isinstance(given, int) else 0,
-            port=opts.port,
-            **spec_kwargs,
-        )
-        provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
-        ephemeral = True
-        nodes = spec.nodes
+    provider, cluster, ephemeral, nodes = _cluster_for(opts, store, owned, given)
     nprocs = node_nprocs(cluster, nodes, opts.nproc_per_node)
     nproc = nprocs[0] if len(set(nprocs)) == 1 and not isinstance(given, tuple) else nprocs  # a list as given
     # a resumed run whose cluster went with it starts from the snapshot folder it kept
@@ -131,35 +113,94 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         snapshot_dir=opts.snapshot_dir,
         resume_from=resume_source(source, store, cluster, provider) if source else "",
     )
+    _check_run(provider, cluster, run, job, opts, store)
+    summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
+    if (opts.launcher or cluster.launcher) == Launcher.SBATCH:
+        return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
+    return _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
+
+
+def _cluster_for(
+    opts: RunOptions, store: StateStore, owned: bool, given: int | tuple | None
+) -> tuple[Provider, ClusterState, bool, int]:
+    """The cluster the run goes on (``--name``, else the only one), its provider, whether the run
+    owns it (a cluster of its own, planned here: brought up by ``execute``) and the run's node count."""
+    name = clusters.resolve_name(store, opts.name)
+    if name is not None and store.exists(name):
+        cluster = store.load(name)
+        nodes = opts.nodes or cluster.spec.nodes  # no --nodes: every node of the cluster
+        return get_provider(cluster.spec.provider), cluster, owned, nodes
+    spec_kwargs = {"python": opts.python} if opts.python else {}
+    if opts.nodes:  # else the spec's default: one local node
+        spec_kwargs["nodes"] = opts.nodes
+    spec = ClusterSpec(
+        name=name or "default",
+        nproc_per_node=given if isinstance(given, int) else 0,
+        port=opts.port,
+        **spec_kwargs,
+    )
+    provider, cluster = clusters.plan_up(spec, store, ephemeral=True)
+    return provider, cluster, True, spec.nodes
+
+
+def _check_run(
+    provider: Provider, cluster: ClusterState, run: RunSpec, job: Job, opts: RunOptions, store: StateStore
+) -> None:
+    """What the run needs of its nodes, found before anything starts: the provider's checks, ranks
+    that fit the GPUs, the bundled job's arguments (its own parser), a supported torch on each node."""
     provider.check_run(cluster, run, opts.python, cluster_exists=store.exists(cluster.name))
     check_ranks_fit_gpus(cluster, run)
     check_bundled_args(job, run.args, parsing_python(cluster, provider))
     for node in cluster.nodes[: run.nodes]:
         if node.torch:  # as configure found it ("": not recorded, as on local nodes, checked at up)
             check_torch(node.torch, f"node {node.name} ({node.python or cluster.spec.python})")
-    summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
-    launcher = opts.launcher or cluster.launcher
-    if launcher == Launcher.SBATCH:
-        if run.elastic:
-            raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
-        if run.secret_env:
-            raise UsageError(
-                "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
-                "use --launcher torchrun, or keep them in the job's environment on the cluster"
-            )
-        plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
-        login = cluster.nodes[0].ssh
-        assert login is not None  # Slurm answers on a remote head node
-        slurm = partial(SlurmExecutor, login)
-        if resume and not store.exists(cluster.name):  # its job went with the cluster
-            raise UsageError(
-                f"run {opts.run_id} no longer runs: its cluster went; --resume attaches again to an sbatch job while "
-                f"it runs; `ddpctl run {opts.job} --resume-from {opts.run_id}` submits a new job from its snapshot"
-            )
-        # a resumed sbatch run is only attached to again, while its job runs (Slurm restarts nothing of ddpctl's)
-        return PreparedRun(
-            provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm, restartable=False
+
+
+def _prepare_sbatch(
+    provider: Provider,
+    cluster: ClusterState,
+    run: RunSpec,
+    job: Job,
+    opts: RunOptions,
+    store: StateStore,
+    ephemeral: bool,
+    summary: str,
+    resume: bool,
+) -> PreparedRun:
+    """A run through sbatch on the cluster's Slurm (its login node is the cluster's first)."""
+    if run.elastic:
+        raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
+    if run.secret_env:
+        raise UsageError(
+            "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
+            "use --launcher torchrun, or keep them in the job's environment on the cluster"
         )
+    plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
+    login = cluster.nodes[0].ssh
+    assert login is not None  # Slurm answers on a remote head node
+    slurm = partial(SlurmExecutor, login)
+    if resume and not store.exists(cluster.name):  # its job went with the cluster
+        raise UsageError(
+            f"run {opts.run_id} no longer runs: its cluster went; --resume attaches again to an sbatch job while "
+            f"it runs; `ddpctl run {opts.job} --resume-from {opts.run_id}` submits a new job from its snapshot"
+        )
+    # a resumed sbatch run is only attached to again, while its job runs (Slurm restarts nothing of ddpctl's)
+    return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary, executor_for=slurm, restartable=False)
+
+
+def _prepare_torchrun(
+    provider: Provider,
+    cluster: ClusterState,
+    run: RunSpec,
+    job: Job,
+    opts: RunOptions,
+    store: StateStore,
+    ephemeral: bool,
+    summary: str,
+    resume: bool,
+) -> PreparedRun:
+    """A run through torchrun on every node (c10d rendezvous on the head's port): the user's
+    project and packages located, the plan made (again, ``replan``, for a cluster that changed)."""
     port = provider.rdzv_port(cluster, opts.port)
     project = requirements = None
     if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's

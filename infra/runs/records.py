@@ -212,76 +212,70 @@ def list_runs(store: StateStore) -> list[RunRecord]:
         path = run_dir / "options.json"
         queued = run_dir / QUEUED
         if not path.exists() and queued.exists() and locks.run_alive(store, run_dir.name):
-            try:
-                wait = Doc(json.loads(queued.read_text()))  # each field checked: shown as it is
-                nodes = wait.raw("nodes")
-                nodes = nodes if isinstance(nodes, str) else wait.count("nodes", low=1, high=MAX_NODES)
-                said = f"queued (behind {wait.text('ahead')})"
-                records.append(
-                    RunRecord(
-                        run_dir.name,
-                        wait.text("job"),
-                        nodes,
-                        wait.text("cluster"),
-                        _mtime(queued),
-                        said,
-                        state=RunState.QUEUED,
-                    )
-                )
-            except (OSError, ValueError):  # SchemaError too
-                pass  # written as it is read: listed on the next call
-            continue
-        if not path.exists():
-            continue  # not a run (or one that never got going)
-        try:
-            doc, opts = read_options(path)
-        except UsageError as exc:
-            records.append(
-                RunRecord(
-                    run_dir.name,
-                    "?",
-                    "?",
-                    "?",
-                    _mtime(path),
-                    f"damaged (options.json: {_reason(exc.__cause__)})",
-                    state=RunState.DAMAGED,
-                )
-            )
-            continue
-        alive = locks.run_alive(store, run_dir.name) or (run_dir / ON_CLUSTER).exists()  # or on the cluster's side
-        state = RunState.RUNNING if alive else RunState.UNFINISHED
-        result = str(state)
-        done, duration = path.with_name("run.json"), None
-        if done.is_file():
-            try:
-                code, duration, interrupted = read_result(json.loads(done.read_text()))
-                if interrupted:
-                    state = RunState.INTERRUPTED
-                else:
-                    state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
-                result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
-            except (OSError, ValueError) as exc:  # SchemaError too: the field, and what it holds
-                state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
-        nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
-        kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
-        last = metrics.summary(metrics.read(run_dir, tail=1 << 20))  # a long run's file: its end will do
-        records.append(
-            RunRecord(
-                run_dir.name,
-                opts.job,
-                nodes,
-                doc.get("cluster", "?"),
-                _mtime(path),
-                result,
-                kept,
-                round(duration, 1) if isinstance(duration, (int, float)) else None,
-                last["loss"],
-                last["accuracy"],
-                run_cost(doc, duration),
-                state,
-            )
-        )
+            record = _queued_record(run_dir, queued)
+        elif path.exists():
+            record = _record(store, run_dir, path)
+        else:
+            record = None  # not a run (or one that never got going)
+        if record is not None:
+            records.append(record)
     return sorted(records, key=lambda r: r.started)
+
+
+def _queued_record(run_dir: Path, queued: Path) -> RunRecord | None:
+    """A run waiting its turn (``run`` behind another), from its ``queued.json``; None while that is
+    being written (listed on the next call)."""
+    try:
+        wait = Doc(json.loads(queued.read_text()))  # each field checked: shown as it is
+        nodes = wait.raw("nodes")
+        nodes = nodes if isinstance(nodes, str) else wait.count("nodes", low=1, high=MAX_NODES)
+        said = f"queued (behind {wait.text('ahead')})"
+        return RunRecord(
+            run_dir.name, wait.text("job"), nodes, wait.text("cluster"), _mtime(queued), said, state=RunState.QUEUED
+        )
+    except (OSError, ValueError):  # SchemaError too
+        return None
+
+
+def _record(store: StateStore, run_dir: Path, path: Path) -> RunRecord:
+    """A run that got going, from its ``options.json`` and (once it ended) its ``run.json``: its
+    state, how long it ran, its last loss and accuracy, what it cost; damaged where unreadable."""
+    try:
+        doc, opts = read_options(path)
+    except UsageError as exc:
+        said = f"damaged (options.json: {_reason(exc.__cause__)})"
+        return RunRecord(run_dir.name, "?", "?", "?", _mtime(path), said, state=RunState.DAMAGED)
+    alive = locks.run_alive(store, run_dir.name) or (run_dir / ON_CLUSTER).exists()  # or on the cluster's side
+    state = RunState.RUNNING if alive else RunState.UNFINISHED
+    result = str(state)
+    done, duration = path.with_name("run.json"), None
+    if done.is_file():
+        try:
+            code, duration, interrupted = read_result(json.loads(done.read_text()))
+            if interrupted:
+                state = RunState.INTERRUPTED
+            else:
+                state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
+            result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
+        except (OSError, ValueError) as exc:  # SchemaError too: the field, and what it holds
+            state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
+    nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
+    kept = str(run_dir / OUTPUTS) if (run_dir / OUTPUTS).is_dir() else ""
+    last = metrics.summary(metrics.read(run_dir, tail=1 << 20))  # a long run's file: its end will do
+    return RunRecord(
+        run_dir.name,
+        opts.job,
+        nodes,
+        doc.get("cluster", "?"),
+        _mtime(path),
+        result,
+        kept,
+        round(duration, 1) if isinstance(duration, (int, float)) else None,
+        last["loss"],
+        last["accuracy"],
+        run_cost(doc, duration),
+        state,
+    )
 
 
 def read_result(data: object) -> tuple[int | None, float | None, bool]:

@@ -69,7 +69,8 @@ NO_CREDENTIALS = "no AWS credentials found"
 
 def dry_run_report(plan: AwsPlan) -> DryRunReport:
     """Every check ``up`` makes, and each create call with DryRun=True; the plan alone where there
-    are no credentials to ask AWS with."""
+    are no credentials to ask AWS with. Long because it asks AWS each thing `up` would, in the order the
+    report prints them."""
     if not boto.credentials_found(plan.region):
         return offline_report(plan)
     with aws_errors(plan.region):

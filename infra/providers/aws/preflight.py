@@ -40,7 +40,8 @@ class Preflight:
 
 def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> Preflight:
     """Everything `up` checks before recording anything; ``caller_address`` (None: a dry run) looks up
-    the address SSH is allowed from when no --ssh-cidr is given."""
+    the address SSH is allowed from when no --ssh-cidr is given. Long because it is `up`'s checks in the order
+    they run, each with its one-line refusal."""
     facts, known_to_ec2 = aws.instance_type(plan.instance_type), True
     if facts is None:
         raise UsageError(

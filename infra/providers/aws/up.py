@@ -99,6 +99,8 @@ class Up(Steps):
         return self.plan.unique_name
 
     def launch(self, subnet_id: str, group_id: str, placement: str | None) -> list[str]:
+        """Long because it walks the zones in order, each attempt with its own refusal to read (capacity, quota,
+        an unsupported zone)."""
         plan, aws, state = self.plan, self.aws, self.state
         inst = only(state, "instances")
         tried: list[str] = []
@@ -162,6 +164,8 @@ class Up(Steps):
         raise DdpctlError(f"no capacity for {plan.count} x {plan.instance_type} in {', '.join(tried)} ({hint})")
 
     def finish(self, ids: list[str]) -> str:
+        """Long because it is EC2's steps after the launch in order (running, status checks, addresses, the nodes
+        recorded), each with its wait."""
         plan, aws, state = self.plan, self.aws, self.state
         instances.wait(
             aws,
