@@ -1,6 +1,6 @@
 """ddpctl: multi-node PyTorch DDP on your own AWS account or your own machines.
 
-From Python (a script, a notebook), the commands are functions (``api.py``; docs/api.md)::
+From Python (a script, a notebook), the commands are functions (``cli/api/``; docs/api.md)::
 
     import ddpctl
     result = ddpctl.run("mnist", "--epochs", "1", nodes=2)

@@ -1,8 +1,8 @@
 """ddpctl from Python (a script, a notebook): ``ddpctl.up``, ``run``, ``status``, ``runs``, ``logs``,
 ``check``, ``down``.
 
-Each function is its command's code path (``infra/lifecycle/clusters.py``, ``run_prepare.py``,
-``run_execute.py``, ``logs.py``, ``run_records.py``, ``check.py``) and returns the typed values
+Each function is its command's code path (``infra/lifecycle/clusters.py``, ``infra/runs/prepare.py``,
+``execute.py``, ``logs.py``, ``records.py``, ``check.py``) and returns the typed values
 behind its ``--json`` document (``to_dict()`` gives that document's part). Errors are the CLI's:
 ``UsageError`` (bad input, nothing created) and ``DdpctlError`` with the same one line. Ctrl-C (a
 notebook's "interrupt") stops a run as the CLI's does: every process of the run, the run's own

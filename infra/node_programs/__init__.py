@@ -1,4 +1,4 @@
-"""Programs ddpctl runs on nodes, one module each: no imports from ddpctl, stdlib only (but for the
+"""Programs ddpctl runs on nodes, one module each. May import nothing of ddpctl: stdlib only (but for the
 two named below), Python 3.8+.
 
 Each is an ordinary module with a ``main()``, linted and tested like the rest of the code, and

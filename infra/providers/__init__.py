@@ -3,7 +3,8 @@
 Modules are imported only when their provider is used, so ``ddpctl --help`` stays light; the CLI's
 ``--provider`` choices are ``NAMES``. The options a provider takes are declared in a light module
 of its own (``options.OPTIONS``), read without the provider: ``up``'s flags and the ``[cluster]``
-keys of ``ddpctl.toml`` are ``all_options()``.
+keys of ``ddpctl.toml`` are ``all_options()``. May import ``model/``, ``tools/``, ``node_programs/``,
+``hosts/`` and ``launch/``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``up`` checks every host answers over SSH (and changes nothing if one does not), runs ``site.yml``
 through ansible-runner, and records what the play reported about each node (its Python, env file,
-bundle). Runs go over SSH (``launch/ssh.py``). ``down`` stops the cluster's processes on every host
+bundle). Runs go over SSH (``launch/ssh_executor.py``). ``down`` stops the cluster's processes on every host
 and removes ddpctl's work directories; what the playbooks installed stays.
 """
 

@@ -4,6 +4,7 @@ module's imports, however deep in a function, lead back to itself."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.support import REPO
@@ -140,3 +141,15 @@ def test_the_cli_and_the_api_reach_infra_only_through_lifecycle_and_runs() -> No
                 if target.startswith("infra") and not target.startswith(allowed):
                     wrong.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
     assert wrong == [], "cli/ reaching below lifecycle/ and runs/:\n" + "\n".join(wrong)
+
+
+def test_each_package_says_what_it_may_import_as_the_floors_are() -> None:
+    """Its docstring's "May import ``a/``, ``b/`` ..." (or "May import nothing") is FLOORS' list."""
+    wrong = []
+    for name, below in FLOORS.items():
+        doc = " ".join((ast.get_docstring(ast.parse((INFRA / name / "__init__.py").read_text())) or "").split())
+        said = re.search(r"May import (nothing|(?:``\w+/``(?:, | and )?)+)", doc)
+        listed = set(re.findall(r"``(\w+)/``", said.group(1))) if said and said.group(1) != "nothing" else set()
+        if said is None or listed != below:
+            wrong.append(f"infra/{name}: says {sorted(listed) if said else 'nothing of it'}, floors {sorted(below)}")
+    assert wrong == [], "\n".join(wrong)

@@ -23,7 +23,7 @@ TAG_CLUSTER = "ddpctl:cluster"
 TAG_CLUSTER_ID = "ddpctl:cluster-id"
 TAG_CREATED_BY = "ddpctl:created-by"
 #: The id of the state home that made the resource (``StateStore.home_id``): ``down`` deletes only
-#: its own home's (``owner.py``); resources without it were made by an older ddpctl.
+#: its own home's (``ec2.Tagged.owned_by``); resources without it were made by an older ddpctl.
 TAG_HOME = "ddpctl:home"
 CREATED_BY = "ddpctl"
 
