@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MODULES = (
     "model/errors",
     "model/words",
+    "model/results",
     "tools/trace",
     "launch/nodes",
     "launch/diagnose",

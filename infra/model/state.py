@@ -52,8 +52,9 @@ class ResourcePhase(Word):
     DELETED = "deleted"
 
 
-class Launcher(Word):
-    """How ``run`` starts a job on a cluster: torchrun on every node over SSH, or one sbatch job."""
+class LaunchKind(Word):
+    """How ``run`` starts a job on a cluster (``--launcher``): torchrun on every node over SSH, or one
+    sbatch job. (What carries a run out, whatever the kind, is ``launch/launcher.Launcher``.)"""
 
     TORCHRUN = "torchrun"
     SBATCH = "sbatch"
@@ -151,12 +152,12 @@ class ClusterState:
     resources: list[Resource] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
     ephemeral: bool = False  # brought up by `run` for one run, taken down after it
-    launcher: Launcher = Launcher.TORCHRUN  # how `run` launches here by default
+    launcher: LaunchKind = LaunchKind.TORCHRUN  # how `run` launches here by default
     #: when autodown (``spec.autodown_s``) was last set on the nodes (epoch seconds; 0: never)
     autodown_at: float = 0.0
 
     def __post_init__(self) -> None:
-        self.status, self.launcher = ClusterPhase(self.status), Launcher(self.launcher)  # words from a file too
+        self.status, self.launcher = ClusterPhase(self.status), LaunchKind(self.launcher)  # words from a file too
 
     @property
     def name(self) -> str:
@@ -186,7 +187,7 @@ class ClusterState:
             resources=[_resource(r) for r in doc.docs("resources", [])],
             created_at=doc.time("created_at", time.time()),  # as a file of version 1 or 2 leaves it out
             ephemeral=doc.flag("ephemeral", False),
-            launcher=doc.word("launcher", Launcher, Launcher.TORCHRUN),
+            launcher=doc.word("launcher", LaunchKind, LaunchKind.TORCHRUN),
             autodown_at=doc.time("autodown_at", 0.0),
         )
         doc.done()

@@ -26,7 +26,7 @@ from ..model.details import Detail
 from ..model.errors import DdpctlError, UsageError
 from ..model.host import Host
 from ..model.spec import ClusterSpec
-from ..model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, Resource, ResourcePhase, Salvage
+from ..model.state import ClusterPhase, ClusterState, LaunchKind, NodeInfo, Resource, ResourcePhase, Salvage
 from ..model.store import StateStore
 from ..tools.procs import CLUSTER_KEY
 from .base import Progress, Provider
@@ -97,8 +97,8 @@ class OnpremProvider(Provider):
             )
             nodes = record_nodes(state.nodes, report, cpus)
             state.nodes = nodes
-            state.launcher = Launcher.SBATCH if slurm_answers(hosts[0]) else Launcher.TORCHRUN
-            if state.launcher == Launcher.SBATCH:
+            state.launcher = LaunchKind.SBATCH if slurm_answers(hosts[0]) else LaunchKind.TORCHRUN
+            if state.launcher == LaunchKind.SBATCH:
                 progress(f"Slurm answers on {hosts[0].name}: jobs go through sbatch (--launcher torchrun to bypass it)")
             for res in state.resources:
                 res.status = ResourcePhase.CREATED

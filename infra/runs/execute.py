@@ -80,7 +80,7 @@ def _take_turn(slot: locks.RunSlot, store: StateStore, prep: PreparedRun, progre
         ahead = ", ".join(h.describe() for h in slot.holders()) or "another run"
         _queue(store, prep, progress, wait, ahead, slot.wait)
         queued = True
-    going = on_cluster.going_on(store, name, exclude=run_id)  # not a resumed run's own
+    going = on_cluster.runs_on_cluster(store, name, exclude=run_id)  # not a resumed run's own
     if going:
         ahead = ", ".join(f"run {r} (on the cluster, its ddpctl gone)" for r in going)
         _queue(store, prep, progress, wait, ahead, lambda: _wait_on_cluster(store, name, run_id))
@@ -118,7 +118,7 @@ def _queue(
 
 def _wait_on_cluster(store: StateStore, name: str, run_id: str) -> None:
     """Until no run of cluster ``name`` goes on on its side (asked there every ``POLL_S``)."""
-    while on_cluster.going_on(store, name, exclude=run_id):
+    while on_cluster.runs_on_cluster(store, name, exclude=run_id):
         time.sleep(POLL_S)
 
 

@@ -163,7 +163,7 @@ def show(
     on_cluster.bring_up_to_date(store, run_id)  # a run whose ddpctl here was killed: its output from the cluster
     keep = LogFilter(node, rank)
     check_filter(store, run_id, keep)
-    there = follow and on_cluster.goes_on(store, run_id)  # followed through its launcher
+    there = follow and on_cluster.is_on_cluster(store, run_id)  # followed through its launcher
     for line in read(store, run_id, path, keep, tail=tail, follow=follow and not there):
         sink(line)
     if there:

@@ -122,12 +122,12 @@ def listed(store: StateStore) -> list[RunRecord]:
     return list_runs(store)
 
 
-def goes_on(store: StateStore, run_id: str) -> bool:
+def is_on_cluster(store: StateStore, run_id: str) -> bool:
     """The run goes on on the cluster's side with no ddpctl here, as ``bring_up_to_date`` last found."""
     return (store.run_dir(run_id) / ON_CLUSTER).exists() and unfinished(store, run_id) is not None
 
 
-def going_on(store: StateStore, cluster: str, exclude: str = "") -> list[str]:
+def runs_on_cluster(store: StateStore, cluster: str, exclude: str = "") -> list[str]:
     """The runs of ``cluster`` (but ``exclude``) that go on on its side with no ddpctl here, their
     records brought up to date on the way (``run``'s queue waits for them; not for a run on a head
     that cannot be reached)."""

@@ -22,7 +22,7 @@ from ..lifecycle import clusters
 from ..model import locks
 from ..model.errors import UsageError
 from ..model.spec import ClusterSpec, RunSpec, run_env
-from ..model.state import ClusterState, Launcher, NodeInfo
+from ..model.state import ClusterState, LaunchKind, NodeInfo
 from ..model.store import StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
@@ -115,7 +115,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
     )
     _check_run(provider, cluster, run, job, opts, store)
     summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
-    if (opts.launcher or cluster.launcher) == Launcher.SBATCH:
+    if (opts.launcher or cluster.launcher) == LaunchKind.SBATCH:
         return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
     return _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
 

@@ -15,7 +15,7 @@ from ..model import costs, locks
 from ..model.errors import DdpctlError, UsageError
 from ..model.schema import Doc, SchemaError, shown, whole
 from ..model.spec import MAX_NODES, MAX_NPROC, check_cluster_name, check_run_id
-from ..model.state import Launcher
+from ..model.state import LaunchKind
 from ..model.store import StateStore
 from ..model.words import Word
 from . import metrics
@@ -130,7 +130,7 @@ class RunOptions:
             env=doc.texts("env", ()),
             env_files=doc.texts("env_files", ()),
             python=doc.text("python", None),
-            launcher=doc.choice("launcher", [str(w) for w in Launcher], None),
+            launcher=doc.choice("launcher", [str(w) for w in LaunchKind], None),
             min_nodes=doc.count("min_nodes", 0, high=MAX_NODES),
             snapshot_dir=doc.text("snapshot_dir", ""),
             workdir=doc.text("workdir", ""),

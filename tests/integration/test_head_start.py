@@ -49,3 +49,19 @@ def test_a_lingering_user_manager_gets_a_systemd_unit(tmp_path: Path) -> None:
 @pytest.mark.parametrize("linger", ["no", ""])  # not lingering, or no logind to ask
 def test_without_a_lingering_user_manager_it_is_a_session_of_its_own(tmp_path: Path, linger: str) -> None:
     assert start(tmp_path, linger) == [str(tmp_path / "head-runs" / "r1"), "c-1 2", "head.pyz", "."]
+
+
+def test_the_bundle_holds_every_module_the_supervisor_imports(tmp_path: Path) -> None:
+    """The zip sent to the head (``head.bundle``) imports whole in a bare ``python3 -I`` (no ddpctl
+    on its path): a module moved or added without its place in ``head.MODULES`` fails here, not on
+    a cluster's head node."""
+    zipped = tmp_path / "head.zip"
+    zipped.write_bytes(head.bundle())
+    imports = "; ".join(f"import ddpctl_head.{m.replace('/', '.')}" for m in head.MODULES)
+    result = subprocess.run(
+        ["python3", "-I", "-c", f"import sys; sys.path.insert(0, {str(zipped)!r}); {imports}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr

@@ -153,7 +153,7 @@ def test_a_running_job_is_marked_and_its_lines_copied(recorded) -> None:
     recorded.launchers.append(launcher := FakeLauncher(Phase.RUNNING, ["[node0 r0] a", "[node1 r1] b"]))
     assert on_cluster.bring_up_to_date(recorded.store, "r1") is False
     assert (recorded.dir / "output.log").read_text() == "[node0 r0] a\n[node1 r1] b\n"
-    assert on_cluster.goes_on(recorded.store, "r1") and not (recorded.dir / "run.json").exists()
+    assert on_cluster.is_on_cluster(recorded.store, "r1") and not (recorded.dir / "run.json").exists()
     assert launcher.calls[-1] == "close"
 
 
@@ -165,7 +165,7 @@ def test_an_ended_job_gets_its_record_here(recorded) -> None:
     assert on_cluster.bring_up_to_date(recorded.store, "r1") is True
     doc = json.loads((recorded.dir / "run.json").read_text())
     assert doc == {"plan": {"run_id": "r1", "nodes": 2}, "result": record["result"], "cluster": "c"}
-    assert not on_cluster.goes_on(recorded.store, "r1")
+    assert not on_cluster.is_on_cluster(recorded.store, "r1")
 
 
 def test_stop_cancels_through_the_launcher_then_records(recorded) -> None:

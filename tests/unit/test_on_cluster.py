@@ -46,7 +46,7 @@ def test_no_wait_is_refused_behind_a_run_on_the_head(home: Path, monkeypatch) ->
 
     store = StateStore(home)
     asked = []
-    monkeypatch.setattr(execute.on_cluster, "going_on", lambda s, c, exclude="": asked.append(exclude) or ["rA"])
+    monkeypatch.setattr(execute.on_cluster, "runs_on_cluster", lambda s, c, exclude="": asked.append(exclude) or ["rA"])
     slot = locks.RunSlot(store, "c", "run rB (mnist)")
     try:
         with pytest.raises(locks.Busy, match="busy with run rA .*--no-wait"):
@@ -72,7 +72,7 @@ def test_a_run_waits_queued_behind_a_run_on_the_head(home: Path, monkeypatch) ->
             seen.append(json.loads(marker.read_text()))
         return ["rA"] if len(seen) < 2 else []
 
-    monkeypatch.setattr(execute.on_cluster, "going_on", going)
+    monkeypatch.setattr(execute.on_cluster, "runs_on_cluster", going)
     monkeypatch.setattr(execute, "POLL_S", 0.0)
     said: list[str] = []
     slot = locks.RunSlot(store, "c", "run rB (mnist)")

@@ -16,7 +16,7 @@ from ddpctl.infra.model.state import (
     ClusterPhase,
     ClusterState,
     DamagedState,
-    Launcher,
+    LaunchKind,
     NodeInfo,
     Resource,
     ResourcePhase,
@@ -102,13 +102,13 @@ def test_state_round_trip_and_mode(tmp_path: Path) -> None:
 def test_statuses_and_the_launcher_are_typed_words(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "home")
     saved = state()
-    saved.status, saved.launcher = ClusterPhase.CONFIGURING, Launcher.SBATCH
+    saved.status, saved.launcher = ClusterPhase.CONFIGURING, LaunchKind.SBATCH
     saved.resources[0].status = ResourcePhase.CREATED
     store.save(saved)
     doc = json.loads(store.path("c").read_text())
     assert (doc["status"], doc["launcher"], doc["resources"][0]["status"]) == ("configuring", "sbatch", "created")
     loaded = store.load("c")
-    assert loaded.status is ClusterPhase.CONFIGURING and loaded.launcher is Launcher.SBATCH
+    assert loaded.status is ClusterPhase.CONFIGURING and loaded.launcher is LaunchKind.SBATCH
     assert loaded.resources[0].status is ResourcePhase.CREATED
     assert f"{loaded.status}" == str(loaded.status) == "configuring"  # shown as the word, as in the file
 

@@ -9,7 +9,7 @@ subnet), the key pair, the configuration file, and ``pcluster create-cluster``; 
 describe-cluster is polled until CREATE_COMPLETE (or a failure, reported in one line), the static
 compute nodes are waited for (``waits.py``; describe-cluster-instances; ``compute.py``: a fleet
 that never starts ends the wait with one line on what to check), and the head node is recorded as
-the cluster's login node with ``launcher = Launcher.SBATCH``. Last, playbooks/site.yml configures the head
+the cluster's login node with ``launcher = LaunchKind.SBATCH``. Last, playbooks/site.yml configures the head
 node (``up.configure_head``): the Python env with PyTorch's CUDA wheels, the env file and the
 training bundle go to its /home, which ParallelCluster NFS-exports to every compute node, so that
 sbatch jobs find them there.
@@ -37,7 +37,7 @@ from ...launch.ssh_executor import SshExecutor
 from ...launch.supervise import OutputLine
 from ...model.errors import DdpctlError
 from ...model.spec import ClusterSpec
-from ...model.state import ClusterPhase, ClusterState, Launcher, NodeInfo, ResourcePhase
+from ...model.state import ClusterPhase, ClusterState, LaunchKind, NodeInfo, ResourcePhase
 from ...model.store import StateStore
 from ..aws import configure, keys, network, pricing
 from ..aws.defaults import lookup_caller_address, with_defaults
@@ -108,7 +108,7 @@ class PclusterProvider(Waits, Provider):
             nodes=[head],
             resources=plan.resources(),
             ephemeral=ephemeral,
-            launcher=Launcher.SBATCH,
+            launcher=LaunchKind.SBATCH,
         )
 
     @staticmethod
@@ -207,7 +207,7 @@ class PclusterProvider(Waits, Provider):
         lost = ClusterDetail(region=region, create_called=True).resource(cluster)
         self.down(
             ClusterState(
-                spec=spec, cluster_id="", status=ClusterPhase.DELETING, resources=[lost], launcher=Launcher.SBATCH
+                spec=spec, cluster_id="", status=ClusterPhase.DELETING, resources=[lost], launcher=LaunchKind.SBATCH
             ),
             store,
             progress,

@@ -20,7 +20,7 @@ from ...hosts.ansible import Play, PlayReport
 from ...hosts.site_play import record_nodes, run_site
 from ...model.errors import DdpctlError
 from ...model.progress import Progress
-from ...model.state import ClusterState, Launcher
+from ...model.state import ClusterState, LaunchKind
 from ...model.store import StateStore, atomic_write
 from ..aws import configure, network, pricing
 from ..aws.ec2 import Aws
@@ -110,7 +110,7 @@ class Up(Steps):
         )
         host = configure.ssh_host(launched, files, user=plan.ssh_user, key_path=a.key_path, private=a.private_ip)
         state.nodes = [replace(state.nodes[0], host=head.private_ip, python="python3", ssh=host)]
-        state.launcher = Launcher.SBATCH
+        state.launcher = LaunchKind.SBATCH
         self.save()
         if a.configure:
             configure_head(state, str(files.inventory), cluster_dir / "keys", self.progress, plan.head_playbook_vars())
