@@ -310,7 +310,7 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
         name,
         out.progress,
         parse_env(playbook_vars, flag="--playbook-var"),
-        tags=tuple(tags),
+        tags=tags,
         check=check,
         diff=diff,
     )

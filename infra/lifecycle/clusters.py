@@ -168,17 +168,18 @@ def configure(
     progress: Progress,
     playbook_vars: dict[str, str],
     *,
-    tags: tuple[str, ...] = (),
+    tags: str | None = None,
     check: bool = False,
     diff: bool = False,
 ) -> tuple[ClusterState, PlayReport]:
     """site.yml again on a cluster that is up, with its recorded variables plus ``playbook_vars``
-    (recorded too once the play succeeds, unless in check mode); only the roles ``tags``, or
+    (recorded too once the play succeeds, unless in check mode); only the roles ``tags`` (``--tags``:
+    comma-separated), or
     ``check`` (Ansible's check mode) showing the ``diff``."""
     from ..hosts.ansible import Play
     from ..hosts.site_play import check_tags
 
-    play = Play(tags=check_tags(tuple(tags)), check=check, diff=diff)
+    play = Play(tags=check_tags(tags), check=check, diff=diff)
     resolved = resolve_name(store, name)
     if resolved is None:
         raise ClusterNotFound(f"no cluster is up under {store.home}: start one with `ddpctl up`")
