@@ -178,12 +178,14 @@ class ClusterState:
         field that is not what ddpctl writes there."""
         doc = Doc(data)
         version = doc.count("version", 1, low=1, high=STATE_VERSION)
+        spec = _spec(doc.doc("spec"), version)
+        made_by = spec.provider if spec.provider in MAKE_NODES else ""
         state = cls(
-            spec=_spec(doc.doc("spec"), version),
+            spec=spec,
             cluster_id=doc.text("cluster_id"),
             status=doc.word("status", ClusterPhase, ClusterPhase.CREATING),
             shared_dir=doc.text("shared_dir", ""),
-            nodes=[_node(n) for n in doc.docs("nodes", [])],
+            nodes=[_node(n, made_by) for n in doc.docs("nodes", [])],
             resources=[_resource(r) for r in doc.docs("resources", [])],
             created_at=doc.time("created_at", time.time()),  # as a file of version 1 or 2 leaves it out
             ephemeral=doc.flag("ephemeral", False),
@@ -242,7 +244,12 @@ def _spec(doc: Doc, version: int) -> ClusterSpec:
         raise SchemaError(doc.where, str(exc)) from None
 
 
-def _node(doc: Doc) -> NodeInfo:
+#: The providers that make their nodes (no inventory of the user's names them): a node's ``made_by``
+#: where a state file written before it was recorded leaves it out (an SSH failure's hint, AD-2).
+MAKE_NODES = frozenset({"aws", "pcluster"})
+
+
+def _node(doc: Doc, made_by: str = "") -> NodeInfo:
     ssh = doc.raw("ssh", None)  # version 1 wrote {} for "none"
     node = NodeInfo(
         name=doc.text("name"),
@@ -254,7 +261,7 @@ def _node(doc: Doc) -> NodeInfo:
         python=doc.text("python", ""),
         env_file=doc.text("env_file", ""),
         bundle_dir=doc.text("bundle_dir", ""),
-        ssh=_host(Doc(ssh, doc.at("ssh"))) if ssh else None,
+        ssh=_host(Doc(ssh, doc.at("ssh")), made_by) if ssh else None,
         torch=doc.text("torch", ""),
         nproc=doc.count("nproc", 0, high=MAX_NPROC),
         ssh_config=doc.text("ssh_config", ""),
@@ -264,7 +271,7 @@ def _node(doc: Doc) -> NodeInfo:
     return node
 
 
-def _host(doc: Doc) -> Host:
+def _host(doc: Doc, made_by: str = "") -> Host:
     host = Host(
         name=doc.text("name"),
         address=doc.text("address"),
@@ -274,7 +281,7 @@ def _host(doc: Doc) -> Host:
         ssh_config=doc.text("ssh_config", None),
         ssh_args=doc.texts("ssh_args", ()),  # JSON has lists
         vars=doc.obj("vars", {}),
-        made_by=doc.text("made_by", ""),  # "": the user's inventory (and states written before it was recorded)
+        made_by=doc.text("made_by", made_by),  # "": the user's inventory
     )
     doc.done()
     return host

@@ -11,6 +11,7 @@ import pytest
 
 import ddpctl
 from ddpctl.infra.model.errors import DdpctlError, UsageError
+from ddpctl.infra.model.spec import ClusterSpec
 
 #: (audit row, call, words the refusal has)
 API_ROWS = [
@@ -141,6 +142,53 @@ def test_unreachable_nodes_are_explained_by_who_made_them() -> None:
     assert "ansible" not in explain(TimeoutError(), "aws")
 
 
+# ---- DL-aws: `download`/`down` of a made cluster whose head cannot be reached ----------------------
+
+#: (row, provider, the node's made_by as its state file has it (None: left out, as before it was
+#: recorded), whether the hint is in the provider's terms (else the user's inventory's))
+UNREACHABLE_HEADS = [
+    ("DL-aws", "aws", "aws", True),
+    ("DL-aws-older-state", "aws", None, True),
+    ("DL-pcluster-older-state", "pcluster", None, True),
+    ("onprem-inventory", "onprem", None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("provider", "made_by", "made"), [r[1:] for r in UNREACHABLE_HEADS], ids=[r[0] for r in UNREACHABLE_HEADS]
+)
+def test_download_from_an_unreachable_head_says_what_to_check_in_its_providers_terms(
+    provider: str, made_by: str | None, made: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DL-aws: `download` (and `down`, which measures the runs' outputs the same way) of an aws
+    cluster whose head cannot be reached said "check ansible_host/ansible_port": aws clusters have no
+    inventory the user wrote. A state file written before nodes recorded who made them is read so too."""
+    from ddpctl.infra.hosts import connections
+    from ddpctl.infra.hosts.ssh_options import Resolved
+    from ddpctl.infra.model.host import Host
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
+    from ddpctl.infra.runs.outputs import RunFolder, measure
+
+    def resolve(host: Host) -> Resolved:  # as `ssh -G` would (a process: not in a unit test)
+        return Resolved(host.address, host.user, host.port, (), False, (), None, None)
+
+    monkeypatch.setattr(connections, "resolve", resolve)  # port 1 of this machine: refused at once
+
+    head = Host("node0", "127.0.0.1", user="ubuntu", port=1, made_by=made_by or "")
+    spec = ClusterSpec(name="c1", nodes=1, provider=provider)
+    doc = ClusterState(spec=spec, cluster_id="cid", status="up", nodes=[NodeInfo("node0", "10.0.0.4", "/w", ssh=head)])
+    doc = doc.to_dict()
+    if made_by is None:
+        del doc["nodes"][0]["ssh"]["made_by"]
+    state = ClusterState.from_dict(doc)
+    with pytest.raises(DdpctlError) as raised:
+        measure(state, [RunFolder("r1", "/w/runs/r1")])
+    said = str(raised.value)
+    assert said.startswith("node0 (ubuntu@127.0.0.1:1): ")
+    assert ("check that the cluster's instances run (`ddpctl status`)" in said) == made, said
+    assert ("ansible_host" in said) != made, said
+
+
 # ---- a Slurm handle's ref from a run record -------------------------------------------------------
 
 from ddpctl.infra.launch.launcher import Handle  # noqa: E402
@@ -212,3 +260,45 @@ def test_a_queued_run_is_waited_for_then_followed(tmp_path: Path, monkeypatch: p
         "run rq is queued on cluster 'c' behind run ra: waiting for its turn (Ctrl-C stops waiting; the run stays queued)"
     ]
     assert logs.log_path(store, "rq")[0] == "rq"
+
+
+# ---- the on-prem shared work root: down removes only the cluster's own folder ---------------------
+
+#: (row, a node's recorded work folder, what `down` removes on that host; "": nothing). The cluster
+#: is 'c' with id 'cid1': its own folder is named c-cid1 (onprem.work_folder)
+ONPREM_WORKDIRS = [
+    ("own-folder", "/opt/ddpctl/work/c-cid1", "/opt/ddpctl/work/c-cid1"),
+    ("own-folder-user-root", "/scratch/me/work/c-cid1", "/scratch/me/work/c-cid1"),
+    ("shared-root", "/opt/ddpctl/work", ""),  # an older ddpctl's: every cluster on the hosts shares it
+    ("another-clusters", "/opt/ddpctl/work/d-cid2", ""),
+    ("same-name-another-id", "/opt/ddpctl/work/c-cid2", ""),
+    ("relative", "c-cid1", ""),
+    ("dotdot", "/opt/ddpctl/work/c-cid1/../c-cid1", ""),
+    ("root", "/", ""),
+    ("none", "", ""),
+]
+
+
+@pytest.mark.parametrize(("workdir", "removed"), [r[1:] for r in ONPREM_WORKDIRS], ids=[r[0] for r in ONPREM_WORKDIRS])
+def test_onprem_down_removes_only_the_clusters_own_work_folder(
+    tmp_path: Path, workdir: str, removed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosts several clusters share: `down` removed the node's work folder whatever it was (the work
+    root every cluster on them used). The real processes, two clusters on the same hosts and a folder
+    that must survive: tests/integration/test_onprem.py::test_down_of_another_cluster_on_the_same_hosts_leaves_this_ones_work_folder."""
+    from ddpctl.infra.model.host import Host
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.providers import onprem
+
+    cleaned: list[tuple[str, str]] = []
+    monkeypatch.setattr(onprem, "_clean_hosts", lambda hosts, cid, _: cleaned.extend((h.name, w) for h, w in hosts))
+    ssh = Host("node0", "10.0.0.2")
+    spec = ClusterSpec(name="c", nodes=1, provider="onprem", inventory=str(tmp_path / "hosts.ini"))
+    state = ClusterState(
+        spec=spec, cluster_id="cid1", status="up", nodes=[NodeInfo("node0", "10.0.0.2", workdir, ssh=ssh)]
+    )
+    said: list[str] = []
+    onprem.PROVIDER.delete(state, StateStore(tmp_path / "home"), said.append, persisted=True)
+    assert cleaned == [("node0", removed)]
+    assert any(workdir in line for line in said) == bool(workdir and not removed), said  # a folder left is said
