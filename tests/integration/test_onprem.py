@@ -570,6 +570,10 @@ def test_down_of_another_cluster_on_the_same_hosts_leaves_this_ones_work_folder(
         decoy.parent.mkdir(parents=True, exist_ok=True)
         decoy.write_text("weights\n")
         decoys.append(decoy)
+    mine = workdirs[0].parent / "not-a-cluster" / "precious.txt"  # the user's own, in the hosts' work root
+    mine.parent.mkdir(exist_ok=True)
+    mine.write_text("mine\n")
+    decoys.append(mine)
     other = {**onprem.env, "DDPCTL_HOME": str(onprem.tmp / "other-home")}
     up = onprem_up(onprem.inventory, _env(other), "--name", "other")
     second = json.loads(up.stdout)["cluster"]
@@ -579,9 +583,11 @@ def test_down_of_another_cluster_on_the_same_hosts_leaves_this_ones_work_folder(
     down = ddpctl("down", "--name", "other", env=_env(other))
     assert down.returncode == 0, down.stderr
     assert not any(t.exists() for t in theirs)
-    assert all(d.read_text() == "weights\n" for d in decoys)
-    for d in decoys:
-        shutil.rmtree(d.parent.parent)
+    assert all(w.is_dir() for w in workdirs)
+    assert [d.read_text() for d in decoys] == ["weights\n"] * len(workdirs) + ["mine\n"]
+    for d in decoys[:-1]:
+        shutil.rmtree(d.parent.parent, ignore_errors=True)  # nodes may share one work root
+    shutil.rmtree(mine.parent)
 
 
 def test_a_projects_packages_reach_every_node_over_ssh(onprem, tmp_path: Path) -> None:
