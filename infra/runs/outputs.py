@@ -180,10 +180,12 @@ def _remote_sizes(state: ClusterState, paths: list[str]) -> list[list[int] | Non
     return sizes
 
 
-def fetch(state: ClusterState, path: str, dest: Path) -> None:
+def fetch(store: StateStore, state: ClusterState, path: str, dest: Path) -> None:
     """Copy the folder ``path`` of the head node into ``dest`` (made, or replaced as a whole once the
-    copy is complete: an interrupted copy leaves the old one). A ``dest`` that is a symbolic link is
-    refused: what it points to is not ours to replace."""
+    copy is complete: an interrupted copy leaves the old one). A ``dest`` that is a symbolic link, or
+    under the home with a link on the way there (``runs``, ``runs/<id>``), is refused: what a link
+    points to is not ours to replace (``download`` and ``down``'s keeping alike)."""
+    store.refuse_links(dest)
     if dest.is_symlink():
         raise DdpctlError(f"{dest} is a symbolic link (to {os.readlink(dest)}): remove the link, or copy elsewhere")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +252,7 @@ def keep(store: StateStore, state: ClusterState, folders: list[RunFolder], progr
         dest = store.run_dir(f.run_id) / OUTPUTS
         progress(f"keeping run {f.run_id}'s outputs ({size_text(f.size_bytes or 0)}, {f.files} file(s)) in {dest}")
         try:
-            fetch(state, f.path, dest)
+            fetch(store, state, f.path, dest)
         except (OSError, DdpctlError) as exc:
             raise DdpctlError(
                 f"could not keep run {f.run_id}'s outputs ({exc}); {state.name!r} is still up: "
@@ -337,7 +339,7 @@ def _download(store: StateStore, run: Recorded, kept: Path, dest: Path, progress
                     )
                 f = found[0]
                 progress(f"fetching run {run_id}'s outputs ({size_text(f.size_bytes or 0)}) from {f.path} into {dest}")
-                fetch(state, f.path, dest)
+                fetch(store, state, f.path, dest)
                 return Downloaded(run_id, f"{run.cluster}:{f.path}", str(dest), f.size_bytes or 0, f.files)
     got = size(str(kept))
     if got is None:

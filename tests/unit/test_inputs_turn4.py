@@ -302,3 +302,47 @@ def test_onprem_down_removes_only_the_clusters_own_work_folder(
     onprem.PROVIDER.delete(state, StateStore(tmp_path / "home"), said.append, persisted=True)
     assert cleaned == [("node0", removed)]
     assert any(workdir in line for line in said) == bool(workdir and not removed), said  # a folder left is said
+
+
+# ---- X1's class: nothing replaced through a link under the home -------------------------------------
+
+#: (row, what is a link to a folder of the user's: under the home's runs/)
+LINKED_RECORDS = [
+    ("X1-outputs", "runs/r1/outputs"),
+    ("run-folder", "runs/r1"),
+    ("runs", "runs"),
+]
+
+
+@pytest.mark.parametrize("linked", [r[1] for r in LINKED_RECORDS], ids=[r[0] for r in LINKED_RECORDS])
+def test_down_keeping_outputs_never_replaces_through_a_link(tmp_path: Path, linked: str) -> None:
+    """`download` refused to replace a run's kept outputs through a link (X1); `down`, which keeps a
+    run's outputs in the same place, checked only the last part of the path: with ``runs/r1`` (or
+    ``runs``) a link to a folder of the user's, its ``outputs`` was removed. One check for both now."""
+    import shutil
+
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs.outputs import RunFolder, keep
+
+    store = StateStore(tmp_path / "home")
+    store.make_run_dir("r1")
+    (store.run_dir("r1") / "options.json").write_text("{}")
+    (store.run_dir("r1") / "outputs").mkdir()
+    users = tmp_path / "users"
+    shutil.copytree(tmp_path / "home" / linked, users)  # the user's folder, where the link points
+    precious = users.joinpath(*Path("runs/r1/outputs").relative_to(linked).parts, "precious.txt")
+    precious.parent.mkdir(parents=True, exist_ok=True)
+    precious.write_text("not ddpctl's\n")
+    shutil.rmtree(tmp_path / "home" / linked)
+    (tmp_path / "home" / linked).symlink_to(users)
+    on_cluster = tmp_path / "node0" / "r1"
+    on_cluster.mkdir(parents=True)
+    (on_cluster / "snap.txt").write_text("weights")
+    state = ClusterState(
+        spec=ClusterSpec(name="c", nodes=1), cluster_id="cid", status="up", nodes=[NodeInfo("node0", "127.0.0.1", "/w")]
+    )
+    with pytest.raises(DdpctlError, match=r"is a symbolic link .*`ddpctl down --name c --no-keep-outputs`"):
+        keep(store, state, [RunFolder("r1", str(on_cluster), 7, 1)], lambda _: None)
+    assert precious.read_text() == "not ddpctl's\n"
+    assert sorted(p.name for p in precious.parent.iterdir()) == ["precious.txt"]
