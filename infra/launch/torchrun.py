@@ -21,8 +21,10 @@ RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 RANK_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: Elastic runs: a round with MIN nodes waits 5 s for more before it starts (torchrun: 30 s), and a
 #: node whose heartbeat (every 2 s) is missed 3 times is dropped (torchrun: 5 s x 3). Recovery
-#: from a lost node is then about 15 s (bench/recovery.py).
-ELASTIC_RDZV_CONF = ",last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"
+#: from a lost node is then about 15 s (bench/recovery.py). An agent waits up to 120 s (torchrun:
+#: 60 s) for the others' answers in a round: agents that start spread out on busy nodes exchange
+#: their ranks late (16 agents on a loaded test machine once missed 60 s, and the run failed).
+ELASTIC_RDZV_CONF = ",last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3,read_timeout=120"
 DEFAULT_NCCL_DEBUG = "WARN"
 #: Elastic runs: a collective that waits longer than this on a silent peer fails (a lost link).
 ELASTIC_COLLECTIVE_TIMEOUT_S = 120

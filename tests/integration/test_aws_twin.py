@@ -192,7 +192,7 @@ def test_mnist_trains_and_leaves_a_snapshot(twin: TwinEnv) -> None:
     text = out.finish(timeout=600)
     assert proc.returncode == 0, text
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", text)]
-    assert accuracies and accuracies[-1] >= 50.0, text  # it learned (chance is 10 %)
+    assert accuracies and accuracies[-1] >= 70.0, text  # one epoch on 30 %: about 80 % (chance is 10 %)
     head = node_dirs()[0]
     assert list((head / "opt" / "ddpctl" / "work").rglob("*mnist*.pt")), "no snapshot on the head node"
 

@@ -11,27 +11,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_run
+from ddpctl.infra.tools.procs import NODE_KEY
+from tests.support.cli import Output, ddpctl, start_ddpctl, start_run
+from tests.support.jobs import write_rounds
 from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
 
 pytestmark = pytest.mark.slow
-
-
-def test_max_restarts_resumes_from_the_snapshot(home: Path) -> None:
-    """A worker killed mid-epoch is restarted by torchrun; the job resumes from the last snapshot."""
-    proc = start_run("restart1", "--epochs", "2", run_args=("--max-restarts", "1"))
-    try:
-        output = Output(proc)
-        output.until("snapshot saved")  # epoch 1 done and saved
-        worker = wait_for_worker("restart1", rank=1, timeout=60)
-        time.sleep(1)  # into epoch 2
-        worker.send_signal(signal.SIGKILL)
-        out = output.finish(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, out
-    assert_resumed_to_90(out)
-    assert_nothing_left("restart1", home)
 
 
 def test_ctrl_c_while_torchrun_restarts_stops_everything(home: Path) -> None:
@@ -64,7 +49,7 @@ def restarted_workers(run_id: str) -> list:
 
 def test_resume_after_the_controller_crashed(home: Path) -> None:
     """`ddpctl run --resume ID` after ddpctl itself was SIGKILLed: same job and options, from the snapshot."""
-    proc = start_run("crash2", "--epochs", "2")
+    proc = start_run("crash2", "--epochs", "2", "--data-fraction", "0.5")  # 93.6 % at epoch 2
     try:
         Output(proc).until("snapshot saved")
         proc.kill()  # the controller: its agents die with it (PDEATHSIG) on the local provider
@@ -95,41 +80,41 @@ def test_resume_errors_are_one_line(home: Path) -> None:
 
 
 def node_processes(run_id: str, node: str) -> list[psutil.Process]:
-    """A local node's torchrun agent and its workers (its agent runs in that node's work dir)."""
+    """A local node's torchrun agent and its workers, by the node's marker in their environment
+    (the rendezvous store has none: it is the run's, not a node's)."""
     found = []
     for p in run_processes(run_id):
         try:
-            agent = p if "torch.distributed.run" in " ".join(p.cmdline()) else p.parent()
-            if agent is not None and Path(agent.cwd()).name == node:
+            if p.environ().get(NODE_KEY) == node:
                 found.append(p)
         except psutil.NoSuchProcess:
             continue
     return found
 
 
-def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path) -> None:
+def test_elastic_run_goes_on_without_a_lost_node_and_takes_it_back(home: Path, tmp_path: Path) -> None:
     """--nodes 2:3: the head node0's agent and worker SIGKILLed (the rendezvous store on its node,
-    a process apart, lives on); nodes 1-2 go on from the snapshot; node0 rejoins. (Non-head losses:
-    test_onprem's lost link, test_scale's node15 of 16.)"""
-    # ddpctl starts a lost node again 30 s after the loss (Elastic.relaunch_after_s): the survivors'
-    # epochs (about 6 s each for 2 ranks on an idle 2-core machine) must outlast that, or the run
-    # ends before node0 rejoins (5 epochs did, run alone)
-    proc = start_run("elastic1", "--epochs", "9", run_args=("--nodes", "2:3"))
+    a process apart, lives on); nodes 1-2 go on as two; ddpctl starts node0 again 30 s later
+    (Elastic.relaunch_after_s) and the job ends with all three. The job waits between collectives
+    (tests/support/jobs.py), so that the 30 s cost no training. Going on from a snapshot after a
+    loss: test_onprem's lost link; non-head losses: there and test_scale's node15 of 16."""
+    job = write_rounds(tmp_path)
+    proc = start_ddpctl(
+        "run", str(job), "--nodes", "2:3", "--run-id", "elastic1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15"
+    )
     try:
         output = Output(proc)
-        output.until("snapshot saved")
+        output.until("round 0: 3 ranks", timeout=120)
         victims = node_processes("elastic1", "node0")  # its agent and workers: the store's parent is ddpctl
         assert victims, "no processes of node0"
         for p in victims:
             p.kill()
-        output.until("(2 ranks)", timeout=120)  # the survivors resumed, without node0
-        output.until("(3 ranks)", timeout=120)  # node0 started again and joined
-        out = output.finish(timeout=300)
+        output.until(": 2 ranks", timeout=120)  # the survivors went on, without node0
+        out = output.finish(timeout=300)  # node0 started again, joined, and the job ended with three
     finally:
         proc.kill()
     assert proc.returncode == 0, out
     assert "node0 lost (exit -9); the run goes on with 2 node(s)" in out
     assert "node0 started again" in out
-    accuracies = [float(a) for a in re.findall(r"epoch 9/9 .* held-out accuracy ([\d.]+)%", out)]
-    assert accuracies and accuracies[-1] >= 90.0, out
+    assert "done: 3 ranks" in out
     assert_nothing_left("elastic1", home)

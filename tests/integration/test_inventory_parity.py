@@ -255,7 +255,7 @@ def test_a_cluster_behind_a_bastion(bastion: Testbed, tmp_path: Path) -> None:
             "run", "mnist", "--nodes", "3", "--", "--epochs", "1", "--data-fraction", "0.3", env=env, timeout=600
         )
         assert result.returncode == 0, result.stderr
-        assert float(re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)[-1]) >= 50.0
+        assert float(re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)[-1]) >= 70.0  # about 79 % on 3
         check = ddpctl("check", "--json", "--no-bandwidth", env=env, timeout=300)
         assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stderr
         far = ddpctl("ssh", "node2", "--", "sh", "-c", "echo $SSH_CONNECTION", env=env, timeout=60)

@@ -107,7 +107,7 @@ def test_mnist_run_writes_metrics_that_metrics_and_runs_read_back(home: Path, tm
     (epoch,) = [d for d in lines if d["kind"] == "epoch"]
     assert [d["step"] for d in steps[:2]] == [1, 20] and all(d["epoch"] == 1 for d in steps)
     assert all(isinstance(d["loss"], float) and d["samples_per_s"] > 0 for d in steps[1:])
-    assert epoch["accuracy"] >= 50.0 and epoch["epoch"] == 1 and epoch["samples_per_s"] > 0
+    assert epoch["accuracy"] >= 70.0 and epoch["epoch"] == 1 and epoch["samples_per_s"] > 0
     assert epoch["step"] >= steps[-1]["step"]
 
     table = ddpctl("metrics", "met1", "--last", "2")

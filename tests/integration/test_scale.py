@@ -1,6 +1,6 @@
 """Sixteen nodes (issue 18): the on-prem path on 16 namespace nodes of the test cluster, with Slurm
 on four of them, through the `ddpctl` command: up (configure included),
-message-passing on all 16, MNIST on 8, check over every link, a killed rank on node13 and a Ctrl-C
+message-passing on all 16 (MNIST's own runs are on 2 and 3 nodes elsewhere), check over every link, a killed rank on node13 and a Ctrl-C
 each stopping all 16 (by waves that reach every node at once; how long is not asserted: a time is a benchmark's), an elastic 12:16 run that loses two
 non-head nodes and goes on, sbatch on the 4 Slurm nodes, and down leaving nothing on any node.
 A second configure is not run here: that it changes nothing is tested on 3 nodes (test_playbooks,
@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,9 +86,15 @@ def traced(env: dict[str, str], path: Path) -> dict[str, str]:
 
 
 def steps(path: Path, op: str = "connect") -> int:
-    """SSH connections (or remote stops) made one after the other (``infra.tools.trace``)."""
+    """The phases of SSH connections (or remote stops) a command made (``infra.tools.trace``): the
+    most any one node saw, which the machine's load cannot change. That no phase went node after node
+    is asserted here too, from the times: a loop over the 16 would chain 16 round trips, while a phase
+    that reaches all at once chains a few at most (more only as threads start late on a loaded machine)."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    return sequential_steps([(r["t0"], r["t1"]) for r in records if r["op"] == op])
+    ours = [r for r in records if r["op"] == op]
+    chained = sequential_steps([(r["t0"], r["t1"]) for r in ours])
+    assert chained < NODES // 2, f"{chained} {op} round trips one after the other: a phase went node by node"
+    return max(Counter(r["node"] for r in ours).values(), default=0)
 
 
 def test_up_configures_and_records_sixteen_nodes(big) -> None:
@@ -109,13 +116,6 @@ def test_message_passing_on_sixteen_nodes(big) -> None:
     assert result.stdout.count(f"all_reduce OK ({total} == {total})") == NODES
     assert "recvVector" not in result.stdout + result.stderr  # the store outlives every agent
     assert steps(big.tmp / "run.trace") <= 3  # precheck, launch, clean-up: each on all nodes at once
-
-
-def test_mnist_on_eight_nodes(big) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "8", *TORCHRUN, "--", "--epochs", "1", env=big.env, timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
-    assert accuracies and accuracies[-1] >= 80.0, result.stdout  # one epoch over 8 ranks
 
 
 def test_check_names_every_link_and_the_slowest(big) -> None:

@@ -80,7 +80,7 @@ def test_mnist_through_sbatch(slurm_cluster) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     accuracies = [float(a) for a in re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)]
-    assert accuracies and accuracies[-1] >= 50.0, result.stdout  # it learned (chance is 10 %)
+    assert accuracies and accuracies[-1] >= 70.0, result.stdout  # one epoch on 30 %: about 80 % (chance: 10 %)
 
 
 def start(env: dict[str, str]) -> subprocess.Popen:

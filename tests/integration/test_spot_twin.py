@@ -15,34 +15,8 @@ import json
 from pathlib import Path
 
 from tests.support.cli import Output
+from tests.support.jobs import write_rounds
 from tests.support.twin_env import TwinEnv
-
-#: rounds of all-reduce, one every half second, until the nodes change; it ends in the first round
-#: after a failure's restart (TORCHELASTIC_RESTART_COUNT counts those, not a node joining) in which
-#: all three nodes are back, so it cannot end before the replacement joins
-JOB = """
-import datetime, os, time
-import torch
-import torch.distributed as dist
-
-timeout = datetime.timedelta(seconds=float(os.environ.get("DDPCTL_COLLECTIVE_TIMEOUT_S", "60")))
-dist.init_process_group("gloo", timeout=timeout)
-rank, world = dist.get_rank(), dist.get_world_size()
-restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-if rank == 0:
-    print(f"round {restart}: {world} ranks", flush=True)
-step = 0
-while True:  # every rank stops at the same step (a new node's agent counts its restarts from 0)
-    done = torch.tensor([float(restart > 0 and world == 3 and step >= 3)])
-    dist.all_reduce(done, op=dist.ReduceOp.MAX)
-    if done.item():
-        break
-    step += 1
-    time.sleep(0.5)
-if rank == 0:
-    print(f"done: {world} ranks after {restart} restart(s)", flush=True)
-dist.destroy_process_group()
-"""
 
 
 def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: TwinEnv, tmp_path: Path) -> None:
@@ -50,9 +24,7 @@ def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: 
     before = twin.state("spot")
     [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
     old_id, old_host = instances["detail"]["nodes"]["node2"], before["nodes"][2]["host"]
-    job = tmp_path / "job" / "rounds.py"
-    job.parent.mkdir()
-    job.write_text(JOB)
+    job = write_rounds(tmp_path)
     proc = twin.start("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
     try:
         out = Output(proc)

@@ -270,6 +270,7 @@ def test_elastic_runs() -> None:
         assert flag(node.argv, "--nnodes") == "2:3"
         conf = flag(node.argv, "--rdzv-conf")
         assert conf.startswith("is_host=0,") and "last_call_timeout=5" in conf
+        assert "read_timeout=120" in conf  # agents that start spread out exchange their ranks late
         assert node.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     fixed = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, min_nodes=3, run_id="r1"), script="s.py", port=1)
     assert fixed.min_nodes == 0 and flag(fixed.nodes[0].argv, "--nnodes") == "3"  # MIN == MAX: not elastic
