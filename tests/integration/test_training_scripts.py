@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import torch
 
@@ -15,6 +16,8 @@ from tests.support import TRAINING
 
 
 def torchrun(script, *args, nproc=2, timeout=120):
+    """Plain torchrun, as the tutorials run it, in a folder of its own: the scripts write
+    metrics.jsonl in the current folder where no DDPCTL_SNAPSHOT_DIR says otherwise."""
     cmd = [
         sys.executable,
         "-m",
@@ -26,7 +29,8 @@ def torchrun(script, *args, nproc=2, timeout=120):
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("DDPCTL_SHARED_DIR", None)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as cwd:
+        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
