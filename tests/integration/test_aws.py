@@ -160,6 +160,8 @@ def test_up_creates_exactly_the_plan_and_down_leaves_nothing(aws: Env) -> None:
     assert statuses.pop("placement-group") == "skipped"  # moto has no placement groups
     assert set(statuses.values()) == {"created"}
     assert "placement groups" in result.stderr
+    # the price the plan showed, with its source: moto has no Price List, so ddpctl's dated table
+    assert "$6.12/h (ddpctl's table of 2026-09-24: us-east-1 on-demand) until `ddpctl down" in result.stderr
 
     added = aws.added()
     # The new VPC brings its own main route table and default security group; ddpctl adds one group.

@@ -139,6 +139,12 @@ def test_plan_reuses_the_aws_network_plan() -> None:
         in text
     )
     assert "configure: skipped (--no-configure)" in "\n".join(_plan(configure=False).describe())
+    cost = next(line for line in plan.describe() if line.startswith("  cost: "))
+    elsewhere = "" if plan.region == "us-east-1" else f", not {plan.region}'s"
+    assert cost == (  # dated, and which region's list it is (before: "us-east-1 list price", undated)
+        f"  cost: $6.20/h: the us-east-1 on-demand list price of 2026-09-24, from ddpctl's table{elsewhere}, "
+        "head node included"
+    )
 
 
 @pytest.mark.parametrize(

@@ -161,3 +161,23 @@ def test_with_aws_answering_the_line_names_its_source_region_and_market() -> Non
         "(spot prices could not be read (HTTP 500): on-demand shown; the AWS Price List API could not be "
         "reached (HTTP 500)); about $48 a day until `ddpctl down`"
     )
+
+
+def test_ups_lines_show_the_price_the_question_showed_with_its_source() -> None:
+    """`up`'s "creating ..." and "is up" lines: AWS's answer where it gave one, else the table's,
+    dated and named as us-east-1 on-demand (before, always the table's, undated)."""
+
+    def words(price: prices.Price, region: str = "us-west-2", spot: bool = False, itype: str = "p3.2xlarge") -> str:
+        return prices.cluster_words(price, 2, instance_type=itype, region=region, spot=spot)
+
+    assert words(prices.Price(3.5, "price list")) == "$7.00/h (on-demand in us-west-2, AWS's Price List)"
+    assert words(prices.Price(1.25, "spot history"), spot=True) == (
+        "$2.50/h (spot in us-west-2, EC2's spot price history)"
+    )
+    table = prices.table_price("p3.2xlarge", "no credentials")
+    assert words(table, region="us-east-1") == "$6.12/h (ddpctl's table of 2026-09-24: us-east-1 on-demand)"
+    assert words(table, spot=True) == (
+        "$6.12/h (ddpctl's table of 2026-09-24: us-east-1 on-demand, not us-west-2's, not spot)"
+    )
+    unknown = prices.table_price("x9.huge", "no credentials")
+    assert words(unknown, itype="x9.huge") == "unknown (not in ddpctl's price table)"

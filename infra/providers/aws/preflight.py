@@ -36,6 +36,8 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     image: ImageChoice | None = None  # why this image, and the GPU driver plan
     described: bool = True  # EC2 described the instance type (else ddpctl's table stood in: no EFA known)
+    #: the cluster's price per hour and its source in words (``prices.cluster_words``), for up's lines
+    cost: str = ""
 
 
 def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> Preflight:

@@ -190,6 +190,26 @@ def spot(instance_type: str, region: str, zone: str = "", now: float | None = No
     return price
 
 
+def cluster_words(price: Price, count: int, *, instance_type: str, region: str, spot: bool) -> str:
+    """A cluster's price per hour and its source in a few words, for ``up``'s lines (pure): the
+    price the cost question showed, not the table's when AWS answered."""
+    total = None if price.usd_per_hour is None else price.usd_per_hour * count
+    if price.source == "spot history":
+        where = f"spot in {region}, EC2's spot price history"
+    elif price.source == "price list":
+        where = f"on-demand in {region}, AWS's Price List"
+    elif instance_type not in pricing.ON_DEMAND_USD_PER_HOUR:
+        return f"{pricing.format_usd(None)}"
+    else:
+        date = pricing.price_date(instance_type)
+        where = (
+            f"ddpctl's table of {date}: {pricing.PRICE_REGION} on-demand"
+            + (f", not {region}'s" if region != pricing.PRICE_REGION else "")
+            + (", not spot" if spot else "")
+        )
+    return f"{pricing.format_usd(total)} ({where})"
+
+
 def hourly(instance_type: str, region: str, *, spot_market: bool, zone: str = "") -> Price:
     return spot(instance_type, region, zone) if spot_market else on_demand(instance_type, region)
 

@@ -128,6 +128,10 @@ class AwsProvider(Provider):
         with aws_errors(plan.region):
             aws = Aws(plan.region)
             pre = preflight.check(aws, plan, self.caller_address)  # nothing recorded or created before this passes
+        price = prices.hourly(plan.instance_type, plan.region, spot_market=plan.spot)  # the cost question's (cached)
+        pre.cost = prices.cluster_words(
+            price, plan.count, instance_type=plan.instance_type, region=plan.region, spot=plan.spot
+        )
         # what EC2 says the type takes; the id of this state home, made with its first cluster
         plan = replace(plan, efa_interfaces=pre.facts.efa_interfaces, home_id=store.make_home_id())
         group = state.resource("security-group", plan.unique_name)
@@ -147,7 +151,7 @@ class AwsProvider(Provider):
                     progress(SPOT_NOTE)
                 progress(
                     f"creating aws cluster {plan.cluster!r}: {plan.count} x {plan.instance_type} in {plan.region}, "
-                    f"AMI {pre.ami} ({pre.ami_name or pre.ami_source}), {pricing.format_usd(plan.hourly_usd)}"
+                    f"AMI {pre.ami} ({pre.ami_name or pre.ami_source}), {pre.cost}"
                 )
                 if pre.image is not None and pre.image.source is not None:
                     progress(f"image: {pre.image.reason}; {pre.image.driver}")

@@ -237,5 +237,5 @@ class Up(Steps):
         where = ", ".join(sorted({n.zone for n in launched}))
         return (
             f"aws cluster {plan.cluster!r} is up: {len(launched)} x {plan.instance_type} in {where}, "
-            f"{pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
+            f"{self.pre.cost or pricing.format_usd(plan.hourly_usd)} until `ddpctl down --name {plan.cluster}`"
         )

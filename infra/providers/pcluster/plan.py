@@ -128,6 +128,14 @@ class PclusterPlan:
         head = pricing.hourly_usd(self.settings.head_instance_type, 1)
         return None if nodes is None or head is None else nodes + head
 
+    @property
+    def price_source(self) -> str:
+        """Where the cost line's figure comes from: ddpctl's table, dated by its older source, as the
+        us-east-1 on-demand list price (saying so where the cluster is elsewhere)."""
+        date = min(pricing.price_date(self.aws.instance_type), pricing.price_date(self.settings.head_instance_type))
+        elsewhere = f", not {self.region}'s" if self.region != pricing.PRICE_REGION else ""
+        return f"the {pricing.PRICE_REGION} on-demand list price of {date}, from ddpctl's table{elsewhere}"
+
     def config(self, resolved: Resolved) -> dict[str, Any]:
         return cluster_config(
             region=self.region, fleet=self.fleet, resolved=resolved, settings=self.settings, tags=self.tags
@@ -176,7 +184,7 @@ class PclusterPlan:
                 if a.configure
                 else "  configure: skipped (--no-configure): jobs need torch and the bundle on the compute nodes"
             ),
-            f"  cost: {pricing.format_usd(self.hourly_usd)} on-demand ({pricing.PRICE_REGION} list price, head node included)",
+            f"  cost: {pricing.format_usd(self.hourly_usd)}: {self.price_source}, head node included",
         ]
         if s.custom_s3_bucket:
             lines.append(f"  ParallelCluster's artifacts go to s3://{s.custom_s3_bucket}")
