@@ -332,6 +332,7 @@ def _download(store: StateStore, run: Recorded, kept: Path, dest: Path, progress
         with locks.cluster(store, run.cluster, "download", shared=True):  # `down` waits for the copy
             state = store.load(run.cluster)
             if run.ran_on(state) and state.nodes:
+                refuse_taken_down(state, run_id)
                 found = measure(state, [RunFolder(run_id, folder(state, run))])
                 if not found:
                     raise DdpctlError(
@@ -354,6 +355,26 @@ def _download(store: StateStore, run: Recorded, kept: Path, dest: Path, progress
     else:
         progress(f"run {run_id}'s cluster {run.cluster!r} is down: its outputs are kept in {kept}")
     return Downloaded(run_id, str(kept), str(dest), got[0], got[1])
+
+
+def refuse_taken_down(state: ClusterState, run_id: str) -> None:
+    """A cluster that took itself down (autodown) is said so in one line, not taken for a head node
+    that does not answer: a head kept stopped has the outputs on its disk, which `down` copies."""
+    from ..providers import get_provider
+
+    taken = get_provider(state.spec.provider).took_itself_down(state)
+    if taken is None:
+        return
+    said = f"run {run_id}'s cluster {state.name!r} took itself down (autodown)"
+    if taken.kept_head:
+        raise DdpctlError(
+            f"{said}: {state.nodes[0].name} is stopped with the runs' outputs on its disk; "
+            f"`ddpctl down --name {state.name}` copies them here (then `ddpctl download {run_id}` reads them there)"
+        )
+    raise DdpctlError(
+        f"{said} and its nodes' disks went, the run's outputs with them: "
+        f"`ddpctl down --name {state.name}` deletes what is left"
+    )
 
 
 def before_down(

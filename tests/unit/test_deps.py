@@ -181,3 +181,18 @@ def test_through_sbatch_the_login_node_makes_it_in_the_shared_work_dir(tmp_path:
     assert f"{step.python} -m torch.distributed.run" in plan.script
     assert plan.dry_run_lines()[0] == "  packages on node0 (10.0.0.10), before the run:"
     assert plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py").deps == ()
+
+
+def test_the_toml_key_is_runs_requirements(tmp_path: Path) -> None:
+    """`requirements = FILE` in ddpctl.toml's [run] is `run --requirements FILE`'s default (every [run]
+    key names one of `run`'s options, so Click's default_map reaches it); a number is refused."""
+    from ddpctl.config_file import RUN_KEYS, load_default_map
+    from ddpctl.run_command import run
+
+    path = tmp_path / "ddpctl.toml"
+    path.write_text('[run]\nrequirements = "reqs/gpu.txt"\n')
+    assert load_default_map(path)["run"] == {"requirements": "reqs/gpu.txt"}
+    assert {param.name for param in run.params} >= RUN_KEYS
+    path.write_text("[run]\nrequirements = 1\n")
+    with pytest.raises(UsageError, match="requirements"):
+        load_default_map(path).get("run")

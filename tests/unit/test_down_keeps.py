@@ -144,3 +144,51 @@ def test_a_tar_stream_cannot_write_outside_the_folder(
             assert has_data_filter  # the filter refuses the stream at its first bad member
     assert not (tmp_path / "evil.txt").exists() and not (into / "escape").is_symlink()
     assert (into / "snapshot.pt").read_bytes() == b"ok"
+
+
+# ---- download of a cluster that took itself down (issue 37) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kept_head", "said"),
+    [
+        (
+            "i-head",
+            "run r1's cluster 'c1' took itself down (autodown): node0 is stopped with the runs' outputs on its "
+            "disk; `ddpctl down --name c1` copies them here (then `ddpctl download r1` reads them there)",
+        ),
+        (
+            "",
+            "run r1's cluster 'c1' took itself down (autodown) and its nodes' disks went, the run's outputs with "
+            "them: `ddpctl down --name c1` deletes what is left",
+        ),
+    ],
+)
+def test_download_from_a_cluster_autodown_took_down_is_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch, kept_head: str, said: str
+) -> None:
+    """`ddpctl download` of a run whose cluster took itself down says so and what gets the outputs,
+    rather than trying SSH to a head node that is stopped (or gone)."""
+    import json
+    from dataclasses import replace
+
+    from ddpctl.infra.model.errors import DdpctlError
+    from ddpctl.infra.providers.base import TakenDown
+
+    store = StateStore(home)
+    state = aws_state()
+    state.spec = replace(state.spec, autodown_s=600)
+    store.save(state)
+    store.make_run_dir("r1")
+    record = {"cluster": "c1", "cluster_id": "cid1", "options": {"job": "mnist"}}
+    (store.run_dir("r1") / "options.json").write_text(json.dumps(record))
+    provider = type(get_provider("aws"))
+    monkeypatch.setattr(provider, "took_itself_down", lambda self, s: TakenDown(kept_head=kept_head))
+    monkeypatch.setattr(outputs, "measure", lambda *a: pytest.fail("no SSH to a head autodown took down"))
+    with pytest.raises(DdpctlError) as err:
+        outputs.download(store, "r1", None, lambda _: None)
+    assert str(err.value) == said
+    monkeypatch.setattr(provider, "took_itself_down", lambda self, s: None)  # up and answering: measured
+    monkeypatch.setattr(outputs, "measure", lambda *a: [])
+    with pytest.raises(DdpctlError, match="run r1 left no outputs on 'c1'"):
+        outputs.download(store, "r1", None, lambda _: None)
