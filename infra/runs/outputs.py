@@ -391,13 +391,7 @@ def before_down(
             # its log and record come here while the head still has them
             from .on_cluster import runs_on_cluster
 
-            going = runs_on_cluster(store, state.name)
-            if going:  # as a run whose ddpctl here holds the cluster: never taken down under a run
-                raise DdpctlError(
-                    f"cluster {state.name!r} has run {going[0]} going on on it (its ddpctl here is gone): wait "
-                    f"for it to end (`ddpctl logs --follow {going[0]}`), or stop it (`ddpctl stop {going[0]}`), "
-                    "then `ddpctl down` again"
-                )
+            runs_on_cluster(store, state.name)
         _keep_outputs(provider, state, store, progress, ask=ask, keeping=keep)
 
     return before
