@@ -221,27 +221,10 @@ def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:
     assert workdir.parent == testbed.node_dir("node0") / "work"  # the cluster's own folder under the root
     runs_on_head = workdir / "head-runs"
     assert (runs_on_head / "rhead00001" / "run.json").is_file()
-    # a detached run whose ddpctl is gone ends on the head, and no command here asks about it
-    # before `down`: down brings its log and record here first (issue 37: they would be lost)
-    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00009", "--detach", "--json")
-    started = ddpctl(*args, "-e", "SLEEP_S=2", env=cluster["env"])
-    assert started.returncode == 0, started.stderr
-    log = Path(cluster["home"]) / "runs" / "rhead00009" / "output.log"
-    deadline = time.monotonic() + 120
-    while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)
-    while not (runs_on_head / "rhead00009" / "run.json").is_file() and time.monotonic() < deadline + 120:
-        time.sleep(0.5)
-    assert not (cluster["home"] / "runs" / "rhead00009" / "run.json").exists()  # nothing here knows it ended
     down = ddpctl("down", env=cluster["env"])
     assert down.returncode == 0, down.stderr
     cluster["up"] = False
     assert not runs_on_head.exists()
-    record = json.loads((cluster["home"] / "runs" / "rhead00009" / "run.json").read_text())
-    assert record["result"]["exit_code"] == 0
-    assert "done rank 1" in log.read_text()
-    assert run_results(cluster["env"])["rhead00009"] == "succeeded"
 
 
 def test_the_head_bundle_needs_only_the_standard_library(tmp_path: Path) -> None:
