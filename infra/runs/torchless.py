@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import pathlib
 import runpy
 import sys
 import types
@@ -66,7 +67,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def main() -> None:
     script, sys.argv = sys.argv[1], sys.argv[1:]
     sys.meta_path.insert(0, _StandIns())
-    sys.path.insert(0, str(__import__("pathlib").Path(script).resolve().parent))
+    sys.path.insert(0, str(pathlib.Path(script).resolve().parent))
     runpy.run_path(script, run_name="__main__")
 
 

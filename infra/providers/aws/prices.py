@@ -199,7 +199,7 @@ def cluster_words(price: Price, count: int, *, instance_type: str, region: str, 
     elif price.source == "price list":
         where = f"on-demand in {region}, AWS's Price List"
     elif instance_type not in pricing.ON_DEMAND_USD_PER_HOUR:
-        return f"{pricing.format_usd(None)}"
+        return pricing.format_usd(None)
     else:
         date = pricing.price_date(instance_type)
         where = (
