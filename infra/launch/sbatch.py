@@ -218,8 +218,9 @@ def _read_secrets(path: str, output_dir: str) -> list[str]:
         "# written by ddpctl on the login node just before sbatch; read into this shell and removed at once.",
         f"secrets={shlex.quote(path)}",
         'if [ ! -r "$secrets" ]; then',
-        "  echo \"ddpctl: the run's secrets file $secrets is gone (an earlier start of this job read it): "
-        f'run it again with ddpctl" >{shlex.quote(output_dir)}/"ddpctl-$SLURM_JOB_ID-$head_node.out"',
+        "  echo \"ddpctl: the run's secrets file $secrets is not on $head_node (an earlier start of this job read "
+        'it, or the folder is not on a filesystem the nodes share with the login node): run it again with ddpctl" '
+        f'>{shlex.quote(output_dir)}/"ddpctl-$SLURM_JOB_ID-$head_node.out"',
         "  exit 1",
         "fi",
         '. "$secrets"',

@@ -197,8 +197,8 @@ def test_a_job_whose_secrets_file_is_gone_ends_saying_so(tmp_path: Path) -> None
         proc.kill()
     assert proc.returncode == 1, job_out
     head = node_output(plan, job_id, "fa").read_text()
-    assert (
-        head
-        == f"ddpctl: the run's secrets file {plan.secrets_file} is gone (an earlier start of this job read it): run it again with ddpctl\n"
+    assert head == (
+        f"ddpctl: the run's secrets file {plan.secrets_file} is not on fa (an earlier start of this job read it, "
+        "or the folder is not on a filesystem the nodes share with the login node): run it again with ddpctl\n"
     )
     assert not (tmp_path / "out" / f"ddpctl-{job_id}.store").exists()  # ended before anything started
