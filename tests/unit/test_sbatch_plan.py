@@ -147,3 +147,20 @@ def test_the_executor_writes_the_secrets_file_private_before_sbatch(answer: str)
     assert not any("s3cr3t" in e[1] for e in login.events if e[0] == "run")  # on no command line
     removed = ("run", "rm -f /o/ddpctl-rs1.secrets") in login.events
     assert removed == (answer != "123")  # a refused job will never read it
+
+
+def test_a_cancelled_jobs_secrets_file_is_removed() -> None:
+    """A job cancelled before it started never read its file: `cancel` (`ddpctl stop`) removes it."""
+    from ddpctl.infra.launch.launcher import Handle
+    from ddpctl.infra.launch.slurm_executor import SlurmLauncher
+
+    class Cancelled(Login):
+        def run(self, command: str, **_: object) -> SimpleNamespace:
+            self.events.append(("run", command))
+            out = "JobId=7 JobState=CANCELLED ExitCode=0:15" if command.startswith("scontrol") else ""
+            return SimpleNamespace(stdout=out, stderr="", ok=True, exited=0)
+
+    login = Cancelled("")
+    SlurmLauncher(login, poll_s=0.0).cancel(Handle("slurm", "7", "/o", "rs1"))  # type: ignore[arg-type]
+    assert [e[1] for e in login.events][0] == "scancel 7"
+    assert login.events[-1] == ("run", "rm -f /o/ddpctl-rs1.secrets")
