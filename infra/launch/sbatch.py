@@ -6,6 +6,11 @@ loopback address), the rendezvous port comes from the job id, ``srun --kill-on-b
 the job when any rank fails, each node's output goes to its own file for streaming, and a node
 whose env file names no interface finds its own toward the head's address at run time.
 
+The run's secrets (``run -e KEY``, ``--env-file``) are in no script and on no command line: the
+executor writes them to a file only the user can read (0600) beside the script on the login node,
+just before sbatch; the batch script reads it into its shell and removes it at once, and exports
+them to ``srun``'s tasks alone (the rendezvous store does not get them).
+
 The c10d rendezvous store is the run's own (``node_programs/rdzv_store.py``), as with the other
 launchers: the batch script, which runs on the first allocated node, starts it there in the
 background and waits until it serves (so that what it says when it cannot goes to the streamed
@@ -16,7 +21,8 @@ stops it once ``srun`` has ended, or the job failed or was cancelled.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .. import node_programs
 from ..model.spec import RunSpec
@@ -39,6 +45,13 @@ class SbatchPlan:
     #: the run's own packages (``run --requirements``), made on the login node in the head's work
     #: directory (the shared filesystem every compute node sees) before sbatch; the script's Python is that environment's
     deps: tuple[DepsStep, ...] = ()
+    #: the run's secrets, by name: written to ``secrets_file`` (0600) by the executor, never into the script
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    secrets_file: str = ""
+
+    def secret_input(self) -> bytes:
+        """The secrets file's text: one ``KEY='value'`` line each, as the batch shell reads it."""
+        return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(self.secrets.items())).encode()
 
     @property
     def where(self) -> str:
@@ -48,6 +61,11 @@ class SbatchPlan:
     def dry_run_lines(self) -> list[str]:
         """What ``run --dry-run`` prints: the script it would submit."""
         lines = [line for deps in self.deps for line in deps.dry_run_lines()]
+        if self.secrets:
+            lines.append(
+                f"Would write the secrets {', '.join(sorted(self.secrets))} to {self.secrets_file} (0600), "
+                "which the script reads and removes"
+            )
         return [*lines, f"Would submit run {self.run_id} with sbatch as {self.script_path}:", *self.script.splitlines()]
 
     def to_dict(self) -> dict:
@@ -58,7 +76,13 @@ class SbatchPlan:
             "output_dir": self.output_dir,
             "script": self.script,
             "deps": [deps.to_dict() for deps in self.deps],
+            **({"secrets": sorted(self.secrets), "secrets_file": self.secrets_file} if self.secrets else {}),
         }
+
+
+def secrets_path(output_dir: str, run_id: str) -> str:
+    """Where a run's secrets wait for its batch script on the login node (the launcher's folder and run id)."""
+    return f"{output_dir}/ddpctl-{run_id}.secrets"
 
 
 def plan_sbatch(
@@ -79,7 +103,10 @@ def plan_sbatch(
     """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes. Long because it
     writes the batch script's lines in the order the script runs them."""
     layers = rank_env(run, cluster_id=cluster_id, cluster_env=env or {}, env_file=env_file)
-    explicit = layers.explicit  # with an env file: exported again after it is sourced, so they win
+    secrets = {k: v for k, v in layers.explicit.items() if k in run.secret_env}  # never into the script
+    # with an env file: exported again after it is sourced, so they win
+    explicit = {k: v for k, v in layers.explicit.items() if k not in secrets}
+    secrets_file = secrets_path(output_dir, run.run_id) if secrets else ""
     exports = {**layers.defaults, **({} if env_file else explicit), **layers.fixed}
     header = [
         "#!/bin/bash",
@@ -138,6 +165,7 @@ def plan_sbatch(
         "# The first allocated node hosts the c10d rendezvous, on a port derived from the job id.",
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
         "head_node=${nodes[0]}",
+        *_read_secrets(secrets_file, output_dir),
         f"port=$(( {base_port} + SLURM_JOB_ID % 20000 ))",
         "# Its address as the other nodes reach it: the address of the interface in the node's env file",
         "# (NCCL_SOCKET_IFNAME), else its first non-loopback address. Never `hostname --ip-address`.",
@@ -161,8 +189,50 @@ def plan_sbatch(
         "  sleep 0.2",
         "done",
         "",
-        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c {shlex.quote(source + reexport + ifname + 'exec ' + torchrun_line)}",
+        *([f"export {' '.join(sorted(secrets))}"] if secrets else []),  # to srun's tasks alone
+        f"srun --kill-on-bad-exit=1 --output={output_dir}/ddpctl-%j-%N.out bash -c "
+        + shlex.quote(_kept(sorted(secrets), source) + reexport + ifname + "exec " + torchrun_line),
     ]
     text = "\n".join(header + [""] + body) + "\n"
     script_path = f"{output_dir}/ddpctl-{run.run_id}.sbatch"
-    return SbatchPlan(run.run_id, run.nodes, text, script_path, output_dir, writable=run.node_snapshot_dir)
+    return SbatchPlan(
+        run.run_id,
+        run.nodes,
+        text,
+        script_path,
+        output_dir,
+        writable=run.node_snapshot_dir,
+        secrets=secrets,
+        secrets_file=secrets_file,
+    )
+
+
+def _read_secrets(path: str, output_dir: str) -> list[str]:
+    """The batch script's lines that read the run's secrets file into its shell (not exported: the
+    store started below does not get them) and remove it at once ("": no secrets, no lines). Gone (a
+    job Slurm started again, requeued), the job ends, saying so in the head node's output file."""
+    if not path:
+        return []
+    return [
+        "# The run's secrets (run -e KEY, --env-file): not in this script, but in a file only you can read,",
+        "# written by ddpctl on the login node just before sbatch; read into this shell and removed at once.",
+        f"secrets={shlex.quote(path)}",
+        'if [ ! -r "$secrets" ]; then',
+        "  echo \"ddpctl: the run's secrets file $secrets is not on $head_node (an earlier start of this job read "
+        'it, or the folder is not on a filesystem the nodes share with the login node): run it again with ddpctl" '
+        f'>{shlex.quote(output_dir)}/"ddpctl-$SLURM_JOB_ID-$head_node.out"',
+        "  exit 1",
+        "fi",
+        '. "$secrets"',
+        'rm -f "$secrets"',
+    ]
+
+
+def _kept(names: list[str], source: str) -> str:
+    """A node's env file sourced (``source``) with the run's secrets kept over it, as explicit values
+    are: each saved in a shell variable first and exported again after (names only, never values)."""
+    if not names or not source:
+        return source
+    save = "".join(f'ddpctl_s_{k}="${k}"; ' for k in names)
+    back = "".join(f'export {k}="$ddpctl_s_{k}"; unset ddpctl_s_{k}; ' for k in names)
+    return save + source + back

@@ -26,7 +26,7 @@ from .deps import outcome
 from .head_agent import log_line, read_log_line
 from .launcher import Described, Handle, Phase
 from .nodes import NodeStatus
-from .sbatch import SbatchPlan
+from .sbatch import SbatchPlan, secrets_path
 from .ssh_executor import check_writable, run_step
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
 
@@ -123,12 +123,24 @@ class SlurmExecutor:
             check_writable(plan.writable, {str(conn.host): conn})
         _run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
         conn.put(io.StringIO(plan.script), remote=plan.script_path)
+        if plan.secrets:
+            write_private(conn, plan.secrets_file, plan.secret_input())
         out = _run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
+            if plan.secrets:  # no job will read them
+                _run(conn, f"rm -f {shlex.quote(plan.secrets_file)}", check=False)
             reason = out.strip().splitlines()[-1] if out.strip() else "no answer"
             raise DdpctlError(f"sbatch refused the job: {reason.removeprefix('sbatch: error: ')}")
         return job_id
+
+
+def write_private(conn: fabric.Connection, path: str, data: bytes) -> None:
+    """``data`` into a new file at ``path`` on the login node that only its user can read (0600 from
+    its first byte: made empty under umask 077, never through a link left there, then filled)."""
+    q = shlex.quote(path)
+    _run(conn, f"umask 077 && rm -f {q} && (set -C; : > {q})")
+    conn.put(io.BytesIO(data), remote=path)
 
 
 def _run(conn: fabric.Connection, cmd: str, *, check: bool = True, both: bool = False) -> str:
@@ -254,6 +266,12 @@ class SlurmLauncher:
         deadline = time.monotonic() + 60
         while self.state(handle.ref)[0] in ("pending", "running") and time.monotonic() < deadline:
             time.sleep(self.poll_s)
+        self._drop_secrets(handle)
+
+    def _drop_secrets(self, handle: Handle) -> None:
+        """The run's secrets file removed, once its job has ended: a job cancelled before it started
+        never read it (the batch script removes it as it starts; no file: nothing to do)."""
+        _run(self.conn, f"rm -f {shlex.quote(secrets_path(handle.folder, handle.run_id))}", check=False)
 
     def _follow(
         self, handle: Handle, sink: Callable[[OutputLine], None], seen: list[str], *, cancel_on_interrupt: bool
@@ -281,6 +299,7 @@ class SlurmLauncher:
                         _run(self.conn, f"squeue -h -j {shlex.quote(job_id)} -o %r", check=False).strip() or "unknown"
                     )
                     _run(self.conn, f"scancel {shlex.quote(job_id)}", check=False)
+                    self._drop_secrets(handle)
                     raise DdpctlError(
                         f"Slurm job {job_id} stayed pending for {self.pending_timeout_s:.0f} s ({reason}) and was "
                         "cancelled: ask for fewer nodes or check `sinfo`"
@@ -298,6 +317,7 @@ class SlurmLauncher:
             time.sleep(0.5)  # let the tail catch the last lines
             remote_stop(self.conn, RUN_KEY, marker, "kill")
             tail.join(timeout=5)
+        self._drop_secrets(handle)  # ended or cancelled: gone, whether or not it started
         return job_result(handle.run_id, job_id, state, exit_code, time.monotonic() - start, interrupted)
 
     def _start_tail(

@@ -167,14 +167,10 @@ def _prepare_sbatch(
     summary: str,
     resume: bool,
 ) -> PreparedRun:
-    """A run through sbatch on the cluster's Slurm (its login node is the cluster's first)."""
+    """A run through sbatch on the cluster's Slurm (its login node is the cluster's first); its secrets
+    go in a 0600 file beside the script, which the job reads and removes (``launch/sbatch.py``)."""
     if run.elastic:
         raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
-    if run.secret_env:
-        raise UsageError(
-            "secrets (-e KEY, --env-file) go with torchrun launches (the sbatch script would hold their values): "
-            "use --launcher torchrun, or keep them in the job's environment on the cluster"
-        )
     plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
     login = cluster.nodes[0].ssh
     assert login is not None  # Slurm answers on a remote head node

@@ -6,11 +6,14 @@ Its pure tests (no process beyond Python) are in tests/unit/test_sbatch_plan.py.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,66 @@ def test_the_trap_stops_the_store_when_the_batch_shell_is_terminated(tmp_path: P
         proc.kill()
         stop_tagged(RUN_KEY, "sb3")
     assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)  # bash re-raises it after the trap
+
+
+# --- secrets (issue 41): from a 0600 file the batch script reads and removes ----------------------------
+
+SECRET = "s3cr3t-" + uuid.uuid4().hex
+
+
+def secret_plan(tmp_path: Path, run_id: str):
+    show = tmp_path / "show.py"
+    show.write_text(
+        "import hashlib, os\nprint('TOKEN', hashlib.sha256(os.environ['TOKEN'].encode()).hexdigest()[:16])\n"
+    )
+    run = RunSpec(
+        job="show", nodes=2, nproc_per_node=1, run_id=run_id, env={"TOKEN": SECRET}, secret_env=frozenset({"TOKEN"})
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    return plan_sbatch(
+        run,
+        python=sys.executable,
+        script=str(show),
+        output_dir=str(out),
+        cluster_id=f"c-{run_id}",
+        workdir=str(tmp_path),
+    )
+
+
+@pytest.mark.slow
+def test_a_secret_reaches_the_ranks_from_a_file_the_job_removes(tmp_path: Path) -> None:
+    plan, job_id = secret_plan(tmp_path, "sb4"), free_job_id()
+    fd = os.open(plan.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # as the executor leaves it
+    os.write(fd, plan.secret_input())
+    os.close(fd)
+    proc = start_batch(plan.script, tmp_path / "bin", job_id, ["fa", "fb"], tmp_path)
+    try:
+        job_out, _ = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+        stop_tagged(RUN_KEY, "sb4")
+    assert proc.returncode == 0, job_out
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()[:16]
+    outputs = node_outputs(plan, job_id)
+    assert all(f"TOKEN {digest}" in text for text in outputs.values()), outputs
+    assert not Path(plan.secrets_file).exists()
+    for path in tmp_path.rglob("*"):  # the script, the job's and the store's output, the agents' logs
+        assert not path.is_file() or SECRET not in path.read_text(errors="replace"), path
+
+
+def test_a_job_whose_secrets_file_is_gone_ends_saying_so(tmp_path: Path) -> None:
+    """A job Slurm starts again (requeued) finds the file read and removed by its first start."""
+    plan, job_id = secret_plan(tmp_path, "sb5"), free_job_id()
+    proc = start_batch(plan.script, tmp_path / "bin", job_id, ["fa", "fb"], tmp_path)
+    try:
+        job_out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, job_out
+    head = node_output(plan, job_id, "fa").read_text()
+    assert head == (
+        f"ddpctl: the run's secrets file {plan.secrets_file} is not on fa (an earlier start of this job read it, "
+        "or the folder is not on a filesystem the nodes share with the login node): run it again with ddpctl\n"
+    )
+    assert not (tmp_path / "out" / f"ddpctl-{job_id}.store").exists()  # ended before anything started

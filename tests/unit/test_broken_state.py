@@ -42,15 +42,27 @@ def test_env_file_syntax(tmp_path: Path) -> None:
         run_env((), (str(path),), environ={})
 
 
-def test_secrets_are_refused_for_sbatch(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sbatch script would carry the values to the cluster's filesystem: refused."""
+def test_secrets_go_to_sbatch_in_a_file_not_the_script(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: an sbatch run takes secrets; their values go in the plan's secrets file (written 0600 on
+    the login node, read and removed by the job), never into the script, its record or its dry run."""
     store = StateStore(home)
-    head = NodeInfo(name="login", host="10.0.0.1", workdir="/home/u/ddpctl", ssh=Host(name="login", address="10.0.0.1"))
+    head = NodeInfo(
+        name="login",
+        host="10.0.0.1",
+        workdir="/home/u/ddpctl",
+        bundle_dir="/home/u/b",
+        python="/home/u/venv/bin/python",
+        ssh=Host(name="login", address="10.0.0.1"),
+    )
     spec = cluster_spec(name="slurm", provider="onprem", inventory="/dev/null")
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[head], launcher="sbatch"))
-    monkeypatch.setenv("TOKEN_X", "x")
-    with pytest.raises(UsageError, match="secrets .* go with torchrun launches"):
-        prepare(RunOptions(job="mnist", name="slurm", env=("TOKEN_X",)), store)
+    monkeypatch.setenv("TOKEN_X", "s3cr3t-value")
+    plan = prepare(RunOptions(job="mnist", name="slurm", env=("TOKEN_X", "PLAIN=1")), store).plan
+    assert dict(plan.secrets) == {"TOKEN_X": "s3cr3t-value"}
+    assert plan.secrets_file == f"/home/u/ddpctl/slurm/ddpctl-{plan.run_id}.secrets"
+    assert "s3cr3t-value" not in plan.script and "export PLAIN=1" in plan.script
+    shown = "\n".join(plan.dry_run_lines()) + repr(plan) + repr(plan.to_dict())
+    assert "s3cr3t-value" not in shown and "TOKEN_X" in shown
 
 
 def test_a_script_of_ones_own_through_sbatch_says_what_runs_it(home: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,24 @@ class Testbed:
             yield
         finally:
             subprocess.run(["ip", "addr", "add", CONTROLLER, "dev", BRIDGE], check=True)
+
+    def user(self, name: str) -> Path:
+        """An account without sudo on every node (the nodes share this machine's /etc/passwd and /home,
+        as a cluster's nodes share their directory and home), logging in with the test cluster's key:
+        made where missing, its home emptied, the key in its ``~/.ssh/authorized_keys`` (up.sh's sshd
+        reads that file for users other than root). Its home."""
+        if subprocess.run(["id", "-u", name], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
+        subprocess.run(["usermod", "-p", "*", name], check=True)  # no password, not locked: sshd takes its key
+        entry = pwd.getpwnam(name)
+        home = Path(entry.pw_dir)
+        shutil.rmtree(home, ignore_errors=True)
+        (home / ".ssh").mkdir(parents=True, mode=0o700)
+        shutil.copy(self.key.with_name("id_ed25519.pub"), home / ".ssh" / "authorized_keys")
+        for path in (home, home / ".ssh", home / ".ssh" / "authorized_keys"):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        home.chmod(0o750)
+        return home
 
     def netns_pids(self, node: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout

@@ -73,6 +73,9 @@ UsePAM no
 # (3 ranks with 2 threads each on 2 cores took twice the CPU of 1 thread each, spinning).
 SetEnv TESTBED_NODE=$n TESTBED_NODE_DIR=$d OMP_NUM_THREADS=1
 Subsystem sftp /usr/lib/openssh/sftp-server
+# a user other than root (tests/integration/test_without_root.py) has its keys where OpenSSH keeps them
+Match User *,!root
+  AuthorizedKeysFile .ssh/authorized_keys
 EOC
   echo "$n,$ip $(cut -d' ' -f1,2 "$d/ssh_host_ed25519_key.pub")" >> "$TB/ssh/known_hosts"
   printf 'Host %s %s\n  HostName %s\n' "$n" "$ip" "$ip" >> "$TB/ssh/ssh_config"
