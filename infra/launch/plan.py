@@ -19,7 +19,7 @@ from ..node_programs import source
 from ..tools.procs import NODE_KEY, STORE_KEY
 from .deps import DepsStep, Requirements, step
 from .project import Project
-from .torchrun import RankEnv, literal, rank_env, run_markers, torchrun_argv
+from .torchrun import RankEnv, literal, rank_env, run_markers, snapshot_from_workdir, torchrun_argv
 
 #: how --dry-run names the store's program in its argv (infra/node_programs/rdzv_store.py)
 STORE_PROGRAM = "node program rdzv_store.py"
@@ -226,7 +226,7 @@ def plan_torchrun(
                 host=node.host,
                 node_rank=rank,
                 argv=literal(argv),
-                env=_snapshot_from_workdir({**layers.merged(), NODE_KEY: node.name}, run, node.workdir, cwd),
+                env=snapshot_from_workdir({**layers.merged(), NODE_KEY: node.name}, run, node.workdir, cwd),
                 defaults=tuple(k for k in layers.defaults if k not in layers.explicit),
                 cwd=cwd,
                 log_dir=log_dir,
@@ -294,13 +294,3 @@ def node_layers(
 #: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
 #: and its launch there; None: the node was not replaced (its host is tried again as it is).
 Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]
-
-
-def _snapshot_from_workdir(env: dict[str, str], run: RunSpec, workdir: str, cwd: str) -> dict[str, str]:
-    """The run's own snapshot folder (relative: under the head's work directory, where ``down`` and
-    ``download`` look for it) made absolute where the ranks start elsewhere (a user's project, copied
-    to ``projects/<digest>``): else its outputs would land inside the project's copy, found by nothing."""
-    snap = env.get("DDPCTL_SNAPSHOT_DIR", "")
-    if snap and not run.snapshot_dir and not posixpath.isabs(snap) and workdir and cwd != workdir:
-        return {**env, "DDPCTL_SNAPSHOT_DIR": f"{workdir.rstrip('/')}/{snap}"}
-    return env

@@ -20,6 +20,7 @@ stops it once ``srun`` has ended, or the job failed or was cancelled.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from .. import node_programs
 from ..model.spec import RunSpec
 from ..tools.procs import STORE_KEY
 from .deps import DepsStep
-from .torchrun import ShellVar, rank_env, shell_join, torchrun_argv
+from .project import Project
+from .torchrun import ShellVar, rank_env, shell_join, snapshot_from_workdir, torchrun_argv
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,11 @@ class SbatchPlan:
     output_dir: str  # per-job and per-node output files live here
     #: the user's ``--snapshot-dir`` (a path, not s3://): checked on the login node before sbatch
     writable: str = ""
-    #: no project is shipped: the job's files are where the cluster's shared /home has them
-    project: None = None
+    #: a user's script's project (``run SCRIPT``), copied once per content from the login node into
+    #: ``project_dir`` in the head's work directory (the shared filesystem), where the ranks start;
+    #: None: a bundled job, whose files are where the cluster's shared /home has them
+    project: Project | None = None
+    project_dir: str = ""
     #: the run's own packages (``run --requirements``), made on the login node in the head's work
     #: directory (the shared filesystem every compute node sees) before sbatch; the script's Python is that environment's
     deps: tuple[DepsStep, ...] = ()
@@ -61,6 +66,12 @@ class SbatchPlan:
     def dry_run_lines(self) -> list[str]:
         """What ``run --dry-run`` prints: the script it would submit."""
         lines = [line for deps in self.deps for line in deps.dry_run_lines()]
+        if self.project is not None:
+            lines.insert(
+                0,
+                f"  project {self.project.root} ({len(self.project.files)} file(s)) copied to {self.project_dir} "
+                "on the login node, unless there already",
+            )
         if self.secrets:
             lines.append(
                 f"Would write the secrets {', '.join(sorted(self.secrets))} to {self.secrets_file} (0600), "
@@ -76,6 +87,8 @@ class SbatchPlan:
             "output_dir": self.output_dir,
             "script": self.script,
             "deps": [deps.to_dict() for deps in self.deps],
+            "project": self.project.to_dict() if self.project else None,
+            "project_dir": self.project_dir,
             **({"secrets": sorted(self.secrets), "secrets_file": self.secrets_file} if self.secrets else {}),
         }
 
@@ -93,6 +106,7 @@ def plan_sbatch(
     output_dir: str,
     cluster_id: str,
     workdir: str | None = None,
+    cwd: str = "",
     gpus_per_node: int = 0,
     env_file: str = "",
     env: dict[str, str] | None = None,
@@ -100,17 +114,21 @@ def plan_sbatch(
     time_limit: str | None = None,
     base_port: int = 20000,
 ) -> SbatchPlan:
-    """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes. Long because it
+    """The sbatch script that runs ``script`` with torchrun on ``run.nodes`` allocated nodes, the job
+    (and so its ranks) in ``cwd`` (a user's project's copy), else in ``workdir``. Long because it
     writes the batch script's lines in the order the script runs them."""
     layers = rank_env(run, cluster_id=cluster_id, cluster_env=env or {}, env_file=env_file)
     secrets = {k: v for k, v in layers.explicit.items() if k in run.secret_env}  # never into the script
-    # with an env file: exported again after it is sourced, so they win
-    explicit = {k: v for k, v in layers.explicit.items() if k not in secrets}
+    # with an env file: exported again after it is sourced, so they win; the run's own snapshot
+    # folder stays in the work directory where the ranks start elsewhere
+    explicit = snapshot_from_workdir(
+        {k: v for k, v in layers.explicit.items() if k not in secrets}, run, workdir or "", cwd or workdir or ""
+    )
     secrets_file = secrets_path(output_dir, run.run_id) if secrets else ""
     exports = {**layers.defaults, **({} if env_file else explicit), **layers.fixed}
     header = [
         "#!/bin/bash",
-        f"#SBATCH --job-name=ddpctl-{run.job}-{run.run_id}",
+        f"#SBATCH --job-name=ddpctl-{job_name(run.job)}-{run.run_id}",
         f"#SBATCH --nodes={run.nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
@@ -120,8 +138,8 @@ def plan_sbatch(
         header.append(f"#SBATCH --partition={partition}")
     if time_limit:
         header.append(f"#SBATCH --time={time_limit}")
-    if workdir:  # relative paths (a job's default snapshot) land here, not in the login shell's home
-        header.append(f"#SBATCH --chdir={workdir}")
+    if cwd or workdir:  # relative paths land here, not in the login shell's home
+        header.append(f"#SBATCH --chdir={cwd or workdir}")
     header += [
         f"#SBATCH --output={output_dir}/ddpctl-%j.out",
         "#SBATCH --wait-all-nodes=1",
@@ -236,3 +254,9 @@ def _kept(names: list[str], source: str) -> str:
     save = "".join(f'ddpctl_s_{k}="${k}"; ' for k in names)
     back = "".join(f'export {k}="$ddpctl_s_{k}"; unset ddpctl_s_{k}; ' for k in names)
     return save + source + back
+
+
+def job_name(job: str) -> str:
+    """A job's name as Slurm's ``--job-name`` takes it on an ``#SBATCH`` line (a script of one's own
+    is named by its file: ``my train.py`` is ``my_train``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", job)

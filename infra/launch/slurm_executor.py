@@ -26,8 +26,9 @@ from .deps import outcome
 from .head_agent import log_line, read_log_line
 from .launcher import Described, Handle, Phase
 from .nodes import NodeStatus
+from .project import pack
 from .sbatch import SbatchPlan, secrets_path
-from .ssh_executor import check_writable, run_step
+from .ssh_executor import check_writable, run_step, ship_project
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,8 +110,10 @@ class SlurmExecutor:
 
     @staticmethod
     def install(conn: fabric.Connection, plan: SbatchPlan) -> list[str]:
-        """The run's packages on the login node, into the shared work directory, before sbatch (a
-        failure: one line, and no job is submitted)."""
+        """A user's project, then the run's packages, on the login node, into the shared work
+        directory, before sbatch (a failed install: one line, and no job is submitted)."""
+        if plan.project is not None:  # once per content: a copy of the same files is reused
+            ship_project(conn, plan.project_dir, pack(plan.project))
         return outcome(plan.deps, [run_step(conn, deps) for deps in plan.deps])
 
     def submit(self, conn: fabric.Connection, plan: SbatchPlan) -> str:

@@ -153,7 +153,7 @@ class SshExecutor:
         if plan.project is not None:  # the user's project, once per content, on every node at once
             archive = pack(plan.project)
             with ThreadPoolExecutor(max_workers=len(conns)) as pool:
-                list(pool.map(lambda c, n: ship_project(c, n, archive), conns, plan.nodes))
+                list(pool.map(lambda c, n: ship_project(c, n.project_dir, archive), conns, plan.nodes))
         if plan.deps:  # the run's packages, on every node at once
             by_node = {n.node: c for n, c in zip(plan.nodes, conns)}
             with ThreadPoolExecutor(max_workers=len(plan.deps)) as pool:
@@ -259,7 +259,7 @@ class SshExecutor:
                 conns[i] = conn
             conn = conns[i]
             if renewed is not None and plan.project is not None:  # a new machine has no copy yet
-                ship_project(conn, launches[i], archive)
+                ship_project(conn, launches[i].project_dir, archive)
             if renewed is not None:  # nor the run's packages (its environment is named as before)
                 steps = [d for d in plan.deps if d.node == node]
                 outcome(steps, [run_step(conn, d) for d in steps])
@@ -292,15 +292,16 @@ def run_step(conn: fabric.Connection, deps: DepsStep) -> tuple[bool, str]:
     return done.ok, done.stdout.strip() or done.stderr
 
 
-def ship_project(conn: fabric.Connection, launch: NodeLaunch, archive: bytes) -> None:
-    """Unpack the project into the node's ``project_dir`` unless a copy of the same content is there
-    (the directory is named by the content's hash; it appears whole, by a rename)."""
-    if not launch.project_dir:
+def ship_project(conn: fabric.Connection, project_dir: str, archive: bytes) -> None:
+    """Unpack the project into ``project_dir`` on the node unless a copy of the same content is there
+    (the directory is named by the content's hash; it appears whole, by a rename). The SSH executor
+    ships to each node its launch names; the Slurm executor to the login node's shared work dir."""
+    if not project_dir:
         return
-    where = shlex.quote(launch.project_dir)
+    where = shlex.quote(project_dir)
     if conn.run(f"test -d {where}", hide=True, warn=True, in_stream=False).ok:
         return
-    tmp = f"{launch.project_dir}.{os.getpid()}.tmp"
+    tmp = f"{project_dir}.{os.getpid()}.tmp"
     conn.run(f"mkdir -p {shlex.quote(tmp)}", hide=True, in_stream=False)
     conn.put(io.BytesIO(archive), f"{tmp}.tar.gz")
     conn.run(

@@ -7,6 +7,7 @@ is a ``ShellVar``, written as ``"$NAME"`` by ``shell_join``; everything else is 
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,17 @@ def run_snapshot_dir(shared_dir: str, run_id: str) -> str:
     """A run's own snapshot folder: in the cluster's shared directory, else in the head node's work
     directory (relative: the ranks start there)."""
     return f"{shared_dir}/runs/{run_id}" if shared_dir else f"runs/{run_id}"
+
+
+def snapshot_from_workdir(env: dict[str, str], run: RunSpec, workdir: str, cwd: str) -> dict[str, str]:
+    """The run's own snapshot folder (relative: under the head's work directory, where ``down`` and
+    ``download`` look for it) made absolute where the ranks start elsewhere (a user's project, copied
+    to ``projects/<digest>``; both launchers): else its outputs would land inside the project's copy,
+    found by nothing."""
+    snap = env.get("DDPCTL_SNAPSHOT_DIR", "")
+    if snap and not run.snapshot_dir and not posixpath.isabs(snap) and workdir and cwd != workdir:
+        return {**env, "DDPCTL_SNAPSHOT_DIR": f"{workdir.rstrip('/')}/{snap}"}
+    return env
 
 
 def rank_env(

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..launch import deps
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
-from ..launch.project import locate, scan
+from ..launch.project import Project, locate, scan
 from ..launch.reach_plan import head_reach_plan
 from ..launch.sbatch import SbatchPlan, plan_sbatch
 from ..launch.slurm_executor import SlurmExecutor
@@ -171,7 +171,8 @@ def _prepare_sbatch(
     go in a 0600 file beside the script, which the job reads and removes (``launch/sbatch.py``)."""
     if run.elastic:
         raise UsageError("--nodes MIN:MAX (elastic) is for torchrun launches: give sbatch a node count")
-    plan = plan_slurm(cluster, run, job.script, deps.find(None, opts.requirements))
+    project, requirements = user_project(job, opts, remote=True)  # a user's script: its project, shipped
+    plan = plan_slurm(cluster, run, job.script, requirements, project)
     login = cluster.nodes[0].ssh
     assert login is not None  # Slurm answers on a remote head node
     slurm = partial(SlurmExecutor, login)
@@ -198,15 +199,7 @@ def _prepare_torchrun(
     """A run through torchrun on every node (c10d rendezvous on the head's port): the user's
     project and packages located, the plan made (again, ``replan``, for a cluster that changed)."""
     port = provider.rdzv_port(cluster, opts.port)
-    project = requirements = None
-    if not job.bundled:  # its project: shipped to remote nodes, run in place on this machine's
-        workdir = Path(opts.workdir) if opts.workdir else None
-        project = locate(job.script, workdir)
-        requirements = deps.find(Path(project.root), opts.requirements)
-        if provider.remote_nodes:  # with what pip needs of it, wheels .gitignore leaves out too
-            project = scan(job.script, workdir, extra=requirements.files if requirements else ())
-    else:
-        requirements = deps.find(None, opts.requirements)
+    project, requirements = user_project(job, opts, remote=provider.remote_nodes)
     # this machine's nodes: one folder of environments for every cluster (a run's own cluster too)
     envs = "" if provider.remote_nodes else str(store.home / "envs")
 
@@ -228,6 +221,22 @@ def _prepare_torchrun(
     if resume:
         plan = replace(plan, stop_first=True)
     return PreparedRun(provider, cluster, run, plan, ephemeral, opts, summary, replan)
+
+
+def user_project(job: Job, opts: RunOptions, *, remote: bool) -> tuple[Project | None, deps.Requirements | None]:
+    """A user's script's project and the run's requirements (the project's ``requirements.txt``, or
+    ``--requirements``); a bundled job has no project, only its ``--requirements``. ``remote``: the
+    project is shipped (over SSH to each node, or through sbatch to the login node's shared work
+    directory), so it is read and hashed, with what pip needs of it (wheels .gitignore leaves out too);
+    else this machine's nodes run it in place."""
+    if job.bundled:
+        return None, deps.find(None, opts.requirements)
+    workdir = Path(opts.workdir) if opts.workdir else None
+    project = locate(job.script, workdir)
+    requirements = deps.find(Path(project.root), opts.requirements)
+    if remote:
+        project = scan(job.script, workdir, extra=requirements.files if requirements else ())
+    return project, requirements
 
 
 def finished_ok(store: StateStore, run_id: str) -> bool:
@@ -361,10 +370,15 @@ def run_summary(cluster: ClusterState, run: RunSpec, opts: RunOptions, *, epheme
 
 
 def plan_slurm(
-    cluster: ClusterState, run: RunSpec, script: Path, requirements: deps.Requirements | None = None
+    cluster: ClusterState,
+    run: RunSpec,
+    script: Path,
+    requirements: deps.Requirements | None = None,
+    project: Project | None = None,
 ) -> SbatchPlan:
     """sbatch on the cluster's head (login) node; output on the head's work dir (a shared filesystem),
-    the run's packages (``requirements``) too, made there from the login node before sbatch."""
+    the run's packages (``requirements``) too, made there from the login node before sbatch; a
+    user's script from its ``project``'s copy there (``projects/<digest>``), where its ranks start."""
     if not cluster.nodes or not cluster.nodes[0].ssh:
         raise UsageError(f"--launcher sbatch needs a cluster with a Slurm login node; {cluster.name!r} has none")
     head = cluster.nodes[0]
@@ -373,14 +387,14 @@ def plan_slurm(
             f"--launcher sbatch runs the same --nproc-per-node on every node, not {'+'.join(map(str, run.nprocs()))}: "
             "give one value"
         )
-    node_script = str(script)
+    node_script, cwd, project_dir = str(script), "", ""
     if head.bundle_dir and script.is_relative_to(BUNDLE_DIR):
         node_script = f"{head.bundle_dir}/{script.relative_to(BUNDLE_DIR)}"
-    elif head.bundle_dir:
-        raise UsageError(
-            "--launcher sbatch runs the bundled jobs (mnist, mingpt, message-passing): run your own script with "
-            "--launcher torchrun, which ships its project to every node"
-        )
+    elif project is not None:  # copied once per content into the shared work dir, as torchrun's nodes get it
+        project_dir = cwd = f"{head.workdir}/projects/{project.digest}"
+        node_script = f"{project_dir}/{project.script}"
+    elif not script.is_relative_to(BUNDLE_DIR):
+        raise UsageError(f"{script}: a script for sbatch ships with its project (infra.launch.project.scan)")
     python, steps = head.python or cluster.spec.python, ()
     if requirements is not None:
         envs = f"{head.workdir}/envs"
@@ -390,7 +404,7 @@ def plan_slurm(
             host=head.host,
             python=python,
             envs=envs,
-            project_dir="",
+            project_dir=project_dir,
             workdir=head.workdir,
             local=False,
         )
@@ -401,9 +415,10 @@ def plan_slurm(
         script=node_script,
         output_dir=f"{head.workdir}/slurm",
         workdir=head.workdir,
+        cwd=cwd,
         cluster_id=cluster.cluster_id,
         gpus_per_node=head.gpus,
         env_file=head.env_file,
         env=cluster.spec.env,
     )
-    return replace(plan, deps=steps)
+    return replace(plan, deps=steps, project=project if project_dir else None, project_dir=project_dir)

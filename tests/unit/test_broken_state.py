@@ -65,17 +65,23 @@ def test_secrets_go_to_sbatch_in_a_file_not_the_script(home: Path, monkeypatch: 
     assert "s3cr3t-value" not in shown and "TOKEN_X" in shown
 
 
-def test_a_script_of_ones_own_through_sbatch_says_what_runs_it(home: Path, tmp_path: Path) -> None:
+def test_a_script_of_ones_own_through_sbatch_that_is_not_there_is_one_line(home: Path, tmp_path: Path) -> None:
+    """sbatch runs a user's script too (issue 37, tests/unit/test_sbatch_plan.py); a script that is
+    not there, or a --workdir that does not hold it, is one line before anything is shipped."""
     store = StateStore(home)
     head = NodeInfo(
         name="login", host="10.0.0.1", workdir="/w", bundle_dir="/w/b", ssh=Host(name="login", address="10.0.0.1")
     )
     spec = cluster_spec(name="slurm", provider="onprem", inventory="/dev/null")
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=[head], launcher="sbatch"))
-    script = tmp_path / "train.py"
-    script.write_text("print('hi')\n")
-    with pytest.raises(UsageError, match="runs the bundled jobs .* run your own script with --launcher torchrun"):
-        prepare(RunOptions(job=str(script), name="slurm"), store)
+    missing = tmp_path / "train.py"
+    with pytest.raises(UsageError, match=f"^script '{missing}' does not exist: give the path to a Python file$"):
+        prepare(RunOptions(job=str(missing), name="slurm"), store)
+    missing.write_text("print('hi')\n")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(UsageError, match="^--workdir .*other does not contain .*train.py: give the directory"):
+        prepare(RunOptions(job=str(missing), name="slurm", workdir=str(tmp_path / "other")), store)
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
 
 def test_secret_values_are_one_line() -> None:
