@@ -83,6 +83,43 @@ def test_mnist_through_sbatch(slurm_cluster) -> None:
     assert accuracies and accuracies[-1] >= 70.0, result.stdout  # one epoch on 30 %: about 80 % (chance: 10 %)
 
 
+#: a user's script that imports a module beside it and says where it started
+USER_SCRIPT = """\
+import os
+import torch.distributed as dist
+from helper import greeting
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: {greeting()} in {os.getcwd()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_users_own_project_through_sbatch(slurm_cluster, slurm_testbed: Testbed, tmp_path: Path) -> None:
+    """`ddpctl run ./proj/train.py --nodes 2` on a Slurm cluster (issue 37, G3): the project (the
+    script and the module it imports) copied to the login node's shared work directory, the job's
+    ranks started in that copy on both nodes; a script that is not there is one line, nothing queued."""
+    project = tmp_path / "my project"
+    project.mkdir()
+    (project / "helper.py").write_text("def greeting():\n    return 'hello from helper'\n")
+    (project / "train.py").write_text(USER_SCRIPT)
+    args = ("run", str(project / "train.py"), "--nodes", "2", "--run-id", "rslurmproj1")
+    result = ddpctl(*args, env=slurm_cluster.env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "through sbatch" in result.stderr
+    said = dict(re.findall(r"\[(node\d r\d)\] rank \d of 2: hello from helper in (\S+)", result.stdout))
+    assert set(said) == {"node0 r0", "node1 r1"}, result.stdout
+    copy = Path(said["node0 r0"])
+    assert said["node1 r1"] == str(copy) and copy.parent.name == "projects"  # one copy, in the shared work dir
+    assert sorted(p.name for p in copy.iterdir() if p.is_file()) == ["helper.py", "train.py"]
+    assert run_results(slurm_cluster.env)["rslurmproj1"] == "succeeded"
+    missing = ddpctl("run", str(project / "nope.py"), "--nodes", "2", env=slurm_cluster.env)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1] == (
+        f"Error: script '{project / 'nope.py'}' does not exist: give the path to a Python file"
+    )
+    assert squeue(slurm_testbed) == ""
+
+
 def start(env: dict[str, str]) -> subprocess.Popen:
     return start_ddpctl("run", "mnist", "--nodes", "2", "--", "--epochs", "20", env=env)
 
@@ -133,7 +170,7 @@ def test_ctrl_c_cancels_the_job(slurm_cluster, slurm_testbed: Testbed) -> None:
 
 def killed_job(slurm_cluster, run_id: str, epochs: int) -> None:
     """An sbatch MNIST run whose ddpctl here is SIGKILLed once rank 1 printed: Slurm keeps the job,
-    recorded here with its handle (the job id). (sbatch runs bundled jobs only.)"""
+    recorded here with its handle (the job id)."""
     args = ("run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", str(epochs))
     run = start_ddpctl(*args, env=slurm_cluster.env)
     wait_for_line(run, " r1] ")
