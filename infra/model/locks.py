@@ -114,13 +114,19 @@ class _Lock:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs. A zombie does not: a detached ddpctl killed after its
+    parent exited waits as one for ever where PID 1 reaps no orphans (a container without an init)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone just now, or no /proc (macOS: kill's answer stands)
+        return not Path("/proc/self").is_dir()
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _run_lock(store: StateStore, run_id: str) -> _Lock:

@@ -380,11 +380,24 @@ def refuse_taken_down(state: ClusterState, run_id: str) -> None:
 def before_down(
     progress: Progress, *, ask: Callable[[str], None] | None, keep: bool
 ) -> Callable[[Provider, ClusterState, StateStore], None]:
-    """What ``down`` does first (``lifecycle.clusters.down``'s ``before``): the runs' outputs that exist
-    only on the cluster, named in the question a billed provider's ``down`` asks (``ask`` raises to
-    stop), then copied into their run records unless not ``keep``."""
+    """What ``down`` does first (``lifecycle.clusters.down``'s ``before``): the records and logs of
+    runs that went on on the cluster's side brought here (``on_cluster``), then the runs' outputs that
+    exist only on the cluster, named in the question a billed provider's ``down`` asks (``ask`` raises
+    to stop), then copied into their run records unless not ``keep``."""
 
     def before(provider: Provider, state: ClusterState, store: StateStore) -> None:
+        if state.status == ClusterPhase.UP and state.nodes:
+            # a run that ended on the cluster's side with no ddpctl here (detached, its ddpctl gone):
+            # its log and record come here while the head still has them
+            from .on_cluster import runs_on_cluster
+
+            going = runs_on_cluster(store, state.name)
+            if going:  # as a run whose ddpctl here holds the cluster: never taken down under a run
+                raise DdpctlError(
+                    f"cluster {state.name!r} has run {going[0]} going on on it (its ddpctl here is gone): wait "
+                    f"for it to end (`ddpctl logs --follow {going[0]}`), or stop it (`ddpctl stop {going[0]}`), "
+                    "then `ddpctl down` again"
+                )
         _keep_outputs(provider, state, store, progress, ask=ask, keeping=keep)
 
     return before

@@ -6,7 +6,7 @@ node program itself (``infra/node_programs/autodown.py``) on this machine with s
 the cluster's run marker, or a Slurm job in the queue, keeps it up.
 
 End to end on the EC2 twin (one cluster of 2 nodes): `up --autodown` starts the program on the head
-node; a detached run keeps the cluster up past the idle time; once the run is stopped, the head
+node; a detached run keeps the cluster up past the idle time; once the run ends (its ddpctl here killed), the head
 node shuts the other node down over the cluster's SSH mesh, then itself (the twin's `shutdown`
 stand-in), and the twin terminates both instances in moto, as EC2 does with
 ``InstanceInitiatedShutdownBehavior=terminate``; then `ddpctl status` deletes the rest and says so.
@@ -234,9 +234,14 @@ def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
         "if os.environ['RANK'] == '0':\n"
         "    d = pathlib.Path(os.environ['DDPCTL_SNAPSHOT_DIR']); d.mkdir(parents=True, exist_ok=True)\n"
         "    (d / 'snap.txt').write_text('weights')\n"
-        "time.sleep(900)\n"
+        "go, since = pathlib.Path(os.environ['GO_FILE']), time.monotonic()\n"
+        "while not go.exists() and time.monotonic() < since + 900:\n"
+        "    time.sleep(0.2)\n"
+        "print('bye rank', os.environ['RANK'])\n"
     )
-    env.ok("run", str(script), "--nodes", "2", "--detach", "--run-id", "rautodown1")
+    go = f"GO_FILE={env.tmp / 'go-rautodown1'}"  # the run ends by itself once the file exists
+    started = env.ok("run", str(script), "--nodes", "2", "--detach", "--run-id", "rautodown1", "-e", go, "--json")
+    (env.tmp / "rautodown1.pid").write_text(str(json.loads(started.stdout)["pid"]))  # its detached ddpctl
     deadline = time.monotonic() + 300
     while not _head_state(env).get("activity") and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -255,9 +260,13 @@ def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
 def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodown_env: TwinEnv) -> None:
     """Issue 37: autodown deleted the runs' outputs with the nodes' disks. The head now stops (its
     disk kept, the others terminated); `status` says so and deletes nothing; `down` starts the head,
-    copies the run's snapshot into its record, then deletes everything."""
+    brings the record and log of the run that ended there with no ddpctl here, copies the run's
+    snapshot into its record, then deletes everything."""
     env = autodown_env
-    env.ok("stop", "rautodown1", timeout=120)  # the detached run's ddpctl ends with it
+    # the run ends by itself on the head, its ddpctl here gone (killed: a laptop's battery): only
+    # the head has its record and the end of its log, as autodown stops it
+    os.kill(int((env.tmp / "rautodown1.pid").read_text()), signal.SIGKILL)
+    (env.tmp / "go-rautodown1").touch()
     head = env.state()["resources"]
     ids = [i for r in head if r["kind"] == "instances" for i in r["detail"]["ids"]]
     want = {ids[0]: "stopped", **{i: "terminated" for i in ids[1:]}}
@@ -278,6 +287,7 @@ def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodow
         "`ddpctl up` a new one"
     ), run.stderr
     assert _instance_states(env) == want
+    assert not (env.home / "runs" / "rautodown1" / "run.json").exists()  # nothing here knows it ended
     down = env.ok("down", "--yes", timeout=600)
     assert "node0 was stopped with the runs' outputs on its disk: copying them here" in down.stderr, down.stderr
     assert "aws cluster 'default' is down" in down.stderr
@@ -285,5 +295,9 @@ def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodow
     assert kept.read_text() == "weights"
     env.assert_nothing_left("default")
     assert json.loads(env.ok("status", "--json").stdout)["clusters"] == []
+    # its record and whole log came here before the head went (issue 37's audit, G1)
+    assert "bye rank 1" in env.ok("logs", "rautodown1").stdout
+    [ended] = [r for r in json.loads(env.ok("runs", "--json").stdout)["runs"] if r["run_id"] == "rautodown1"]
+    assert ended["state"] == "succeeded", ended
     env.ok("download", "rautodown1", "--to", str(env.home.parent / "got"))  # from the record, the cluster gone
     assert (env.home.parent / "got" / "rautodown1" / "snap.txt").read_text() == "weights"

@@ -186,3 +186,30 @@ def test_a_run_held_here_is_described_from_its_lock_and_record(home: Path) -> No
     assert described.phase is Phase.ENDED and described.record["result"]["exit_code"] == 0
     lines: list = []
     assert here.attach(handle, lines.append, seen=[]).ok and [line.text for line in lines] == ["a", "agent", "b"]
+
+
+def test_a_killed_ddpctl_left_as_a_zombie_holds_no_run(tmp_path: Path) -> None:
+    """A detached ddpctl killed after its parent exited stays a zombie where PID 1 reaps no orphans
+    (a container without an init; this machine): its run is not alive, so `down` and `runs` bring
+    the run's record from the head (issue 37's G1 was lost behind it)."""
+    from ddpctl.infra.model import locks
+    from ddpctl.infra.model.store import StateStore
+
+    store = StateStore(tmp_path)
+    holder = store.run_dir("r1").with_name(".r1.lock.{}.json")
+    holder.parent.mkdir(parents=True)
+    child = subprocess.Popen(["sleep", "60"])  # ours, not waited for: a zombie once killed
+    try:
+        holder.with_name(holder.name.format(child.pid)).write_text(
+            json.dumps({"command": "run", "pid": child.pid, "since": 0.0})
+        )
+        assert locks.run_alive(store, "r1")
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not locks.run_alive(store, "r1")
+    finally:
+        child.kill()
+        child.wait()

@@ -214,17 +214,33 @@ def test_ctrl_c_of_a_reattached_run_stops_it(cluster, tmp_path: Path) -> None:
     assert ended(cluster["env"], "rhead00010") == "succeeded"
 
 
-def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed) -> None:
+def test_down_removes_the_runs_on_the_head(cluster, testbed: Testbed, tmp_path: Path) -> None:
     """The head's run folders (in the cluster's own work dir) go with `down`, where the nodes stay (onprem)."""
     state = json.loads((cluster["home"] / "clusters" / "default.json").read_text())
     workdir = Path(state["nodes"][0]["workdir"])
     assert workdir.parent == testbed.node_dir("node0") / "work"  # the cluster's own folder under the root
     runs_on_head = workdir / "head-runs"
     assert (runs_on_head / "rhead00001" / "run.json").is_file()
+    # a run whose ddpctl here is gone goes on on the head: `down` refuses while it goes on (never
+    # under a run); once it ended there, with no command here asking, `down` brings its log and
+    # record here first (issue 37: they went with the head, and so with autodown's)
+    held_run(cluster, "rhead00019", tmp_path / "go")
+    refused = ddpctl("down", env=cluster["env"])
+    assert refused.returncode == 1 and "has run rhead00019 going on on it" in refused.stderr, refused.stderr
+    assert "`ddpctl stop rhead00019`" in refused.stderr.strip().splitlines()[-1]
+    (tmp_path / "go").touch()
+    deadline = time.monotonic() + 240
+    while not (runs_on_head / "rhead00019" / "run.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not (cluster["home"] / "runs" / "rhead00019" / "run.json").exists()  # nothing here knows it ended
     down = ddpctl("down", env=cluster["env"])
     assert down.returncode == 0, down.stderr
     cluster["up"] = False
     assert not runs_on_head.exists()
+    record = json.loads((cluster["home"] / "runs" / "rhead00019" / "run.json").read_text())
+    assert record["result"]["exit_code"] == 0
+    assert "done rank 1" in "\n".join(local_log(cluster, "rhead00019"))
+    assert run_results(cluster["env"])["rhead00019"] == "succeeded"
 
 
 def test_the_head_bundle_needs_only_the_standard_library(tmp_path: Path) -> None:
