@@ -193,10 +193,10 @@ def remote_stop(
 ) -> None:
     """Signal the processes tagged ``key=value`` (and every marker in ``also``) on the node behind
     ``conn`` (see node_programs/stop.py)."""
-    from ..node_programs import source
+    from ..node_programs import command
 
     extra = "".join(f" {k} {shlex.quote(v)}" for k, v in (also or {}).items())
-    cmd = f"python3 -c {shlex.quote(source('stop'))} {key} {shlex.quote(value)} {mode} {grace}{extra}"
+    cmd = f"{command('python3', 'stop', key, value, mode, str(grace))}{extra}"
     with traced("stop", str(conn.host)):  # a round trip, for bench/scale.py (DDPCTL_TRACE)
         try:
             conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
@@ -207,10 +207,10 @@ def remote_stop(
 def writable_problem(conn: fabric.Connection, path: str) -> str:
     """Why the user behind ``conn`` cannot write or create the directory ``path`` there ("": it can;
     node_programs/writable.py)."""
-    from ..node_programs import source
+    from ..node_programs import command
 
     result = conn.run(
-        f"python3 -c {shlex.quote(source('writable'))} {shlex.quote(path)}",
+        command("python3", "writable", path),
         hide=True,
         warn=True,
         in_stream=False,

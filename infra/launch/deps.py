@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.errors import DdpctlError, UsageError
-from ..node_programs import source
+from ..node_programs import argv as program_argv
+from ..node_programs import shown
 
 #: found in a project's root without ``--requirements``
 REQUIREMENTS = "requirements.txt"
 #: folders of a project (beside the requirements file, or these under the project's root) whose
 #: wheels and source archives pip may install from (``--find-links``)
 WHEEL_FOLDERS = ("wheels", "wheelhouse")
-#: how ``--dry-run`` names the node program in an argv
-DEPS_PROGRAM = "node program deps.py"
 
 
 @dataclass(frozen=True)
@@ -139,8 +138,9 @@ class DepsStep:
         return f"cd {shlex.quote(self.cwd)} && {shlex.join(self.argv)}"
 
     def dry_run_lines(self) -> list[str]:
-        argv = [f"<{DEPS_PROGRAM}>" if i == 2 else a for i, a in enumerate(self.argv)]
-        argv[4] = f"<{self.requirements}: {len(self.argv[4].splitlines())} line(s)>"
+        argv = shown(self.argv)
+        text = argv.index("deps") + 2  # after the environment's folder: the requirements' text
+        argv[text] = f"<{self.requirements}: {len(argv[text].splitlines())} line(s)>"
         return [
             f"  packages on {self.node} ({self.host}), before the run:",
             f"    cwd:  {self.cwd}",
@@ -171,7 +171,7 @@ def step(
         links = list(req.find_links) if local else []
         path = req.path if local else ""  # remote: its text alone
     cwd = project_dir or (links[0] if links else workdir)
-    argv = (python, "-c", source("deps"), env_dir, req.text, path, *links)
+    argv = program_argv(python, "deps", env_dir, req.text, path, *links)
     return DepsStep(node, host, env_dir, argv, cwd, req.path)
 
 

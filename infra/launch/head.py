@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..model.errors import DdpctlError
-from ..node_programs import source
+from ..node_programs import command
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, STORE_KEY
 from ..tools.signals import sigint_deferred
 from ..tools.trace import ENV as TRACE_ENV
@@ -86,7 +86,7 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
         "store": store,
         "min_nodes": plan.min_nodes,
         "grace_s": grace_s,
-        "stop_source": source("stop"),
+        "stop_command": command("python3", "stop"),
         "run_key": RUN_KEY,
         "node_key": NODE_KEY,
         "store_key": STORE_KEY,

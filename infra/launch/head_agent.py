@@ -84,7 +84,7 @@ def stop(spec: dict, host: str, mode: str, key: str = "", value: str = "", marke
     """Signal the run's processes on ``host`` (node_programs/stop.py), narrowed by ``key=value``."""
     extra = f" {key} {shlex.quote(value)}" if key else ""
     command = (
-        f"python3 -c {shlex.quote(spec['stop_source'])} {marker or spec['run_key']} "
+        f"{spec['stop_command']} {marker or spec['run_key']} "
         f"{shlex.quote(spec['run_id'])} {mode} {spec['grace_s']}{extra}"
     )
     with traced("stop", host):  # a round trip, for bench/scale.py and test_scale (DDPCTL_TRACE)

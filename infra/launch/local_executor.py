@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..node_programs import source
+from ..node_programs import argv as program_argv
 from ..tools.procs import CLUSTER_KEY, NODE_KEY, RUN_KEY, stop_tagged
 from ..tools.signals import sigint_deferred
 from .deps import DepsStep, outcome
@@ -49,7 +49,7 @@ def _start_sweeper(run_id: str) -> subprocess.Popen:
     whatever of the run is left once the agents had their grace. Without the run's markers itself."""
     env = {k: v for k, v in os.environ.items() if k not in (RUN_KEY, CLUSTER_KEY, NODE_KEY)}
     return subprocess.Popen(
-        [sys.executable, "-c", source("stop"), RUN_KEY, run_id, "orphan", str(SWEEP_GRACE_S), str(os.getpid())],
+        program_argv(sys.executable, "stop", RUN_KEY, run_id, "orphan", str(SWEEP_GRACE_S), str(os.getpid())),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

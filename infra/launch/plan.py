@@ -15,14 +15,12 @@ from ..model.errors import UsageError
 from ..model.host import Host
 from ..model.spec import RunSpec
 from ..model.state import ClusterState, NodeInfo
-from ..node_programs import source
+from ..node_programs import argv as program_argv
+from ..node_programs import shown
 from ..tools.procs import NODE_KEY, STORE_KEY
 from .deps import DepsStep, Requirements, step
 from .project import Project
 from .torchrun import RankEnv, literal, rank_env, run_markers, snapshot_from_workdir, torchrun_argv
-
-#: how --dry-run names the store's program in its argv (infra/node_programs/rdzv_store.py)
-STORE_PROGRAM = "node program rdzv_store.py"
 
 #: What records and ``--dry-run`` show for a secret's value (``run -e KEY``, ``--env-file``).
 SECRET_SHOWN = "<secret>"
@@ -120,11 +118,7 @@ class LaunchPlan:
         for deps in self.deps:
             lines += deps.dry_run_lines()
         if self.store is not None:
-            argv = [
-                f"<{STORE_PROGRAM}>" if i == 2 and self.store.argv[1] == "-c" else a
-                for i, a in enumerate(self.store.argv)
-            ]
-            lines += self.store.dry_run_lines(f"rendezvous store on {self.store.node}", argv)
+            lines += self.store.dry_run_lines(f"rendezvous store on {self.store.node}", shown(self.store.argv))
         for node in self.nodes:
             lines += node.dry_run_lines(node.node, node.argv)
         return lines
@@ -138,6 +132,7 @@ class LaunchPlan:
             node["env"] = launch.shown_env()
         if self.store is not None:
             doc["store"]["env"] = self.store.shown_env()
+            doc["store"]["argv"] = shown(self.store.argv)  # its program by name, not its text
         return doc
 
 
@@ -260,7 +255,7 @@ def store_launch(cluster: ClusterState, run: RunSpec, head: NodeInfo, port: int)
         node=head.name,
         host=head.host,
         node_rank=0,
-        argv=(head.python or cluster.spec.python, "-c", source("rdzv_store"), head.host, str(port), run.run_id),
+        argv=program_argv(head.python or cluster.spec.python, "rdzv_store", head.host, str(port), run.run_id),
         env={**markers, STORE_KEY: run.run_id},
         cwd=head.workdir,
         log_dir="",

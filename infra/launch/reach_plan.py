@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..model.errors import DdpctlError
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
-from ..node_programs import source
+from ..node_programs import argv as program_argv
 from .nodes import OutputLine
 from .plan import LaunchPlan, NodeLaunch, node_layers
 
@@ -45,10 +45,9 @@ def plan_reach(
         else:
             peers = [] if i == 0 else [hosts[0]]
             expect = len(nodes) - 1 if i == 0 else 0
-        argv = (
+        argv = program_argv(
             node.python or cluster.spec.python,
-            "-c",
-            source("reach"),
+            "reach",
             str(port),
             node.host,
             ",".join(peers),

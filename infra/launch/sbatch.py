@@ -174,7 +174,7 @@ def plan_sbatch(
     # The store: in this (the batch) shell's node, the first allocated one; its output in a file of
     # its own, read until it says READY. Should it not start, what it said goes to the head node's
     # output file, the one ddpctl streams, and the job ends before any agent starts.
-    store = shlex.join(["exec", "env", f"{STORE_KEY}={run.run_id}", python, "-c", node_programs.source("rdzv_store")])
+    store = shlex.join(["exec", "env", f"{STORE_KEY}={run.run_id}", *node_programs.argv(python, "rdzv_store")[1:]])
     store_out = f"{shlex.quote(output_dir)}/ddpctl-$SLURM_JOB_ID.store"
     body = [
         "set -euo pipefail",

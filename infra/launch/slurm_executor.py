@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from ..hosts.connections import connect, remote_stop
 from ..model.errors import DdpctlError
 from ..model.host import Host
-from ..node_programs import source
+from ..node_programs import argv as program_argv
+from ..node_programs import command
 from ..tools.procs import RUN_KEY
 from .deps import outcome
 from .head_agent import log_line, read_log_line
@@ -242,7 +243,7 @@ class SlurmLauncher:
             prefix = shlex.quote(f"ddpctl-{handle.ref}-")
             got = _run(
                 self.conn,
-                f"python3 -c {shlex.quote(source('slurm_tail'))} {shlex.quote(handle.folder)} {prefix} once",
+                f"{command('python3', 'slurm_tail', handle.folder)} {prefix} once",
                 check=False,
             )
             for text in got.splitlines():
@@ -328,8 +329,10 @@ class SlurmLauncher:
     ) -> threading.Thread:
         chan = self.conn.client.get_transport().open_session()
         chan.exec_command(
-            f"exec env {RUN_KEY}={marker} python3 -u -c {shlex.quote(source('slurm_tail'))} "
-            f"{shlex.quote(handle.folder)} {shlex.quote(f'ddpctl-{handle.ref}-')}"
+            shlex.join(
+                ["exec", "env", f"{RUN_KEY}={marker}", "PYTHONUNBUFFERED=1"]
+                + list(program_argv("python3", "slurm_tail", handle.folder, f"ddpctl-{handle.ref}-")[1:])
+            )
         )
 
         def pump() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import tarfile
 import tempfile
@@ -155,14 +154,13 @@ def measure(state: ClusterState, folders: list[RunFolder]) -> list[RunFolder]:
 
 def _remote_sizes(state: ClusterState, paths: list[str]) -> list[list[int] | None]:
     from ..hosts.connections import connect
-    from ..node_programs import source
+    from ..node_programs import command
 
     head = state.nodes[0]
     conn = connect(head.ssh)
     try:
-        args = " ".join(shlex.quote(p) for p in paths)
         result = conn.run(
-            f"python3 -c {shlex.quote(source('outputs'))} sizes {args}",
+            command("python3", "outputs", "sizes", *paths),
             hide=True,
             warn=True,
             in_stream=False,
@@ -207,14 +205,14 @@ def _remote_tar(state: ClusterState, path: str, into: Path) -> None:
     """The head's ``outputs.py tar PATH`` read off an SSH channel, unpacked into ``into`` (tarfile's
     ``data`` filter: no absolute names, no links out, no devices)."""
     from ..hosts.connections import connect
-    from ..node_programs import source
+    from ..node_programs import command
 
     head = state.nodes[0]
     conn = connect(head.ssh)
     try:
         channel = conn.client.get_transport().open_session()
         channel.settimeout(300)  # a stalled node, not a slow copy: each read waits this long at most
-        channel.exec_command(f"python3 -c {shlex.quote(source('outputs'))} tar {shlex.quote(path)}")
+        channel.exec_command(command("python3", "outputs", "tar", path))
         stream = channel.makefile("rb")
         try:
             with tarfile.open(fileobj=stream, mode="r|") as archive:

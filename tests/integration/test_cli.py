@@ -148,7 +148,8 @@ def test_run_dry_run_creates_nothing(home: Path) -> None:
     assert "mnist.py --epochs 1" in out
     assert "env:  GLOO_SOCKET_IFNAME=lo" in out
     assert "  rendezvous store on node0 (127.0.0.1):" in out and "env:  DDPCTL_RDZV_STORE=dry1" in out
-    assert "-c '<node program rdzv_store.py>' 127.0.0.1 " in out  # the program by name, not its text
+    assert "'DDPCTL_NODE_PROGRAM=<node program rdzv_store.py>' " in out  # the program by name, not its text
+    assert " rdzv_store 127.0.0.1 " in out
     assert tree(home) == []
 
 
@@ -164,7 +165,7 @@ def test_run_dry_run_json(home: Path) -> None:
     store = plan["store"]  # the c10d store: on the head node, apart from its agent, which joins it
     assert (
         store["node"] == "node0"
-        and store["argv"][1] == "-c"
+        and store["argv"][1] == "DDPCTL_NODE_PROGRAM=<node program rdzv_store.py>"  # its name, not its text
         and store["argv"][-2:] == [plan["rdzv_endpoint"].split(":")[1], "dry2"]  # its port, the rendezvous id
     )
     assert store["env"]["DDPCTL_RUN_ID"] == store["env"]["DDPCTL_RDZV_STORE"] == "dry2"

@@ -1,4 +1,5 @@
-"""The programs ddpctl runs on nodes, run for real here as the nodes' python3 runs them: ``python -c TEXT``.
+"""The programs ddpctl runs on nodes, run for real here as the nodes' python3 runs them: their text in
+the environment, ``env DDPCTL_NODE_PROGRAM=TEXT python -c LOADER NAME ARGS`` (``node_programs.argv``).
 
 With this Python, or the one in ``DDPCTL_TEST_NODE_PYTHON`` (e.g. a Python 3.8, the oldest a node may have;
 the schema probe's tests need PyYAML in it).
@@ -33,15 +34,59 @@ PYTHON = os.environ.get("DDPCTL_TEST_NODE_PYTHON") or sys.executable
 
 
 def run(name: str, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python -c TEXT ARGS``, the way the callers send the program."""
+    """The program as the callers send it (``node_programs.argv``)."""
     return subprocess.run(
-        [PYTHON, "-c", node_programs.source(name), *args],
+        node_programs.argv(PYTHON, name, *args),
         input=stdin,
         capture_output=True,
         text=True,
         env=env,
         timeout=10,
     )
+
+
+def test_a_node_program_reads_in_ps_and_its_tracebacks_name_it(tmp_path: Path) -> None:
+    """Issue 40: `ps` on a node shows a node program's name and arguments, not kilobytes of its
+    source; the program sees its own arguments, and not the variable that carried its text."""
+    marker = f"test-{uuid.uuid4().hex[:12]}"
+    sweeper = subprocess.Popen(
+        node_programs.argv(PYTHON, "stop", "DDPCTL_TEST", marker, "orphan", "1", str(os.getpid()))
+    )
+    try:
+        deadline = time.monotonic() + 30
+        cmdline: list[str] = []
+        while time.monotonic() < deadline:  # env replaced by the Python it started
+            cmdline = Path(f"/proc/{sweeper.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            if cmdline[0] != "env":
+                break
+            time.sleep(0.05)
+        assert cmdline == [
+            PYTHON,
+            "-c",
+            node_programs.LOADER,
+            "stop",
+            "DDPCTL_TEST",
+            marker,
+            "orphan",
+            "1",
+            str(os.getpid()),
+        ]
+        assert len(" ".join(cmdline)) < 200 + len(PYTHON)
+        assert sweeper.poll() is None  # running: waiting for its parent (this test) to go
+    finally:
+        sweeper.kill()
+        sweeper.wait()
+    shown = node_programs.shown(node_programs.argv("python3", "reach", "29500"))
+    assert shown[1] == "DDPCTL_NODE_PROGRAM=<node program reach.py>" and shown[-2:] == ["reach", "29500"]
+    code = "import os, sys; print(sys.argv[1:], 'DDPCTL_NODE_PROGRAM' in os.environ); raise SystemExit(1 / 0)"
+    proc = subprocess.run(
+        ["env", f"DDPCTL_NODE_PROGRAM={code}", PYTHON, "-c", node_programs.LOADER, "mine", "a b", "c"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.stdout == "['a b', 'c'] False\n"
+    assert 'File "mine", line 1' in proc.stderr and "ZeroDivisionError" in proc.stderr
 
 
 # --- stop ----------------------------------------------------------------------------------------

@@ -104,14 +104,15 @@ def test_remote_nodes_install_into_their_work_dir_and_start_with_that_python(tmp
     step = plan.deps[1]
     assert step.env_dir == env and step.cwd == "/work/node1/projects/abc"
     proj = "/work/node1/projects/abc"
-    assert step.argv[0] == "/opt/venv/bin/python"
-    assert step.argv[3:] == (env, req.text, f"{proj}/requirements.txt", proj)  # the file in the project's copy
+    assert step.argv[2] == "/opt/venv/bin/python"  # env PROGRAM=TEXT python -c LOADER deps ARGS
+    assert step.argv[6:] == (env, req.text, f"{proj}/requirements.txt", proj)  # the file in the project's copy
     assert plan.nodes[1].argv[0] == f"{env}/bin/python"  # the agent and its ranks
-    assert plan.store.argv[0] == "/opt/venv/bin/python"  # the store needs only torch
-    assert step.shell().startswith("cd /work/node1/projects/abc && /opt/venv/bin/python -c ")
+    assert plan.store.argv[2] == "/opt/venv/bin/python"  # the store needs only torch
+    assert step.shell().startswith("cd /work/node1/projects/abc && env 'DDPCTL_NODE_PROGRAM=")
+    assert " /opt/venv/bin/python -c " in step.shell()
     shown = "\n".join(plan.dry_run_lines())
     assert "packages on node1 (10.0.0.11), before the run:" in shown
-    assert f"<{deps.DEPS_PROGRAM}>" in shown and "<requirements.txt: 1 line(s)>" in shown
+    assert "'DDPCTL_NODE_PROGRAM=<node program deps.py>'" in shown and "<requirements.txt: 1 line(s)>" in shown
     assert plan.to_dict()["deps"][0]["requirements"] == "requirements.txt"
 
 
@@ -125,7 +126,7 @@ def test_this_machines_nodes_share_one_environment_in_the_state_home(tmp_path: P
     )
     (step,) = plan.deps
     assert step.env_dir.startswith(envs + "/") and step.cwd == str(root)
-    assert step.argv[5:] == (str(root / "requirements.txt"), str(root))
+    assert step.argv[8:] == (str(root / "requirements.txt"), str(root))
     assert {launch.argv[0] for launch in plan.nodes} == {step.python}
 
 
@@ -177,7 +178,7 @@ def test_through_sbatch_the_login_node_makes_it_in_the_shared_work_dir(tmp_path:
     plan = plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py", req)
     (step,) = plan.deps
     assert step.node == "node0" and step.env_dir.startswith("/work/node0/envs/") and step.cwd == "/work/node0"
-    assert step.argv[5:] == ("",)  # the text alone: this machine's folders are not the login node's
+    assert step.argv[8:] == ("",)  # the text alone: this machine's folders are not the login node's
     assert f"{step.python} -m torch.distributed.run" in plan.script
     assert plan.dry_run_lines()[0] == "  packages on node0 (10.0.0.10), before the run:"
     assert plan_slurm(state, RUN, BUNDLE_DIR / "message_passing.py").deps == ()

@@ -83,11 +83,11 @@ def test_reach_plans() -> None:
     cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
     every = plan_reach(cluster, nodes, 29500, all_pairs=True)
     for i, launch in enumerate(every.nodes):
-        port, me, peers, expect = launch.argv[3:7]
+        port, me, peers, expect = launch.argv[6:10]  # env PROGRAM=TEXT python -c LOADER reach ARGS
         assert (port, me, expect) == ("29500", f"10.0.0.{i}", "2")
         assert sorted(peers.split(",")) == sorted(f"10.0.0.{j}" for j in range(3) if j != i)
     head = plan_reach(cluster, nodes, 29500, all_pairs=False)
-    assert [n.argv[5:7] for n in head.nodes] == [("", "2"), ("10.0.0.0", "0"), ("10.0.0.0", "0")]
+    assert [n.argv[8:10] for n in head.nodes] == [("", "2"), ("10.0.0.0", "0"), ("10.0.0.0", "0")]
     assert REACH_LINE.match("REACH 10.0.0.1 10.0.0.0 error: Connection refused").group(3) == "error: Connection refused"
 
 
@@ -99,7 +99,7 @@ def test_the_precheck_before_a_run_leaves_the_head_out() -> None:
     cluster = ClusterState(spec=spec, cluster_id="cid", nodes=nodes)
     plan = head_reach_plan(cluster, nodes, 29500)
     assert [n.node for n in plan.nodes] == ["n1", "n2"] and plan.rdzv_endpoint == "10.0.0.0:29500"
-    assert [n.argv[5:8] for n in plan.nodes] == [("10.0.0.0", "0", "10.0"), ("10.0.0.0", "0", "10.0")]
+    assert [n.argv[8:11] for n in plan.nodes] == [("10.0.0.0", "0", "10.0"), ("10.0.0.0", "0", "10.0")]
     assert head_reach_plan(cluster, [nodes[0], nodes[0]], 29500) is None  # nodes sharing a host: nothing to check
     ok = OutputLine("n1", None, "REACH 10.0.0.1 10.0.0.0 ok")
     refused = OutputLine("n2", None, "REACH 10.0.0.2 10.0.0.0 error: Connection refused")

@@ -88,7 +88,7 @@ def test_slurm_logs_are_the_nodes_lines_after_those_seen_here() -> None:
     from ddpctl.infra.launch.slurm_executor import SlurmLauncher
 
     files = "node0\t[rank0]:a\nnode0\t[rank0]:c\nnode1\t[rank1]:b\nnode1\tagent line\n"
-    login = Login({"scontrol": "JobState=COMPLETED ExitCode=0:0", "python3": files})
+    login = Login({"scontrol": "JobState=COMPLETED ExitCode=0:0", "env 'DDPCTL_NODE_PROGRAM=": files})
     got: list[str] = []
     SlurmLauncher(login).logs(Handle("slurm", "7", "/out", "r1"), got.append, seen=["[node0 r0] a"], follow=True)
     assert got == ["[node0 r0] c", "[node1 r1] b", "[node1] agent line"]  # an ended job: copied, not followed

@@ -81,12 +81,12 @@ def test_the_rank_prefix_is_set_the_way_every_supported_torch_reads_it(nodes: in
 def test_the_head_node_hosts_the_store_apart_from_its_agent() -> None:
     """The c10d store is the run's own process on the head node: the head's Python, its work dir,
     the rendezvous port; the run's markers (so that down and stop find it) and a key of its own."""
-    from ddpctl.infra.node_programs import source
+    from ddpctl.infra.node_programs import argv as program_argv
 
     plan = plan_torchrun(cluster(3), RunSpec(job="m", nodes=3, run_id="r5"), script="s.py", port=29400)
     store = plan.store
     assert store is not None and (store.node, store.host, store.node_rank) == ("node0", "10.0.0.10", 0)
-    assert store.argv == ("/opt/venv/bin/python", "-c", source("rdzv_store"), "10.0.0.10", "29400", "r5")
+    assert store.argv == program_argv("/opt/venv/bin/python", "rdzv_store", "10.0.0.10", "29400", "r5")
     assert plan.rdzv_endpoint == "10.0.0.10:29400"  # where every agent finds it
     assert store.env == {"DDPCTL_RUN_ID": "r5", "DDPCTL_CLUSTER_ID": "cid", "DDPCTL_RDZV_STORE": "r5"}
     assert store.cwd == "/work/node0" and store.secret == () and store.log_dir == ""
@@ -98,7 +98,7 @@ def test_the_store_on_a_remote_head_uses_its_python_and_env_file() -> None:
         remote_cluster(), RunSpec(job="m", nodes=2, run_id="r6"), script="/b/m.py", port=1, bundle_root="/b"
     )
     store = plan.store
-    assert store.argv[0] == "/opt/env/bin/python" and store.env_file == "/srv/n0/ddpctl.env"
+    assert store.argv[2] == "/opt/env/bin/python" and store.env_file == "/srv/n0/ddpctl.env"
     line = store.shell()  # how the SSH executor starts it
     assert line.startswith("mkdir -p /srv/n0 && cd /srv/n0 && set -a && . /srv/n0/ddpctl.env && set +a && exec env ")
     assert "DDPCTL_RDZV_STORE=r6" in line and line.endswith(" 10.0.0.10 1 r6")

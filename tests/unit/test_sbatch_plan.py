@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ddpctl.infra import node_programs
 from ddpctl.infra.launch import deps
 from ddpctl.infra.launch.project import Project, scan
 from ddpctl.infra.launch.sbatch import SbatchPlan, plan_sbatch
@@ -61,8 +62,9 @@ def test_the_script_starts_the_store_before_srun_and_stops_it_on_exit() -> None:
     store_line = next(line for line in script.splitlines() if "DDPCTL_RDZV_STORE=r1" in line)
     # on this node (the batch script's, the first), in the background, with the node's env file and Python
     assert store_line.startswith(
-        "(set -a; . /srv/ddpctl.env; set +a; exec env DDPCTL_RDZV_STORE=r1 /opt/env/bin/python -c "
+        "(set -a; . /srv/ddpctl.env; set +a; exec env DDPCTL_RDZV_STORE=r1 'DDPCTL_NODE_PROGRAM="
     )
+    assert f"/opt/env/bin/python -c {shlex.quote(node_programs.LOADER)} rdzv_store" in script  # ps reads that
     assert script.index(store_line) < script.index("until grep -qs '^READY '") < script.index("srun --kill-on-bad-exit")
     assert script.index("trap ") < script.index("srun --kill-on-bad-exit")
     srun = next(line for line in script.splitlines() if line.startswith("srun --kill-on-bad-exit"))
@@ -260,7 +262,7 @@ def test_the_projects_requirements_are_made_from_its_copy(tmp_path: Path, walked
     copy = f"/shared/ddpctl/work/projects/{project.digest}"
     (step,) = plan.deps
     assert step.cwd == copy and step.env_dir.startswith("/shared/ddpctl/work/envs/")
-    assert step.argv[5:] == (f"{copy}/requirements.txt", copy, f"{copy}/wheels")
+    assert step.argv[8:] == (f"{copy}/requirements.txt", copy, f"{copy}/wheels")
     assert words_after_exec(plan.script)[0] == step.python
     assert project.files == ("requirements.txt", "train.py", "wheels/tiny-0.1-py3-none-any.whl")
 

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 
 from ...model.errors import DdpctlError, UsageError
-from ...node_programs import source
+from ...node_programs import argv as program_argv
 from .cli import INSTALL_HINT, Install, one_line
 from .config import flatten_errors
 
@@ -41,7 +41,7 @@ def validate(config_yaml: str, cluster_name: str, install: Install) -> SchemaVer
                 "PCLUSTER_LOG_FILE": f"{tmp}/pcluster-cli.log",
             }
             proc = subprocess.run(
-                [install.python, "-c", source("pcluster_schema"), cluster_name],
+                program_argv(install.python, "pcluster_schema", cluster_name),
                 input=config_yaml,
                 capture_output=True,
                 text=True,
