@@ -267,7 +267,7 @@ def head_program(tmp_path: Path, run_id: str, commands: list[str]) -> tuple[list
     """The head's program, ready to run here (argv, env, its folder), with ``ssh`` a local stand-in
     and each node's command run under the run's markers."""
     from ddpctl.infra.launch import head
-    from ddpctl.infra.node_programs import source
+    from ddpctl.infra.node_programs import command
 
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "ssh").write_text(FAKE_SSH)
@@ -279,7 +279,7 @@ def head_program(tmp_path: Path, run_id: str, commands: list[str]) -> tuple[list
         for i, c in enumerate(commands)
     ]
     spec = {"run_id": run_id, "cluster": "", "plan": {}, "ssh_config": "", "store": None, "min_nodes": 0}
-    spec |= {"grace_s": 1, "stop_source": source("stop"), "nodes": nodes}
+    spec |= {"grace_s": 1, "stop_command": command("python3", "stop"), "nodes": nodes}
     spec |= {"run_key": "DDPCTL_RUN_ID", "node_key": "DDPCTL_NODE", "store_key": "DDPCTL_RDZV_STORE"}
     folder = tmp_path / run_id
     folder.mkdir()
