@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -239,9 +241,14 @@ def test_a_run_going_keeps_it_up(autodown_env: TwinEnv, tmp_path: Path) -> None:
         "    time.sleep(0.2)\n"
         "print('bye rank', os.environ['RANK'])\n"
     )
-    go = f"GO_FILE={env.tmp / 'go-rautodown1'}"  # the run ends by itself once the file exists
-    started = env.ok("run", str(script), "--nodes", "2", "--detach", "--run-id", "rautodown1", "-e", go, "--json")
+    # the run ends by itself once a file exists, in a folder the nodes' user (not root) can read
+    go = Path(tempfile.mkdtemp(prefix="ddpctl-go-")) / "go"
+    go.parent.chmod(0o755)
+    started = env.ok(
+        "run", str(script), "--nodes", "2", "--detach", "--run-id", "rautodown1", "-e", f"GO_FILE={go}", "--json"
+    )
     (env.tmp / "rautodown1.pid").write_text(str(json.loads(started.stdout)["pid"]))  # its detached ddpctl
+    (env.tmp / "rautodown1.go").write_text(str(go))
     deadline = time.monotonic() + 300
     while not _head_state(env).get("activity") and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -266,7 +273,8 @@ def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodow
     # the run ends by itself on the head, its ddpctl here gone (killed: a laptop's battery): only
     # the head has its record and the end of its log, as autodown stops it
     os.kill(int((env.tmp / "rautodown1.pid").read_text()), signal.SIGKILL)
-    (env.tmp / "go-rautodown1").touch()
+    go = Path((env.tmp / "rautodown1.go").read_text())
+    go.touch()
     head = env.state()["resources"]
     ids = [i for r in head if r["kind"] == "instances" for i in r["detail"]["ids"]]
     want = {ids[0]: "stopped", **{i: "terminated" for i in ids[1:]}}
@@ -299,5 +307,6 @@ def test_idle_it_takes_itself_down_and_down_still_keeps_the_runs_outputs(autodow
     assert "bye rank 1" in env.ok("logs", "rautodown1").stdout
     [ended] = [r for r in json.loads(env.ok("runs", "--json").stdout)["runs"] if r["run_id"] == "rautodown1"]
     assert ended["state"] == "succeeded", ended
+    shutil.rmtree(go.parent)
     env.ok("download", "rautodown1", "--to", str(env.home.parent / "got"))  # from the record, the cluster gone
     assert (env.home.parent / "got" / "rautodown1" / "snap.txt").read_text() == "weights"
