@@ -57,9 +57,8 @@ def shown(words: Sequence[str]) -> list[str]:
     (``DDPCTL_NODE_PROGRAM=<node program rdzv_store.py>``), as dry runs and messages show them."""
     out = list(words)
     for i, word in enumerate(out):
-        if word.startswith(f"{PROGRAM_ENV}=") and LOADER in out[i:]:
-            name = out[out.index(LOADER, i) + 1] if out.index(LOADER, i) + 1 < len(out) else "?"
-            out[i] = f"{PROGRAM_ENV}=<node program {name}.py>"
+        if word.startswith(f"{PROGRAM_ENV}=") and LOADER in out[i:-1]:
+            out[i] = f"{PROGRAM_ENV}=<node program {out[out.index(LOADER, i) + 1]}.py>"
     return out
 
 
