@@ -125,15 +125,17 @@ def runs(as_json) -> int:
     shown_if = ("duration_s", "cost_usd", "loss", "accuracy")
     extra = [c for c in shown_if if any(getattr(r, c) is not None for r in records)]
     # the run id is what every follow-up command needs: never cut; the other columns give way first
-    widest = max(len(r.run_id) for r in records)
+    # and the result's first word (unfinished:, succeeded) is folded, never cut, either
+    results = [r.result + (f": `ddpctl run --resume {r.run_id}`" if r.state == "unfinished" else "") for r in records]
+    widest = {"run id": max(len(r.run_id) for r in records), "result": max(len(t.split()[0]) for t in results)}
     for col in ("run id", "job", "nodes", "cluster", "started", *extra, "result", "kept"):
         table.add_column(
             col.removesuffix("_s").removesuffix("_usd"),
-            min_width=widest if col == "run id" else 10 if col == "result" else None,
+            min_width=widest.get(col),
             no_wrap=col == "run id",
+            overflow="fold" if col == "result" else "ellipsis",
         )
-    for r in records:
-        result = r.result + (f": `ddpctl run --resume {r.run_id}`" if r.state == "unfinished" else "")
+    for r, result in zip(records, results):
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
         shown = {
             "duration_s": "" if r.duration_s is None else _duration(r.duration_s),

@@ -68,3 +68,23 @@ def test_dev_demo_takes_torchs_cpu_build_without_a_gpu() -> None:
     helper = dev.split("cpu_torch_for_demo() {", 1)[1].split("\n}\n", 1)[0]
     assert "command -v nvidia-smi" in helper and "download.pytorch.org/whl/cpu" in helper
     assert "--quiet" not in helper  # a download of hundreds of MB shows its progress
+
+
+@pytest.mark.parametrize("columns", ["60", "80", "100"])
+def test_runs_never_cuts_a_result_word(home: Path, columns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI's `runs` (80 columns, a run killed with its loss and accuracy kept) read `unfinishe…`: the
+    result's first word is folded, never cut, however narrow the terminal."""
+    import json
+
+    from click.testing import CliRunner
+
+    run = home / "runs" / "crash2"
+    run.mkdir(parents=True)
+    options = {"job": "mnist", "args": [], "nodes": 2, "name": "default", "run_id": "crash2"}
+    (run / "options.json").write_text(json.dumps({"options": options, "cluster": "default", "ephemeral": True}))
+    epoch = {"time": 1.0, "kind": "epoch", "step": 70, "epoch": 2, "loss": 0.2737, "accuracy": 93.6}
+    (run / "metrics.jsonl").write_text(json.dumps(epoch) + "\n")
+    monkeypatch.setenv("COLUMNS", columns)
+    result = CliRunner().invoke(cli, ["runs"])
+    assert result.exit_code == 0, result.output
+    assert "unfinished:" in result.output and "crash2" in result.output, result.output
