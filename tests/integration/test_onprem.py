@@ -260,7 +260,9 @@ def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
         "DDPCTL_COLLECTIVE_TIMEOUT_S=15",
         "--",
         "--epochs",
-        "10",
+        "50",
+        "--data-fraction",
+        "0.2",  # the first snapshot after a fifth of the images (one whole epoch took 27 CPU-s)
         "--snapshot-path",
         "sshelastic.pt",
     )
@@ -428,16 +430,15 @@ def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed)
     assert back.returncode == 0, back.stderr
 
 
+#: no torch: what is tested is what reaches the ranks (the project, the secret), not a process group
+#: (each rank's torch import cost 1.5 CPU-s, 9 ranks in the test)
 PROJECT_TRAIN = """\
 import hashlib, os
-import torch.distributed as dist
 from helpers import greeting  # a sibling module: the project came along
-dist.init_process_group("gloo")
 with open("data/words.txt") as f:  # relative to where the script starts: the node's copy
     words = f.read().split()
 token = hashlib.sha256(os.environ["TOKEN"].encode()).hexdigest()[:12]
-print(f"rank {dist.get_rank()}: {greeting()} {len(words)} words, token {token}", flush=True)
-dist.destroy_process_group()
+print(f"rank {os.environ['RANK']}: {greeting()} {len(words)} words, token {token}", flush=True)
 """
 
 
