@@ -18,6 +18,21 @@ from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
 
+#: SLOW (tests/support/scripts.py) without torch: what these tests follow is the run on the head (its
+#: lines, its end, its stop), not a process group; each rank's torch import cost 1.5 CPU-s, 24
+#: ranks in the module. Fail fast, where the other rank must wait at a barrier, runs SLOW itself.
+SLEEPER = """\
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"started rank {rank}", flush=True)
+time.sleep(float(os.environ.get("SLEEP_S", "6")))
+while not os.path.exists(os.environ.get("GO_FILE", "/")):  # held until the test lets it end
+    time.sleep(0.2)
+if rank == int(os.environ.get("FAIL_RANK", "-1")):
+    sys.exit(3)
+print(f"done rank {rank}", flush=True)
+"""
+
 
 @pytest.fixture(scope="module")
 def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
@@ -26,10 +41,13 @@ def cluster(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
     inventory = testbed.inventory(tmp / "hosts.ini", **GROUP_VARS)
     up = ddpctl("up", "--provider", "onprem", "-i", str(inventory), env=env, timeout=600)
     assert up.returncode == 0, up.stderr
-    script = tmp / "job" / "slow.py"
+    script = tmp / "job" / "sleeper.py"
     script.parent.mkdir()
-    script.write_text(SLOW)
-    state = {"env": env, "home": tmp / "home", "script": str(script), "up": True}
+    script.write_text(SLEEPER)
+    slow = tmp / "slow-job" / "slow.py"
+    slow.parent.mkdir()
+    slow.write_text(SLOW)
+    state = {"env": env, "home": tmp / "home", "script": str(script), "slow": str(slow), "up": True}
     yield state
     if state["up"]:
         assert ddpctl("down", env=env).returncode == 0
@@ -67,7 +85,7 @@ def test_detached_run_survives_its_ddpctl_killed(cluster) -> None:
 
 
 def test_fail_fast_on_the_head(cluster) -> None:
-    args = ("run", cluster["script"], "--nodes", "2", "--run-id", "rhead00003", "-e", "FAIL_RANK=1", "-e", "SLEEP_S=1")
+    args = ("run", cluster["slow"], "--nodes", "2", "--run-id", "rhead00003", "-e", "FAIL_RANK=1", "-e", "SLEEP_S=1")
     result = ddpctl(*args, env=cluster["env"])
     assert result.returncode == 1, result.stderr
     assert results(cluster)["rhead00003"].startswith("failed")

@@ -16,6 +16,7 @@ import pytest
 from ddpctl.infra.runs import metrics as run_metrics
 from tests.support.cli import Output, assert_resumed_to_90, ddpctl, start_ddpctl, tree
 from tests.support.clusters import UpCluster, onprem_up
+from tests.support.scripts import SLOW
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs, worker_pid
 
 pytestmark = pytest.mark.slow
@@ -81,20 +82,6 @@ def test_message_passing_across_three_namespaces(onprem) -> None:
     assert all(line.startswith("[node2") for line in logs.stdout.splitlines())
 
 
-def test_each_node_gets_its_interface_toward_node0(onprem, tmp_path: Path) -> None:
-    script = tmp_path / "show_env.py"
-    script.write_text(
-        "import os, socket\n"
-        "print('ENV', socket.gethostname(), os.environ.get('NCCL_SOCKET_IFNAME'), os.environ.get('GLOO_SOCKET_IFNAME'),"
-        " os.environ.get('NCCL_DEBUG'), os.environ.get('MASTER_ADDR'), flush=True)\n"
-    )
-    result = ddpctl("run", str(script), "--nodes", "3", env=_env(onprem.env), timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    for i in range(3):
-        # NCCL_DEBUG from the node's env file, as `up --playbook-var nccl_env_debug=INFO` set it
-        assert f"[node{i} r{i}] ENV node{i} ddp0 ddp0 INFO 10.77.0.10" in result.stdout
-
-
 def test_mnist_two_nodes_over_ssh_and_its_metrics(onprem) -> None:
     """One MNIST epoch over SSH (about 96 %; the trainer's own tests and the local run take it
     further); its metric lines come from the head node into the run's record over SSH while it runs
@@ -149,13 +136,32 @@ def test_a_snapshot_dir_the_nodes_cannot_write_is_one_line(onprem, testbed: Test
         assert run_procs(testbed, node) == []
 
 
-def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = start_run(onprem, "mnist", "--nodes", "3", "--run-id", "sshkill", "--", "--epochs", "20")
+def slow_job(tmp_path: Path) -> str:
+    """SLOW (tests/support/scripts.py) as a user's script in a project folder of its own: ranks that
+    join the group, say so and sleep, where the point is stopping them, not training (MNIST's
+    torchvision import and training cost 1.5 and about 9 CPU-s a rank)."""
+    script = tmp_path / "job" / "slow.py"
+    script.parent.mkdir()
+    script.write_text(SLOW)
+    return str(script)
+
+
+def all_started(output: Output, ranks: int, timeout: float = 300) -> None:
+    """Wait until every rank of a SLOW job said it started (in any order): the run is under way."""
+    deadline = time.monotonic() + timeout
+    while not all(f"started rank {rank}" in output.text for rank in range(ranks)):
+        output.until("started rank", timeout=max(1.0, deadline - time.monotonic()))
+
+
+def test_killed_rank_stops_every_node(onprem, testbed: Testbed, tmp_path: Path) -> None:
+    args = (slow_job(tmp_path), "--nodes", "3", "--run-id", "sshkill", "-e", "SLEEP_S=600")
+    proc = start_run(onprem, *args)
     try:
-        victim = worker_pid(testbed, "node1")
-        time.sleep(4)  # let it get into training
+        output = Output(proc)
+        all_started(output, 3)
+        victim = worker_pid(testbed, "node1", script="slow.py")
         subprocess.run(["kill", "-9", str(victim)], check=True)
-        out, _ = proc.communicate(timeout=120)  # a liveness bound (20 epochs take far longer), not a measure
+        out = output.finish(timeout=120)  # a liveness bound (the ranks sleep 600 s), not a measure
     finally:
         proc.kill()
     assert proc.returncode == 1 and "failed on node1" in out, out
@@ -164,15 +170,14 @@ def test_killed_rank_stops_every_node(onprem, testbed: Testbed) -> None:
         assert run_procs(testbed, node) == [], f"survivors on {node}"
 
 
-def test_ctrl_c_stops_every_node(onprem, testbed: Testbed) -> None:
-    proc = start_run(onprem, "mnist", "--nodes", "2", "--", "--epochs", "20")
+def test_ctrl_c_stops_every_node(onprem, testbed: Testbed, tmp_path: Path) -> None:
+    proc = start_run(onprem, slow_job(tmp_path), "--nodes", "2", "-e", "SLEEP_S=600")
     try:
-        deadline = time.monotonic() + 180
-        while not any("mnist.py" in p for p in run_procs(testbed, "node1")) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(3)
+        output = Output(proc)
+        all_started(output, 2)
+        assert any("slow.py" in p for p in run_procs(testbed, "node1"))
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = output.finish(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, out
@@ -260,7 +265,9 @@ def test_elastic_run_survives_a_lost_link(onprem, testbed: Testbed) -> None:
         "DDPCTL_COLLECTIVE_TIMEOUT_S=15",
         "--",
         "--epochs",
-        "10",
+        "50",
+        "--data-fraction",
+        "0.2",  # the first snapshot after a fifth of the images (one whole epoch took 27 CPU-s)
         "--snapshot-path",
         "sshelastic.pt",
     )
@@ -428,23 +435,25 @@ def test_configure_converges_and_records_new_variables(onprem, testbed: Testbed)
     assert back.returncode == 0, back.stderr
 
 
+#: no torch: what is tested is what reaches the ranks (the project, the secret), not a process group
+#: (each rank's torch import cost 1.5 CPU-s, 9 ranks in the test)
 PROJECT_TRAIN = """\
-import hashlib, os
-import torch.distributed as dist
+import hashlib, os, socket
 from helpers import greeting  # a sibling module: the project came along
-dist.init_process_group("gloo")
 with open("data/words.txt") as f:  # relative to where the script starts: the node's copy
     words = f.read().split()
 token = hashlib.sha256(os.environ["TOKEN"].encode()).hexdigest()[:12]
-print(f"rank {dist.get_rank()}: {greeting()} {len(words)} words, token {token}", flush=True)
-dist.destroy_process_group()
+print(f"rank {os.environ['RANK']}: {greeting()} {len(words)} words, token {token}", flush=True)
+env = [os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "MASTER_ADDR")]
+print("ENV", socket.gethostname(), *env, flush=True)
 """
 
 
 def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
     """`run ./train.py` ships the script's project to every node (once per content) and a secret
     (`-e TOKEN`) on the SSH session's stdin: the ranks import the sibling module, read the data
-    file, and see the secret, which no file under the state home holds."""
+    file, and see the secret, which no file under the state home holds. Each rank also shows its
+    node's interface toward node0 and NCCL_DEBUG, from the node's env file."""
     import hashlib
 
     secret = "s3cr3t-over-ssh-0123456789"
@@ -467,6 +476,8 @@ def test_a_project_and_a_secret_go_over_ssh(onprem, tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         for rank in range(3):
             assert f"rank {rank}: hello from helpers: 3 words, token {token}" in result.stdout
+            # NCCL_DEBUG from the node's env file, as `up --playbook-var nccl_env_debug=INFO` set it
+            assert f"[node{rank} r{rank}] ENV node{rank} ddp0 ddp0 INFO 10.77.0.10" in result.stdout
         return copies()
 
     before = copies()

@@ -171,17 +171,17 @@ def site(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def local_nodes(tmp_path_factory: pytest.TempPathFactory):
-    """Three inventory hosts named like the test cluster's nodes, all this machine (a local
-    connection, each with a directory of its own): for the --check runs of the nvidia and python_env
-    roles, which only read (stand-in PCI and /proc trees, nvidia-smi) and plan, so they need no
-    test cluster and run beside it."""
+    """Inventory hosts (by default three named like the test cluster's nodes), all this machine (a
+    local connection, each with a directory of its own): for the --check runs of the nvidia and
+    python_env roles, which only read (stand-in PCI and /proc trees, nvidia-smi) and plan, so they
+    need no test cluster and run beside it."""
     tmp = tmp_path_factory.mktemp("check-mode")
     (tmp / "user").mkdir()
     (tmp / "user" / "my_train.py").write_text('print("the user\'s own training script")\n')
 
-    def inventory(path: Path, **group_vars: str) -> Path:
+    def inventory(path: Path, hosts: list[str] = NODES, **group_vars: str) -> Path:
         lines = ["[ddp_nodes]"]
-        for node in NODES:
+        for node in hosts:
             (tmp / "nodes" / node).mkdir(parents=True, exist_ok=True)
             lines.append(f"{node} ansible_connection=local ddpctl_node_dir={tmp / 'nodes' / node}")
         lines += ["", "[ddp_nodes:vars]", *(f"{k}={v}" for k, v in group_vars.items())]
@@ -338,13 +338,30 @@ def test_explicit_socket_ifname_wins_and_debug_is_checked(site, testbed: Testbed
     assert "nccl_env_debug must be one of: VERSION, WARN, INFO, TRACE, got: LOUD" in bad.stdout, show(bad)
 
 
-@pytest.mark.slow
-def test_check_mode_with_forced_nvidia_install(local_nodes) -> None:
-    """--check of the nvidia role with its install path forced on GPU-less, offline nodes.
+#: The nvidia role's --check cases that need no other role, each a host of its own in one run of
+#: `site.yml --check --tags nvidia` (``nvidia_check``): one play's fixed cost (facts, argument specs,
+#: post tasks: about 8 CPU-s) instead of one per case. ``forced*``: nvidia_force_install on GPU-less
+#: hosts (forced1 with a stand-in PCI tree: one NVIDIA 3D controller and its audio function). The
+#: others are test_check_mode_driver_follows_the_gpu's nodes (DRIVER_NODES) with a setting of their
+#: own: CUDA 12.8 and the loaded driver not kept; the open modules or branch 590, which cannot drive
+#: the V100s (and which the A10G and H100 nodes take, both set at once: neither fails them).
+NVIDIA_CASES = {
+    "forced0": ("", {"nvidia_force_install": "true"}),
+    "forced1": ("", {"nvidia_force_install": "true"}),
+    "forced2": ("", {"nvidia_force_install": "true"}),
+    "v100-cuda128": ("node0", {"nvidia_cuda_version": "'12.8'", "nvidia_keep_loaded_driver": "false"}),
+    "a10g-cuda128": ("node1", {"nvidia_cuda_version": "'12.8'", "nvidia_keep_loaded_driver": "false"}),
+    "v100-open": ("node0", {"nvidia_kernel_modules": "open"}),
+    "v100-590": ("node0", {"nvidia_driver_branch": "'590'"}),
+    "a10g-open-590": ("node1", {"nvidia_kernel_modules": "open", "nvidia_driver_branch": "'590'"}),
+    "h100-open-590": ("node2", {"nvidia_kernel_modules": "open", "nvidia_driver_branch": "'590'"}),
+}
 
-    node1 also gets a fake PCI tree with one NVIDIA 3D controller (and its audio function, which
-    is not a GPU) to show detection itself."""
-    tmp = local_nodes["tmp"] / "check"
+
+@pytest.fixture(scope="module")
+def nvidia_check(local_nodes):
+    """`site.yml --check --tags nvidia` once over every host of NVIDIA_CASES."""
+    tmp = local_nodes["tmp"] / "nvidia-cases"
     (tmp / "host_vars").mkdir(parents=True)
     pci = tmp / "pci"
     for addr, vendor, cls in [
@@ -355,17 +372,32 @@ def test_check_mode_with_forced_nvidia_install(local_nodes) -> None:
         (pci / addr).mkdir(parents=True)
         (pci / addr / "vendor").write_text(vendor + "\n")
         (pci / addr / "class").write_text(cls + "\n")
-    (tmp / "host_vars" / "node1.yml").write_text(f"nvidia_pci_devices_dir: {pci}\n")
-    inventory = local_nodes["inventory"](tmp / "hosts.ini", **inventory_vars(local_nodes["tmp"]))
-    args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
-    result = playbook(local_nodes["env"], *args, "-e", "nvidia_force_install=true")
-    assert result.returncode == 0, show(result)
-    out = result.stdout
-    assert all(s["failed"] == 0 for s in recap(result).values())
-    assert re.search(r'ok: \[node1\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:65:00.0"', out), out
-    for node in ("node0", "node2"):
+    driver = driver_nodes(tmp)
+    for host, (like, settings) in NVIDIA_CASES.items():
+        lines = [driver[like]] if like else ([f"nvidia_pci_devices_dir: {pci}\n"] if host == "forced1" else [])
+        lines += [f"{k}: {v}\n" for k, v in settings.items()]
+        (tmp / "host_vars" / f"{host}.yml").write_text("".join(lines))
+    inventory = local_nodes["inventory"](tmp / "hosts.ini", list(NVIDIA_CASES), **inventory_vars(local_nodes["tmp"]))
+    result = playbook(local_nodes["env"], "-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia")
+    assert sorted(recap(result)) == sorted(NVIDIA_CASES), show(result)
+    return result
+
+
+@pytest.mark.slow
+def test_check_mode_with_forced_nvidia_install(nvidia_check) -> None:
+    """--check of the nvidia role with its install path forced on GPU-less, offline nodes (hosts
+    forced0-2 of the one nvidia --check run).
+
+    forced1 also gets a fake PCI tree with one NVIDIA 3D controller (and its audio function, which
+    is not a GPU) to show detection itself."""
+    out = nvidia_check.stdout
+    forced = ["forced0", "forced1", "forced2"]
+    stats = recap(nvidia_check)
+    assert all(stats[h]["failed"] == 0 and stats[h]["unreachable"] == 0 for h in forced), show(nvidia_check)
+    assert re.search(r'ok: \[forced1\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:65:00.0"', out), out
+    for node in ("forced0", "forced2"):
         assert re.search(rf'ok: \[{node}\] => \{{\s*"msg": "no NVIDIA GPU found; installing anyway', out), out
-    for node in NODES:  # no PCI device id (node1's stand-in has none) or no GPU: NVIDIA's default, open modules
+    for node in forced:  # no PCI device id (forced1's stand-in has none) or no GPU: NVIDIA's default, open modules
         would_install = (
             rf'ok: \[{node}\] => \{{\s*"msg": "Check mode: would install linux-headers-[^,]+, nvidia-open-580, '
             r"cuda-libraries-13-0"
@@ -413,20 +445,9 @@ def message_starts(out: str, node: str, text: str) -> bool:
     return re.search(rf'ok: \[{node}\] => \{{\s*"msg": "{re.escape(text)}', out) is not None
 
 
-@pytest.mark.slow
-def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
-    """--check of the nvidia and python_env roles on stand-in PCI trees: node0 has two V100s (p3:
-    10de:1db1, 1db5; Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330;
-    Hopper) beside an NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and
-    CUDA 12.6, the H100 node the open modules and CUDA 13.0; asking for what cannot drive a V100
-    fails on that node only, before anything is changed.
-
-    node1 runs a loaded driver that drives its A10G (as the Deep Learning AMI does): kept, nothing
-    installed, unless nvidia_keep_loaded_driver=false. node0's loaded driver (open modules) lists
-    neither V100: installed as if none were loaded. No node's nvidia-smi answers (a first install):
-    the V100 node still gets the cu126 wheels, the kept 570 driver caps node1 at CUDA 12."""
-    tmp = local_nodes["tmp"] / "driver-flavour"
-    (tmp / "host_vars").mkdir(parents=True)
+def driver_nodes(tmp: Path) -> dict[str, str]:
+    """test_check_mode_driver_follows_the_gpu's nodes, each its host_vars text: stand-in PCI and
+    /proc trees under ``tmp`` (see that test)."""
     gpus = {
         "node0": [("0000:00:1d.0", "0x030200", "0x1db1"), ("0000:00:1e.0", "0x030200", "0x1db5")],
         "node1": [("0000:00:1e.0", "0x030000", "0x2237")],
@@ -437,11 +458,29 @@ def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
         "node1": fake_proc_tree(tmp / "proc-node1", "x86_64 Kernel Module", ["0000:00:1e.0"]),
         "node2": tmp / "no-proc",
     }
-    for node, devices in gpus.items():
-        pci = fake_pci_tree(tmp / f"pci-{node}", devices)
-        (tmp / "host_vars" / f"{node}.yml").write_text(
-            f"nvidia_pci_devices_dir: {pci}\nnvidia_proc_dir: {procs[node]}\n"
-        )
+    return {
+        node: f"nvidia_pci_devices_dir: {fake_pci_tree(tmp / f'pci-{node}', devices)}\nnvidia_proc_dir: {procs[node]}\n"
+        for node, devices in gpus.items()
+    }
+
+
+@pytest.mark.slow
+def test_check_mode_driver_follows_the_gpu(local_nodes, nvidia_check) -> None:
+    """--check of the nvidia and python_env roles on stand-in PCI trees: node0 has two V100s (p3:
+    10de:1db1, 1db5; Volta), node1 an A10G (g5: 10de:2237; Ampere), node2 an H100 (p5: 10de:2330;
+    Hopper) beside an NVSwitch (a bridge, not a GPU). The V100 node gets the proprietary modules and
+    CUDA 12.6, the H100 node the open modules and CUDA 13.0; asking for what cannot drive a V100
+    fails on that node only, before anything is changed.
+
+    node1 runs a loaded driver that drives its A10G (as the Deep Learning AMI does): kept, nothing
+    installed, unless nvidia_keep_loaded_driver=false. node0's loaded driver (open modules) lists
+    neither V100: installed as if none were loaded. No node's nvidia-smi answers (a first install):
+    the V100 node still gets the cu126 wheels, the kept 570 driver caps node1 at CUDA 12. The same
+    nodes with other settings are hosts of the one nvidia --check run (NVIDIA_CASES)."""
+    tmp = local_nodes["tmp"] / "driver-flavour"
+    (tmp / "host_vars").mkdir(parents=True)
+    for node, text in driver_nodes(tmp).items():
+        (tmp / "host_vars" / f"{node}.yml").write_text(text)
     group_vars = {
         **inventory_vars(local_nodes["tmp"]),
         "python_env_mode": "online",
@@ -449,8 +488,8 @@ def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
         "python_env_nvidia_smi": str(tmp / "no-nvidia-smi"),
     }
     inventory = local_nodes["inventory"](tmp / "hosts.ini", **group_vars)
-    args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia"]
-    result = playbook(local_nodes["env"], *args[:-1], "nvidia,python_env")
+    args = ["-i", str(inventory), "playbooks/site.yml", "--check", "--tags", "nvidia,python_env"]
+    result = playbook(local_nodes["env"], *args)
     assert result.returncode == 0, show(result)
     out = result.stdout
     assert re.search(r'ok: \[node2\] => \{\s*"msg": "NVIDIA GPU\(s\) found: 0000:53:00.0"', out), (
@@ -486,10 +525,9 @@ def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
     for node, index in wheels.items():
         assert message(out, node, f"torch 2.14.1 from https://download.pytorch.org/whl/{index}"), out
     # a 12.x choice is kept; nvidia_keep_loaded_driver=false installs over node1's loaded driver
-    again = playbook(
-        local_nodes["env"], *args, "-e", "nvidia_cuda_version=12.8", "-e", "nvidia_keep_loaded_driver=false"
-    )
-    for node, packages in (("node0", "cuda-drivers-580"), ("node1", "nvidia-open-580")):
+    # (node0 and node1 as hosts v100-cuda128 and a10g-cuda128 of the one nvidia --check run)
+    again = nvidia_check
+    for node, packages in (("v100-cuda128", "cuda-drivers-580"), ("a10g-cuda128", "nvidia-open-580")):
         assert re.search(
             rf"\[{node}\] => \{{\s*\"msg\": \"Check mode: would install linux-headers-[^,]+, {packages}, "
             r"cuda-libraries-12-8 from",
@@ -497,26 +535,30 @@ def test_check_mode_driver_follows_the_gpu(local_nodes) -> None:
         ), show(again)
     assert message(
         again.stdout,
-        "node1",
+        "a10g-cuda128",
         "NVIDIA driver 570.133.20 already loaded: installing over it (nvidia_keep_loaded_driver is false)",
     ), show(again)
-    for extra, text in [
+    # what cannot drive a V100 fails that node (v100-open, v100-590) and no other: not the A10G or
+    # the H100 node with both settings, nor any other host of the run
+    refused = nvidia_check
+    stats = recap(refused)
+    assert refused.returncode != 0, show(refused)
+    assert {h for h, s in stats.items() if s["failed"]} == {"v100-open", "v100-590"}, show(refused)
+    for host, text in [
         (
-            "nvidia_kernel_modules=open",
+            "v100-open",
             "the open kernel modules cannot drive GPUs older than Turing (0000:00:1d.0 "
             "10de:1db1, 0000:00:1e.0 10de:1db5): set nvidia_kernel_modules to auto or proprietary",
         ),
         (
-            "nvidia_driver_branch=590",
+            "v100-590",
             "driver branch 590 does not support GPUs older than Turing (0000:00:1d.0 10de:1db1, "
             "0000:00:1e.0 10de:1db5): 580 is the last that does",
         ),
     ]:
-        refused = playbook(local_nodes["env"], *args, "-e", extra)
-        stats = recap(refused)
-        assert refused.returncode != 0 and stats["node0"]["failed"] == 1, show(refused)
-        assert stats["node1"]["failed"] == 0 and stats["node2"]["failed"] == 0, show(refused)
-        assert text in refused.stdout, show(refused)
+        assert stats[host]["failed"] == 1, show(refused)
+        failed = re.search(rf'fatal: \[{host}\]: FAILED! => \{{.*?"msg": "([^"]*)"', refused.stdout, re.DOTALL)
+        assert failed and text in failed.group(1), show(refused)
     assert not Path("/etc/apt/sources.list.d/ddpctl-cuda.sources").exists()
     for node in NODES:
         assert not (local_nodes["node_dir"](node) / "new-venv").exists()  # check mode made nothing

@@ -44,7 +44,9 @@ def run_results(env: dict[str, str]) -> dict[str, str]:
 
 
 def ended(env: dict[str, str], run_id: str, timeout: float = 300) -> str:
-    """The run's result as `runs` reads it, once it is not running any more (or at ``timeout``)."""
+    """The run's result as `runs` reads it, once it is not running any more (or at ``timeout``).
+    Asked every 2 s: each `ddpctl runs` is a Python process here and, for a run on a head node, an
+    SSH session and a Python there (about 0.5 CPU-s)."""
     deadline = time.monotonic() + timeout
     while True:
         result = run_results(env).get(run_id, "?")
@@ -52,7 +54,7 @@ def ended(env: dict[str, str], run_id: str, timeout: float = 300) -> str:
             return result
         if time.monotonic() > deadline:
             return result
-        time.sleep(0.5)
+        time.sleep(2)
 
 
 def wait_for_line(proc: subprocess.Popen, text: str) -> list[str]:
