@@ -165,11 +165,13 @@ def test_elastic_run_loses_two_nodes_and_goes_on(big, testbed16: Testbed) -> Non
     """--nodes 12:16: the agents and workers of the head node0 and of node15 SIGKILLed (the
     rendezvous store, on node0 apart from its agent, lives on); the run goes on and finishes. Whether
     the survivors meet again as 14 or the two restarted nodes (30 s later) make that round 16 depends on
-    the machine's load, so the test asks only for a new round after the loss."""
+    the machine's load, so the test asks only for a new round after the loss. The first round, too, may
+    start with 12 to 15 nodes under load (CI's: three agents late; they join the next round), so it asks
+    for a first step, not for 16 ranks."""
     proc = start(big, "--nodes", "12:16", *TORCHRUN, "-e", "STEPS=40")
     try:
         output = Output(proc)
-        output.until("(16 ranks)", timeout=300)
+        output.until("step 0: sum", timeout=420)
         for name in ("node0", "node15"):
             for entry in run_procs(testbed16, name, but_store=True):
                 subprocess.run(["kill", "-9", entry.split(":")[0]], check=False)
