@@ -21,7 +21,9 @@ gathered straight from the in-memory dataset.
 Metrics: at every log step and epoch end, rank 0 prints the loss and throughput and appends a JSON line
 (step, epoch, loss, accuracy where on_epoch_end returns one, samples/s, tokens/s, MFU, GPU memory) to
 metrics.jsonl beside the snapshot (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
-sync) on log steps only.
+sync) on log steps only. Every rank beats each step (metrics.beat: a line every few seconds, which
+ddpctl reads and does not show), with its forward-and-loss time as its compute time, so that ddpctl
+names a hung rank and a slow node.
 """
 
 import argparse
@@ -281,7 +283,7 @@ class Trainer:
                 num_workers=speed.workers,
                 persistent_workers=speed.workers > 0,
             )
-        self.epochs_run, self.step = 0, 0
+        self.epochs_run, self.step, self.compute_s = 0, 0, None
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         peak = next((flops for part, flops in PEAK_FLOPS.items() if part in name), 0.0)
         self.peak_flops = peak if speed.precision in ("bf16", "fp16") else 0.0
@@ -335,8 +337,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.speed.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
+        start = time.perf_counter()
         with self.autocast():
             loss = self.loss_fn(self.model(source), targets)
+        self.compute_s = time.perf_counter() - start  # forward and loss: no collective (a GPU's: its launch)
         self.scaler.scale(loss).backward()  # the scaler is a no-op unless fp16
         if self.grad_clip:
             self.scaler.unscale_(self.optimizer)
@@ -374,6 +378,7 @@ class Trainer:
             first = self.speed.compile and self.compile_seconds is None
             loss = (self._timed_first_batch if first else self._run_batch)(source, targets)
             total, batches, self.step = total + loss, batches + 1, self.step + 1
+            metrics.beat(self.step, compute_s=self.compute_s)  # every rank: a line every few seconds
             if first:
                 self._mark = self._epoch_start = (time.perf_counter(), self.step)  # throughput without the compile
             if self.rank == 0 and self.log_every and (self.step == 1 or self.step % self.log_every == 0):
