@@ -18,7 +18,7 @@ from typing import Any
 # the types live in nodes.py; callers import them from here
 from .diagnose import Diagnosis
 from .nodes import Elastic, NodeProcess, NodeResult, NodeStatus, OutputLine, RunResult, parse_line
-from .watch import Rules, Stacks, Watcher, hang_cause, parse_beat, parse_look
+from .watch import STATES, Rules, Stacks, Watcher, hang_cause, parse_beat, parse_look
 
 NEVER = float("inf")
 
@@ -105,7 +105,9 @@ class Supervisor:
         self.diagnosis = Diagnosis()
         self.watcher = Watcher(watch or Rules(), self.clock.now())
         self.stacks = Stacks()  # each rank's place, from the stacks a hung run's ranks print
-        self.hang: tuple[float, list] | None = None  # a hung run: (when to stop it, what look found)
+        self.hang: tuple[float, float, list] | None = (
+            None  # a hung run: (when to stop it, its silence, what look found)
+        )
         self.hang_text = ""  # its cause, in one line
 
     def run(self) -> RunResult:
@@ -180,14 +182,15 @@ class Supervisor:
         """Say what the watcher sees; a hung run's ranks looked at, then, their stacks back, it is stopped."""
         if self.hang is not None:
             if self.clock.now() >= self.hang[0]:
-                self._stop_hung(self.hang[1])
+                self._stop_hung(self.hang[1], self.hang[2])
             return
         nodes = [proc.node for proc in self.procs]
         for alarm in self.watcher.tick(self.clock.now()):
             i = nodes.index(alarm.node) if alarm.node in nodes else 0
             if alarm.kind == "hung":
                 self._note(i, f"{alarm.text}; looking at every rank (its state, its Python stack)")
-                self.hang = (self.clock.now() + self.stacks_s, self._look())
+                silent = self.clock.now() - self.watcher.last_progress  # before the stacks come
+                self.hang = (self.clock.now() + self.stacks_s, silent, self._look())
             else:
                 self._note(i, alarm.text)
 
@@ -212,11 +215,11 @@ class Supervisor:
                 seen = parse_look(self.procs[i].node, line)
                 if seen is not None:
                     looks.append(seen)
-                    self._note(i, f"rank {seen.rank} on {seen.node} (pid {seen.pid}): state {seen.state}")
+                    state = STATES.get(seen.state, "state")
+                    self._note(i, f"rank {seen.rank} on {seen.node} (pid {seen.pid}): {state} ({seen.state})")
         return looks
 
-    def _stop_hung(self, looks: list) -> None:
-        waited = self.clock.now() - self.watcher.last_progress
+    def _stop_hung(self, waited: float, looks: list) -> None:
         node, self.hang_text = hang_cause(looks, self.stacks.places, waited, self.run_id)
         self.failed = node if node in {p.node for p in self.procs} else self.procs[0].node
         self._note(self.procs.index(next(p for p in self.procs if p.node == self.failed)), self.hang_text)

@@ -8,7 +8,8 @@ asks it each turn (``tick``) what to say:
 - ``hung``: no progress (a beat or any line) from any rank for the hang timeout: once ranks beat,
   ``max(floor, steps x the slowest rank's step time)``, the run's own pace; before (a script that never
   beats), the run's ``--hang-timeout``. The supervisor then looks at every rank (``look``) and ends the run.
-- ``behind``: a rank that beat, silent for that long while the others beat on; once until it beats again.
+- ``behind``: a rank that beat, silent for that long while the others beat on (within half of it); once
+  until it beats again.
 - ``slow``: a node whose ranks' compute time over the last ``window_s`` is ``slow_ratio`` times the
   median of the other nodes'; once, and again after it was back to speed (``recovered``) and slows again.
 
@@ -140,7 +141,8 @@ class Watcher:
         if not self.rules.hang_timeout_s:
             return alarms
         for (node, rank), state in sorted(self.ranks.items()):
-            others = any(now - s.last < limit for r, s in self.ranks.items() if r != (node, rank))
+            # the others clearly go on (not a whole run going quiet, whose ranks' last beats differ by a beat)
+            others = any(now - s.last < limit / 2 for r, s in self.ranks.items() if r != (node, rank))
             if now - state.last >= limit and others and not state.behind_said:
                 state.behind_said = True
                 alarms.append(
@@ -243,36 +245,42 @@ class Stacks:
             self._current[key] = False
 
 
+WHY = {
+    "T": "stopped from outside: SIGSTOP, Ctrl-Z, a debugger",
+    "t": "held by a debugger (ptrace)",
+    "D": "stuck in the kernel: a hung filesystem, device or driver (`dmesg` on the node)",
+    "Z": "a zombie: it exited and its agent has not noticed",
+}
+
+
 def hang_cause(
     looks: list[RankLook], places: dict[tuple[str, int], str], waited_s: float, run_id: str
 ) -> tuple[str, str]:
-    """(the node to blame, one line: which ranks are stopped or elsewhere than the others, and what to do)."""
+    """(the node to blame, one line: ``hung: WHO (no progress for N s); what it means; what to do``:
+    ``runs`` shows its first clause). WHO: the ranks stopped, else the ranks elsewhere than the others."""
     looks = [RankLook(k.node, k.rank, k.pid, k.state, places.get((k.node, k.rank), "")) for k in looks]
     todo = f"each rank's stack is in `ddpctl logs {run_id}`; fix it and run again (--resume-from {run_id})"
-    head = f"hung: no progress for {waited_s:.0f} s"
+    quiet = f"(no progress for {waited_s:.0f} s)"
     if not looks:
-        return "", f"{head}; no rank could be looked at (its node did not answer); {todo}"
-    odd = [k for k in looks if k.state in ("T", "t", "D", "Z")]
+        return "", f"hung {quiet}; no rank could be looked at: its node did not answer (`ddpctl check`); {todo}"
+    odd = [k for k in looks if k.state in WHY]
     if odd:
-        named = ", ".join(f"rank {k.rank} on {k.node} is {STATES.get(k.state, k.state)} ({k.state})" for k in odd)
-        why = "stopped from outside (SIGSTOP, a debugger) or stuck in the kernel"
-        return odd[0].node, f"{head}: {named}; the others wait for it in a collective ({why}); {todo}"
+        named = ", ".join(f"rank {k.rank} on {k.node} is {STATES.get(k.state, 'a zombie')} ({k.state})" for k in odd)
+        why = "; ".join(dict.fromkeys(WHY[k.state] for k in odd))
+        return odd[0].node, f"hung: {named} {quiet}; {why}; the others wait for it in a collective; {todo}"
     counts = Counter(k.where for k in looks if k.where)
     if len(counts) > 1:
         common, n = counts.most_common(1)[0]
+        skipped = "a rank skipped (or added) a collective: every rank must call the same ones, in the same order"
         if n * 2 > len(looks):
             odd = [k for k in looks if k.where != common]
             named = ", ".join(f"rank {k.rank} on {k.node} at {k.where or '?'}" for k in odd)
-            return odd[0].node, (
-                f"{head}: {named}, while {n} rank(s) wait at {common}: a rank skipped or added a collective; {todo}"
-            )
+            return odd[0].node, f"hung: {named}, {n} other rank(s) at {common} {quiet}; {skipped}; {todo}"
         named = ", ".join(f"rank {k.rank} on {k.node} at {k.where or '?'}" for k in looks[:8])
-        return looks[
-            0
-        ].node, f"{head}: the ranks wait at different places ({named}): a rank skipped or added a collective; {todo}"
+        return looks[0].node, f"hung: the ranks wait at different places, {named} {quiet}; {skipped}; {todo}"
     common = next(iter(counts), "")
     at = f" at {common}" if common else ""
     return looks[0].node, (
-        f"{head}: every rank waits{at} and none is stopped: a collective that never completes (a node's "
-        f"network, or a peer outside the run); {todo}"
+        f"hung: every rank waits{at}, none stopped {quiet}; a collective that never completes: a node's "
+        f"network (`ddpctl check`), or a peer outside the run; {todo}"
     )

@@ -588,12 +588,12 @@ def test_a_hung_run_is_looked_at_named_and_stopped() -> None:
     result = watched(clock, [node0, node1], Rules(hang_timeout_s=30), sink)
     assert node0.looked == node1.looked == 1
     assert result.cause == "hung" and result.failed_node == "node1" and result.exit_code == 1
-    assert result.hint.startswith("hung: no progress for ") and "rank 1 on node1 is stopped (T)" in result.hint
+    assert result.hint.startswith("hung: rank 1 on node1 is stopped (T) (no progress for 30 s); "), result.hint
     assert {n.status for n in result.nodes} == {"stopped"}
     assert not any("DDPCTL_BEAT" in line.text for line in sink.lines)  # beats are read, not shown
     notes = sink.notes()
     assert notes[0].startswith("no beat and no output from any rank for 30 s: the run is hung; looking at")
-    assert "rank 1 on node1 (pid 11): state T" in notes
+    assert "rank 1 on node1 (pid 11): stopped (T)" in notes and "rank 0 on node0 (pid 10): waiting (S)" in notes
     assert 30 <= clock.t < 60  # named after its timeout, not a collective's 30 minutes
 
 
@@ -601,7 +601,9 @@ def test_a_run_that_never_beats_is_hung_after_its_silence() -> None:
     clock = FakeClock()
     nodes = [LookedAt(clock, f"node{i}", (f"[rank{i}]:hello",), [f"rank={i} pid={i} state=S"], at=None) for i in (0, 1)]
     result = watched(clock, nodes, Rules(hang_timeout_s=40), Sink())
-    assert result.cause == "hung" and "every rank waits and none is stopped" in result.hint
+    assert result.cause == "hung" and result.hint.startswith(
+        "hung: every rank waits, none stopped (no progress for 40 s)"
+    )
     assert 40 <= clock.t < 70
 
 
