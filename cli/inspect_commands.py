@@ -214,6 +214,7 @@ def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs import curves
     from ddpctl.infra.runs import metrics as run_metrics
+    from ddpctl.infra.runs.records import slow_nodes
 
     from .output import Output
 
@@ -244,7 +245,13 @@ def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
         out.progress(f"{curves.named(runs)}: {phrase}")
     if as_json:
         docs = [
-            {"run_id": r.run_id, "file": str(r.file), "summary": run_metrics.summary(r.lines), "lines": r.lines}
+            {
+                "run_id": r.run_id,
+                "file": str(r.file),
+                "summary": run_metrics.summary(r.lines),
+                "slow": slow_nodes(store.run_dir(r.run_id)),
+                "lines": r.lines,
+            }
             for r in runs
         ]
         out.document({"ok": True, **docs[0]} if len(docs) == 1 else {"ok": True, "runs": docs})
@@ -252,6 +259,11 @@ def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
     if targets.csv_stdout:
         return 0
     for run in runs:
+        slow = slow_nodes(store.run_dir(run.run_id))
+        if slow:
+            out.progress(
+                f"run {run.run_id}: slow while it ran: {', '.join(slow)} (compute time over the others' median)"
+            )
         if not run.lines:
             out.progress(
                 f"run {run.run_id} has no metrics ({run.file}): the bundled jobs write them, a script of yours "

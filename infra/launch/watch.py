@@ -51,6 +51,11 @@ def parse_beat(text: str) -> Beat | None:
         return None
 
 
+def is_beat(rank: int | None, text: str) -> bool:
+    """Whether a parsed line is a rank's heartbeat: read by the supervisor, never shown (a Slurm job's too)."""
+    return rank is not None and text.startswith(BEAT_MARK + " ")
+
+
 def _seconds(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9:
         return float(value)

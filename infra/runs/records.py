@@ -302,6 +302,15 @@ def sickness(data: object, said: str) -> str:
     return f"{said}; slow: {', '.join(slow)}" if slow else said
 
 
+def slow_nodes(run_dir: Path) -> list[str]:
+    """The nodes named slow while the run went (its ``run.json``), e.g. ``["node1 (1.60x)"]``; [] where
+    none was, or the run has not ended, or its record cannot be read."""
+    try:
+        return list(Doc(json.loads((run_dir / "run.json").read_text())).doc("result").texts("slow", ()))
+    except (OSError, ValueError):  # SchemaError too: `runs` names the damage
+        return []
+
+
 def run_cost(doc: dict, duration: object) -> float | None:
     """What a run cost (pure): the nodes it used at one node's price per hour as its record keeps them
     (``run_execute.run_cost_basis``), for as long as it ran; None where either is not known."""

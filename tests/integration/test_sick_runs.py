@@ -90,6 +90,9 @@ def test_a_node_slowed_from_outside_is_named_once_and_recorded(home: Path, tmp_p
     assert text.count("node1 is slow") == 1, text  # named once, not a line a beat
     assert "slow: node1 (" in text  # the summary
     assert "; slow: node1 (" in result_in_runs("slow")
+    shown = ddpctl("metrics", "slow")
+    assert "run slow: slow while it ran: node1 (" in shown.stderr, shown.stderr
+    assert json.loads(ddpctl("metrics", "slow", "--json").stdout)["slow"][0].startswith("node1 (")
     assert_nothing_left("slow", home)
 
 
