@@ -18,7 +18,7 @@ A heartbeat, so that ddpctl can tell a rank that stopped progressing (and a slow
         ...
         beat(step, compute_s=t1 - t0)   # every rank, every step: it prints at most every few seconds
 
-Every rank calls it. It prints one line "DDPCTL_BEAT {json}" on stdout at most every
+Every rank calls it. Under ddpctl (where $DDPCTL_RUN_ID is set; elsewhere it does nothing) it prints one line "DDPCTL_BEAT {json}" on stdout at most every
 $DDPCTL_BEAT_EVERY_S seconds (default 5; the first call at once), with the step, the mean step time
 and the mean compute time (time outside collectives, as the caller measures it) since its last line.
 ddpctl reads these lines and does not show them. The first call also makes SIGUSR1 print the rank's
@@ -59,13 +59,16 @@ class Heartbeat:
     """A rank's throttled heartbeat (``beat`` uses one per process): ``beat(step, compute_s)`` every
     step, a line at most every ``every_s`` seconds."""
 
-    def __init__(self, every_s=None, out=None, clock=time.monotonic):
+    def __init__(self, every_s=None, out=None, clock=time.monotonic, on=None):
+        self.on = "DDPCTL_RUN_ID" in os.environ if on is None else on  # plain torchrun: no lines
         self.every_s = float(every_s if every_s is not None else os.environ.get("DDPCTL_BEAT_EVERY_S", "5"))
         self.out, self.clock = out, clock
         self.last = None  # when the last line went out (None: none yet)
         self.steps, self.compute, self.computed = 0, 0.0, 0
 
     def beat(self, step, compute_s=None):
+        if not self.on:
+            return
         now = self.clock()
         self.steps += 1
         if compute_s is not None:

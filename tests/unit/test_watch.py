@@ -197,7 +197,7 @@ def test_the_heartbeat_prints_at_once_then_at_most_every_few_seconds(monkeypatch
     metrics = _metrics_module()
     monkeypatch.setattr(metrics, "_stack_on_sigusr1", lambda: None)  # no handler in the test process
     out, now = io.StringIO(), [0.0]
-    heart = metrics.Heartbeat(every_s=5, out=out, clock=lambda: now[0])
+    heart = metrics.Heartbeat(every_s=5, out=out, clock=lambda: now[0], on=True)
     for step in range(1, 101):  # 100 steps of 0.1 s, forward taking 0.04 s
         heart.beat(step, compute_s=0.04)
         now[0] += 0.1
@@ -216,3 +216,10 @@ def test_a_whole_run_going_quiet_is_hung_not_a_rank_behind() -> None:
         for rank in range(4):
             w.beat(f"node{rank // 2}", rank, Beat(t, 0.02, 0.01), t + rank * 0.3)
     assert [a.kind for a in alarms_until(w, 30, 200, 0.5)] == ["hung"]
+
+
+def test_the_heartbeat_is_silent_outside_ddpctl(monkeypatch) -> None:
+    monkeypatch.delenv("DDPCTL_RUN_ID", raising=False)
+    out = io.StringIO()
+    _metrics_module().Heartbeat(out=out).beat(1, compute_s=0.1)  # plain torchrun: no marker
+    assert out.getvalue() == ""
