@@ -8,7 +8,12 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
+import ddpctl
 from ddpctl.infra.launch.watch import Beat, RankLook, Rules, Stacks, Watcher, hang_cause, parse_beat, parse_look
+from ddpctl.infra.model.errors import UsageError
+from ddpctl.infra.model.spec import RunSpec
 
 RULES = Rules(hang_timeout_s=600, floor_s=60, steps=20, window_s=30)
 
@@ -223,3 +228,12 @@ def test_the_heartbeat_is_silent_outside_ddpctl(monkeypatch) -> None:
     out = io.StringIO()
     _metrics_module().Heartbeat(out=out).beat(1, compute_s=0.1)  # plain torchrun: no marker
     assert out.getvalue() == ""
+
+
+def test_the_hang_timeout_is_checked_once_for_the_cli_and_the_api() -> None:
+    with pytest.raises(UsageError, match=r"--hang-timeout 3 is not a time in seconds: give 5 or more"):
+        RunSpec("mnist", hang_timeout_s=3)
+    assert RunSpec("mnist", hang_timeout_s=0).hang_timeout_s == 0  # off
+    assert RunSpec("mnist").hang_timeout_s == 600
+    with pytest.raises(UsageError, match="--hang-timeout"):
+        ddpctl.run("message-passing", hang_timeout=-1)
