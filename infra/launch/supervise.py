@@ -168,7 +168,7 @@ class Supervisor:
         if beat is not None:  # a rank's heartbeat: read, not shown
             self.watcher.beat(parsed.node, parsed.rank, beat, self.clock.now())
             return
-        self.watcher.line(self.clock.now())
+        self.watcher.line(self.clock.now(), parsed.rank)
         self.stacks.feed(parsed.node, parsed.rank, parsed.text)
         self.diagnosis.feed(parsed)  # what a failure's lines say about its cause
         self.sink(parsed)

@@ -7,7 +7,8 @@ asks it each turn (``tick``) what to say:
 
 - ``hung``: no progress (a beat or any line) from any rank for the hang timeout: once ranks beat,
   ``max(floor, steps x the slowest rank's step time)``, the run's own pace; before (a script that never
-  beats), the run's ``--hang-timeout``. The supervisor then looks at every rank (``look``) and ends the run.
+  beats), the run's ``--hang-timeout``; before any rank's first line, not before torchrun's rendezvous
+  would have timed out (``STARTUP_S``). The supervisor then looks at every rank (``look``) and ends the run.
 - ``behind``: a rank that beat, silent for that long while the others beat on (within half of it); once
   until it beats again.
 - ``slow``: a node whose ranks' compute time over the last ``window_s`` is ``slow_ratio`` times the
@@ -31,6 +32,9 @@ HANG_TIMEOUT_S = 600.0  # ranks that never beat: this long without a line from a
 #: the least wait once ranks beat (an epoch's end: evaluation, a snapshot saved, print nothing)
 FLOOR_S = 120.0
 STEPS = 20.0  # ... or this many of the slowest rank's steps
+#: before any rank has printed a line, the agents are torchrun's: its rendezvous waits 600 s for a node
+#: (its join timeout), and says which one never came (launch/store.py): a hang is not called before
+STARTUP_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Rules:
     hang_timeout_s: float = HANG_TIMEOUT_S  # 0: a hang is never called (stragglers are still named)
     floor_s: float = FLOOR_S  # capped at hang_timeout_s: a short --hang-timeout shortens it too
     steps: float = STEPS
+    startup_s: float = STARTUP_S  # the least timeout before any rank's first line
     slow_ratio: float = 1.25
     recovered_ratio: float = 1.1
     window_s: float = 60.0
@@ -100,17 +105,19 @@ class Watcher:
     slow_now: dict[str, float] = field(default_factory=dict)  # node -> its ratio, while named slow
     slowest: dict[str, float] = field(default_factory=dict)  # node -> its worst ratio named (the record)
     hung: bool = False
+    ranks_seen: bool = False  # a rank has printed (or beaten): the job runs, past torchrun's rendezvous
 
     def __post_init__(self) -> None:
         if self.last_progress < 0:
             self.last_progress = self.started
 
-    def line(self, now: float) -> None:
-        """Any line of the run's output: progress."""
+    def line(self, now: float, rank: int | None = None) -> None:
+        """Any line of the run's output (``rank``: a rank's, not an agent's): progress."""
         self.last_progress = max(self.last_progress, now)
+        self.ranks_seen = self.ranks_seen or rank is not None
 
     def beat(self, node: str, rank: int, beat: Beat, now: float) -> None:
-        self.line(now)
+        self.line(now, rank)
         state = self.ranks.get((node, rank))
         if state is None:
             self.ranks[(node, rank)] = _RankState(now, beat.step, beat.step_s)
@@ -122,6 +129,8 @@ class Watcher:
 
     def timeout_s(self) -> float:
         """How long no progress at all means a hang: the run's own pace once its ranks beat."""
+        if not self.ranks_seen:
+            return max(self.rules.hang_timeout_s, self.rules.startup_s)
         if not self.ranks:
             return self.rules.hang_timeout_s
         return max(min(self.rules.floor_s, self.rules.hang_timeout_s), self.rules.steps * self._slowest_step_s())

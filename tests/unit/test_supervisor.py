@@ -612,3 +612,24 @@ def test_a_healthy_run_is_left_alone() -> None:
     nodes = [FakeNode(clock, f"node{i}", beats(i), at=20.0) for i in (0, 1)]
     result = watched(clock, nodes, Rules(hang_timeout_s=30), Sink())
     assert result.ok and result.cause == "" and result.slow == []
+
+
+def test_a_hung_elastic_run_is_ended_not_a_node_lost() -> None:
+    clock = FakeClock()
+    nodes = [
+        LookedAt(clock, f"node{i}", beats(i), [f"rank={i} pid={i} state={'T' if i == 2 else 'S'}"], at=None)
+        for i in range(3)
+    ]
+    elastic = Elastic(1, relaunch=lambda i: FakeNode(clock, f"node{i}"), threaded=False, store_alive=lambda: True)
+    result = Supervisor(
+        "r1",
+        nodes,
+        Sink(),
+        cleanup=lambda: None,
+        grace_s=3.0,
+        clock=clock,
+        watch=Rules(hang_timeout_s=30),
+        elastic=elastic,
+    ).run()
+    assert result.cause == "hung" and result.failed_node == "node2" and result.exit_code == 1
+    assert {n.status for n in result.nodes} == {"stopped"}  # every node ended, none lost and started again

@@ -74,10 +74,17 @@ def test_output_is_progress_too() -> None:
 
 def test_a_script_that_never_beats_is_hung_after_the_hang_timeout_of_silence() -> None:
     w = Watcher(Rules(hang_timeout_s=120), started=0.0)
-    w.line(50)
+    w.line(50, rank=0)  # a rank's line: the job runs
     assert alarms_until(w, 50, 169, 10) == []
     found = w.tick(170)
     assert [a.kind for a in found] == ["hung"] and found[0].text.startswith("no output from any rank for 120 s")
+
+
+def test_no_hang_is_called_while_torchrun_may_still_rendezvous() -> None:
+    w = Watcher(Rules(hang_timeout_s=20), started=0.0)
+    w.line(1)  # the agents' start-up lines: no rank has printed yet
+    assert w.timeout_s() == 900 and alarms_until(w, 1, 900, 10) == []  # torchrun's join timeout is 600 s
+    assert [a.kind for a in w.tick(901)] == ["hung"]  # a job stuck before its first line, all the same
 
 
 def test_a_short_hang_timeout_shortens_the_floor() -> None:
