@@ -114,7 +114,7 @@ from .plans import print_cluster_plan, print_launch_plan
     metavar="SECONDS",
     help="No output and no heartbeat from any rank for this long is a hang: ddpctl names each rank's state and "
     "Python stack, then stops the run (0: off). Ranks that beat (the bundled jobs, training/metrics.py's beat) "
-    "are judged by their own step time instead, at least 2 min. [default: 600]",
+    "are judged by their own pace instead: 20 steps, at least 2 min (or SECONDS, if shorter). [default: 600]",
 )
 @click.option(
     "--detach",
