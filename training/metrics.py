@@ -21,6 +21,8 @@ A heartbeat, so that ddpctl can tell a rank that stopped progressing (and a slow
 Every rank calls it. Under ddpctl (where $DDPCTL_RUN_ID is set; elsewhere it does nothing) it prints one line "DDPCTL_BEAT {json}" on stdout at most every
 $DDPCTL_BEAT_EVERY_S seconds (default 5; the first call at once), with the step, the mean step time
 and the mean compute time (time outside collectives, as the caller measures it) since its last line.
+compute_s may also be a function, called only when a line goes out, whose value is taken as a sample
+(on a GPU: a CUDA event pair's elapsed time, read with no sync at every step).
 ddpctl reads these lines and does not show them. The first call also makes SIGUSR1 print the rank's
 Python stack on stderr (faulthandler): ddpctl asks for it when the run hangs.
 """
@@ -71,7 +73,7 @@ class Heartbeat:
             return
         now = self.clock()
         self.steps += 1
-        if compute_s is not None:
+        if compute_s is not None and not callable(compute_s):
             self.compute, self.computed = self.compute + float(compute_s), self.computed + 1
         if self.last is None:
             _stack_on_sigusr1()
@@ -80,7 +82,9 @@ class Heartbeat:
         values = {"step": int(step), "steps": self.steps}
         if self.last is not None:
             values["step_s"] = round((now - self.last) / self.steps, 6)
-        if self.computed:
+        if callable(compute_s):
+            values["compute_s"] = round(float(compute_s()), 6)
+        elif self.computed:
             values["compute_s"] = round(self.compute / self.computed, 6)
         out = self.out or sys.stdout
         out.write(BEAT_MARK + " " + json.dumps(values) + "\n")

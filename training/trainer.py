@@ -22,7 +22,8 @@ Metrics: at every log step and epoch end, rank 0 prints the loss and throughput 
 (step, epoch, loss, accuracy where on_epoch_end returns one, samples/s, tokens/s, MFU, GPU memory) to
 metrics.jsonl beside the snapshot (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
 sync) on log steps only. Every rank beats each step (metrics.beat: a line every few seconds, which
-ddpctl reads and does not show), with its forward-and-loss time as its compute time, so that ddpctl
+ddpctl reads and does not show), with its forward-and-loss time as its compute time (on a GPU, a CUDA
+event pair's, read only when a beat is printed: no sync per step), so that ddpctl
 names a hung rank and a slow node.
 """
 
@@ -284,6 +285,9 @@ class Trainer:
                 persistent_workers=speed.workers > 0,
             )
         self.epochs_run, self.step, self.compute_s = 0, 0, None
+        # a GPU's forward and loss time, as a CUDA event pair records it (read only when a beat goes out)
+        timing = device.type == "cuda"
+        self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) if timing else None
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         peak = next((flops for part, flops in PEAK_FLOPS.items() if part in name), 0.0)
         self.peak_flops = peak if speed.precision in ("bf16", "fp16") else 0.0
@@ -338,9 +342,15 @@ class Trainer:
         if self.speed.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         start = time.perf_counter()
+        if self._events is not None:
+            self._events[0].record()
         with self.autocast():
             loss = self.loss_fn(self.model(source), targets)
-        self.compute_s = time.perf_counter() - start  # forward and loss: no collective (a GPU's: its launch)
+        if self._events is not None:
+            self._events[1].record()
+            self.compute_s = self._gpu_compute_s  # read when metrics.beat prints: no sync per step
+        else:
+            self.compute_s = time.perf_counter() - start  # forward and loss: no collective in them
         self.scaler.scale(loss).backward()  # the scaler is a no-op unless fp16
         if self.grad_clip:
             self.scaler.unscale_(self.optimizer)
@@ -348,6 +358,12 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
+
+    def _gpu_compute_s(self):
+        """The last step's forward and loss on the GPU, in seconds (waits for that step's forward only)."""
+        start, end = self._events
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
 
     def _timed_first_batch(self, source, targets):
         """The first step of a compiled model, which compiles it: timed and reported once."""

@@ -244,3 +244,19 @@ def test_the_hang_timeout_is_checked_once_for_the_cli_and_the_api() -> None:
     assert RunSpec("mnist").hang_timeout_s == 600
     with pytest.raises(UsageError, match="--hang-timeout"):
         ddpctl.run("message-passing", hang_timeout=-1)
+
+
+def test_a_compute_time_function_is_read_only_when_a_line_goes_out(monkeypatch) -> None:
+    metrics = _metrics_module()
+    monkeypatch.setattr(metrics, "_stack_on_sigusr1", lambda: None)
+    out, now, reads = io.StringIO(), [0.0], []
+
+    def gpu_time() -> float:  # as the Trainer's CUDA event pair: a sync, so only every few seconds
+        reads.append(now[0])
+        return 0.03
+
+    heart = metrics.Heartbeat(every_s=5, out=out, clock=lambda: now[0], on=True)
+    for step in range(1, 101):
+        heart.beat(step, compute_s=gpu_time)
+        now[0] += 0.1
+    assert len(reads) == 2 and [parse_beat(line).compute_s for line in out.getvalue().splitlines()] == [0.03, 0.03]
