@@ -2,7 +2,7 @@
 a rank that skips a collective (a deadlock), with and without heartbeats, each named within minutes,
 not at gloo's 30-minute timeout, and the run ended with nothing left; a node slowed from outside (a
 SIGSTOP/SIGCONT duty cycle) named while the run goes, and in `runs` afterwards. A short --hang-timeout
-(20 s) keeps them to tens of seconds; every bound below is liveness, not a measure."""
+(10 s) keeps them to tens of seconds; every bound below is liveness, not a measure."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ BOUND_S = 240  # a hung run is named and ended well within this (gloo's own time
 def sick_run(run_id: str, tmp_path: Path, *env: str, nproc: int = 1) -> Output:
     job = write_sick(tmp_path)
     args = ["run", str(job), "--nodes", "2", "--nproc-per-node", str(nproc), "--run-id", run_id]
-    args += ["--hang-timeout", "20", "-e", "DDPCTL_BEAT_EVERY_S=1", "-e", f"SICK_DONE={tmp_path / 'done'}"]
+    args += ["--hang-timeout", "10", "-e", "DDPCTL_BEAT_EVERY_S=1", "-e", f"SICK_DONE={tmp_path / 'done'}"]
     for pair in env:
         args += ["-e", pair]
     return Output(start_ddpctl(*args))
