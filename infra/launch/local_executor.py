@@ -99,8 +99,16 @@ class LocalNodeProcess:
 
     def look(self) -> list[str]:
         """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
+        return self._stop_program("look")
+
+    def end(self) -> None:
+        """SIGKILL to its agent and its ranks (they live in sessions of their own), as a remote node's kill."""
+        self._signal(signal.SIGKILL)
+        self._stop_program("kill")
+
+    def _stop_program(self, mode: str) -> list[str]:
         run_key, run_id, node_key, node = self._markers
-        argv = program_argv(sys.executable, "stop", run_key, run_id, "look", "0", node_key, node)
+        argv = program_argv(sys.executable, "stop", run_key, run_id, mode, "0", node_key, node)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         return done.stdout.splitlines()
 

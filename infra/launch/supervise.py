@@ -220,8 +220,20 @@ class Supervisor:
         return looks
 
     def _stop_hung(self, waited: float, looks: list) -> None:
-        node, self.hang_text = hang_cause(looks, self.stacks.places, waited, self.run_id)
-        self.failed = node if node in {p.node for p in self.procs} else self.procs[0].node
+        """The run ended as hung; an elastic one goes on without the node that held it up, if it may."""
+        self.hang = None
+        node, text = hang_cause(looks, self.stacks.places, waited, self.run_id)
+        nodes = [p.node for p in self.procs]
+        if node in nodes and self._may_lose(nodes.index(node)):
+            i = nodes.index(node)
+            self._note(i, text.split("; each rank's stack")[0])
+            self._note(i, f"ending {node}'s processes: the elastic run goes on without it")
+            getattr(self.procs[i], "end", self.procs[i].kill)()  # its agent and ranks: lost, as a node is
+            self.watcher.restart(self.clock.now())
+            self.stacks = Stacks()  # the ranks' places were the old ones'
+            return
+        self.hang_text = text
+        self.failed = node if node in nodes else self.procs[0].node
         self._note(self.procs.index(next(p for p in self.procs if p.node == self.failed)), self.hang_text)
         self._stop_all()
 

@@ -106,6 +106,8 @@ class Watcher:
     slowest: dict[str, float] = field(default_factory=dict)  # node -> its worst ratio named (the record)
     hung: bool = False
     ranks_seen: bool = False  # a rank has printed (or beaten): the job runs, past torchrun's rendezvous
+    restarted: bool = False  # an elastic run's ranks restarted: only a beat says the new ones run (the
+    # old ones' last lines, their tracebacks, come after the restart)
 
     def __post_init__(self) -> None:
         if self.last_progress < 0:
@@ -114,9 +116,10 @@ class Watcher:
     def line(self, now: float, rank: int | None = None) -> None:
         """Any line of the run's output (``rank``: a rank's, not an agent's): progress."""
         self.last_progress = max(self.last_progress, now)
-        self.ranks_seen = self.ranks_seen or rank is not None
+        self.ranks_seen = self.ranks_seen or (rank is not None and not self.restarted)
 
     def beat(self, node: str, rank: int, beat: Beat, now: float) -> None:
+        self.restarted = False
         self.line(now, rank)
         state = self.ranks.get((node, rank))
         if state is None:
@@ -134,6 +137,14 @@ class Watcher:
         if not self.ranks:
             return self.rules.hang_timeout_s
         return max(min(self.rules.floor_s, self.rules.hang_timeout_s), self.rules.steps * self._slowest_step_s())
+
+    def restart(self, now: float) -> None:
+        """An elastic run going on without a hung node: its ranks start again, under new numbers, after
+        a rendezvous of torchrun's (``STARTUP_S`` again until a rank beats)."""
+        self.ranks.clear()
+        self.samples.clear()
+        self.slow_now.clear()
+        self.hung, self.last_progress, self.ranks_seen, self.restarted = False, now, False, True
 
     def _slowest_step_s(self) -> float:
         return max((s.step_s or 0.0 for s in self.ranks.values()), default=0.0)
@@ -270,8 +281,9 @@ WHY = {
 def hang_cause(
     looks: list[RankLook], places: dict[tuple[str, int], str], waited_s: float, run_id: str
 ) -> tuple[str, str]:
-    """(the node to blame, one line: ``hung: WHO (no progress for N s); what it means; what to do``:
-    ``runs`` shows its first clause). WHO: the ranks stopped, else the ranks elsewhere than the others."""
+    """(the node to blame, "" where no one node is: one line, ``hung: WHO (no progress for N s); what it
+    means; what to do``, whose first clause ``runs`` shows). WHO: the ranks stopped, else the ranks
+    elsewhere than most others."""
     looks = [RankLook(k.node, k.rank, k.pid, k.state, places.get((k.node, k.rank), "")) for k in looks]
     todo = f"each rank's stack is in `ddpctl logs {run_id}`; fix it and run again (--resume-from {run_id})"
     quiet = f"(no progress for {waited_s:.0f} s)"
@@ -291,10 +303,10 @@ def hang_cause(
             named = ", ".join(f"rank {k.rank} on {k.node} at {k.where or '?'}" for k in odd)
             return odd[0].node, f"hung: {named}, {n} other rank(s) at {common} {quiet}; {skipped}; {todo}"
         named = ", ".join(f"rank {k.rank} on {k.node} at {k.where or '?'}" for k in looks[:8])
-        return looks[0].node, f"hung: the ranks wait at different places, {named} {quiet}; {skipped}; {todo}"
+        return "", f"hung: the ranks wait at different places, {named} {quiet}; {skipped}; {todo}"
     common = next(iter(counts), "")
     at = f" at {common}" if common else ""
-    return looks[0].node, (
+    return "", (
         f"hung: every rank waits{at}, none stopped {quiet}; a collective that never completes: a node's "
         f"network (`ddpctl check`), or a peer outside the run; {todo}"
     )

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.slow
 BOUND_S = 240  # a hung run is named and ended well within this (gloo's own timeout: 30 minutes)
 
 
-def sick_run(run_id: str, tmp_path: Path, *env: str, nproc: int = 1) -> Output:
+def sick_run(run_id: str, tmp_path: Path, *env: str, nproc: int = 1, nodes: str = "2") -> Output:
     job = write_sick(tmp_path)
-    args = ["run", str(job), "--nodes", "2", "--nproc-per-node", str(nproc), "--run-id", run_id]
+    args = ["run", str(job), "--nodes", nodes, "--nproc-per-node", str(nproc), "--run-id", run_id]
     args += ["--hang-timeout", "10", "-e", "DDPCTL_BEAT_EVERY_S=1", "-e", f"SICK_DONE={tmp_path / 'done'}"]
     for pair in env:
         args += ["-e", pair]
@@ -58,6 +58,23 @@ def test_a_stopped_rank_is_named_and_the_run_ended(home: Path, tmp_path: Path, b
         assert f'train.py", line {ALL_REDUCE_LINE}' in text, text
     assert result_in_runs(f"stop{beats}").startswith("hung: rank 1 on node1 is stopped (T) (no progress for ")
     assert_nothing_left(f"stop{beats}", home)
+
+
+def test_an_elastic_run_goes_on_without_the_node_that_hung_it(home: Path, tmp_path: Path) -> None:
+    """--nodes 2:3: node1's rank stops itself; named, node1's processes ended, the other two restart
+    their workers and go on (node1 started again 30 s later, as any lost node); the run ends ok."""
+    out = sick_run("elastic", tmp_path, "SICK=stop", f"SICK_ONCE={tmp_path / 'once'}", nodes="2:3")
+    try:
+        out.until("hung: rank 1 on node1 is stopped (T)", timeout=BOUND_S)
+        out.until("ending node1's processes: the elastic run goes on without it", timeout=60)
+        out.until("node1 lost", timeout=60)
+        out.until("training", timeout=BOUND_S)  # the survivors' workers started again
+    finally:
+        (tmp_path / "done").touch()
+    text = finished(out)
+    assert out.proc.returncode == 0, text
+    assert result_in_runs("elastic") == "succeeded"
+    assert_nothing_left("elastic", home)
 
 
 def test_a_rank_that_skips_a_collective_is_named(home: Path, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ It beats each step with ``training/metrics.py`` copied next to it, as a user wou
 never beats, a script without the helper). Each step "computes" (a sleep: no CPU of the test machine,
 and a process stopped from outside measures its stop as compute time), then all-reduces a flag that
 ends the run everywhere once the file ``SICK_DONE`` exists. ``SICK=stop``: rank 1 stops itself
-(SIGSTOP) at step ``SICK_AT``; ``SICK=skip``: rank 1 skips that step's all-reduce and waits for a
+(SIGSTOP) at step ``SICK_AT`` (once, where ``SICK_ONCE`` names a file to mark it); ``SICK=skip``: rank 1 skips that step's all-reduce and waits for a
 message rank 0 never sends (a deadlock, as a rank that skipped a collective makes).
 """
 
@@ -23,6 +23,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 sick, at = os.environ.get("SICK", ""), int(os.environ.get("SICK_AT", "20"))
 done_file, beats = os.environ.get("SICK_DONE", ""), os.environ.get("SICK_BEAT", "1") == "1"
+once = os.environ.get("SICK_ONCE", "")  # a file: sick only the first time (an elastic run goes on)
 if rank == 0:
     print("training", flush=True)
 step = 0
@@ -31,7 +32,9 @@ while True:
     start = time.perf_counter()
     time.sleep(0.02)
     compute = time.perf_counter() - start
-    if sick == "stop" and rank == 1 and step == at:
+    if sick == "stop" and rank == 1 and step == at and not (once and os.path.exists(once)):
+        if once:
+            open(once, "w").close()
         os.kill(os.getpid(), signal.SIGSTOP)
     if sick == "skip" and rank == 1 and step == at:
         dist.recv(torch.zeros(1), src=0)  # SKIPPED: the all-reduce below, never reached

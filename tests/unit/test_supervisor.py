@@ -614,22 +614,40 @@ def test_a_healthy_run_is_left_alone() -> None:
     assert result.ok and result.cause == "" and result.slow == []
 
 
-def test_a_hung_elastic_run_is_ended_not_a_node_lost() -> None:
-    clock = FakeClock()
+def hung_elastic(clock: FakeClock, min_nodes: int, exit_at: float | None, sink: Sink) -> RunResult:
+    """Three nodes, node2's rank stopped (T): an elastic run of MIN ``min_nodes``."""
     nodes = [
-        LookedAt(clock, f"node{i}", beats(i), [f"rank={i} pid={i} state={'T' if i == 2 else 'S'}"], at=None)
+        LookedAt(clock, f"node{i}", beats(i), [f"rank={i} pid={i} state={'T' if i == 2 else 'S'}"], at=exit_at)
         for i in range(3)
     ]
-    elastic = Elastic(1, relaunch=lambda i: FakeNode(clock, f"node{i}"), threaded=False, store_alive=lambda: True)
-    result = Supervisor(
+    nodes[2].exits_at = None  # stopped: it never exits by itself
+    elastic = Elastic(
+        min_nodes, relaunch=lambda i: FakeNode(clock, f"node{i}"), threaded=False, store_alive=lambda: True
+    )
+    return Supervisor(
         "r1",
         nodes,
-        Sink(),
+        sink,
         cleanup=lambda: None,
         grace_s=3.0,
         clock=clock,
         watch=Rules(hang_timeout_s=30),
         elastic=elastic,
     ).run()
+
+
+def test_a_hung_elastic_run_goes_on_without_the_node_that_held_it_up() -> None:
+    clock, sink = FakeClock(), Sink()
+    result = hung_elastic(clock, 2, 60.0, sink)
+    assert result.ok and result.cause == "" and result.failed_node is None
+    assert [n.status for n in result.nodes] == ["ok", "ok", "lost"]  # done (at 60 s) before its relaunch (65 s)
+    notes = sink.notes()
+    assert any(n.startswith("hung: rank 2 on node2 is stopped (T) (no progress for 30 s)") for n in notes), notes
+    assert "ending node2's processes: the elastic run goes on without it" in notes
+    assert any(n.startswith("node2 lost (exit -9); the run goes on with 2 node(s)") for n in notes), notes
+
+
+def test_a_hung_elastic_run_at_its_minimum_is_ended() -> None:
+    result = hung_elastic(FakeClock(), 3, None, Sink())
     assert result.cause == "hung" and result.failed_node == "node2" and result.exit_code == 1
-    assert {n.status for n in result.nodes} == {"stopped"}  # every node ended, none lost and started again
+    assert {n.status for n in result.nodes} == {"stopped"}  # every node ended, none lost

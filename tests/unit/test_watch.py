@@ -260,3 +260,13 @@ def test_a_compute_time_function_is_read_only_when_a_line_goes_out(monkeypatch) 
         heart.beat(step, compute_s=gpu_time)
         now[0] += 0.1
     assert len(reads) == 2 and [parse_beat(line).compute_s for line in out.getvalue().splitlines()] == [0.03, 0.03]
+
+
+def test_after_an_elastic_restart_only_a_beat_rearms_the_pace() -> None:
+    w = Watcher(Rules(hang_timeout_s=10), started=0.0)
+    beating(w, 20, {"node0": 0.05, "node1": 0.05, "node2": 0.05}, every=1.0)
+    w.restart(30.0)  # node1 ended: the survivors restart their workers
+    w.line(31.0, rank=0)  # the old workers' tracebacks
+    assert w.timeout_s() == 900 and alarms_until(w, 31, 60) == []  # the new ones import torch, rendezvous
+    w.beat("node0", 0, Beat(1), 70.0)
+    assert w.timeout_s() == 10 and [a.kind for a in alarms_until(w, 70, 90)] == ["hung"]
