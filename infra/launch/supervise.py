@@ -105,9 +105,8 @@ class Supervisor:
         self.diagnosis = Diagnosis()
         self.watcher = Watcher(watch or Rules(), self.clock.now())
         self.stacks = Stacks()  # each rank's place, from the stacks a hung run's ranks print
-        self.hang: tuple[float, float, list] | None = (
-            None  # a hung run: (when to stop it, its silence, what look found)
-        )
+        # a hung run, its ranks looked at: (when to stop it, how long it was silent, what look found)
+        self.hang: tuple[float, float, list] | None = None
         self.hang_text = ""  # its cause, in one line
 
     def run(self) -> RunResult:

@@ -127,7 +127,7 @@ class Watcher:
         else:
             state.last, state.step, state.behind_said = now, beat.step, False
             state.step_s = beat.step_s if beat.step_s is not None else state.step_s
-        if beat.compute_s is not None:
+        if beat.compute_s is not None and state is not None:  # not a rank's first: its warm-up, a compile
             self.samples.setdefault(node, deque()).append((now, beat.compute_s))
 
     def timeout_s(self) -> float:
@@ -173,8 +173,8 @@ class Watcher:
                 alarms.append(
                     Alarm(
                         "behind",
-                        f"rank {rank} on {node} has not beaten for {now - state.last:.0f} s (last at step "
-                        f"{state.step}) while the others go on: it is stuck or stopped",
+                        f"rank {rank} on {node} has sent no heartbeat for {now - state.last:.0f} s (its last at "
+                        f"step {state.step}) while the others go on: it is stuck or stopped",
                         node,
                         rank,
                     )

@@ -102,7 +102,7 @@ def test_a_rank_silent_while_the_others_beat_is_named_behind_once() -> None:
         t += 5
     found = alarms_until(w, 50, 200)
     assert [(a.kind, a.node, a.rank) for a in found] == [("behind", "node1", 1)]
-    assert "rank 1 on node1 has not beaten for 60 s" in found[0].text
+    assert "rank 1 on node1 has sent no heartbeat for 60 s" in found[0].text
     w.beat("node1", 1, Beat(999, 0.1), 201)  # back: may be named again later
     assert not w.ranks[("node1", 1)].behind_said
 
@@ -270,3 +270,11 @@ def test_after_an_elastic_restart_only_a_beat_rearms_the_pace() -> None:
     assert w.timeout_s() == 900 and alarms_until(w, 31, 60) == []  # the new ones import torch, rendezvous
     w.beat("node0", 0, Beat(1), 70.0)
     assert w.timeout_s() == 10 and [a.kind for a in alarms_until(w, 70, 90)] == ["hung"]
+
+
+def test_a_ranks_first_beat_is_its_warm_up_and_no_compute_sample() -> None:
+    w = Watcher(RULES, started=0.0)
+    w.beat("node0", 0, Beat(1, None, 0.1), 0.0)
+    w.beat("node1", 1, Beat(1, None, 40.0), 0.0)  # its first step compiled for longer
+    beating(w, 30, {"node0": 0.10, "node1": 0.10}, start=5)
+    assert [a for a in alarms_until(w, 0, 30, 5) if a.kind == "slow"] == []
