@@ -74,6 +74,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "env": TABLE,
     "snapshot_dir": STR,
     "requirements": STR,
+    "hang_timeout": INT,
     "all_lines": BOOL,
 }
 CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)

@@ -245,15 +245,13 @@ def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
     for phrase in curves.export(runs, targets):
         out.progress(f"{curves.named(runs)}: {phrase}")
     if as_json:
-        docs = [
-            {"run_id": r.run_id, "file": str(r.file), "summary": run_metrics.summary(r.lines), "lines": r.lines}
-            for r in runs
-        ]
+        docs = [_metrics_doc(store, r) for r in runs]
         out.document({"ok": True, **docs[0]} if len(docs) == 1 else {"ok": True, "runs": docs})
         return 0
     if targets.csv_stdout:
         return 0
     for run in runs:
+        _say_slow(out, store, run.run_id)
         if not run.lines:
             out.progress(
                 f"run {run.run_id} has no metrics ({run.file}): the bundled jobs write them, a script of yours "
@@ -269,6 +267,25 @@ def metrics(run_ids, last, png, csv_file, follow, as_json) -> int:
             table.add_row(*(run_metrics.cell(key, doc.get(key)) for key in columns))
         out.table(table)
     return 0
+
+
+def _metrics_doc(store, run) -> dict:
+    """A run's ``metrics --json`` document: its lines, their summary, the nodes found slow while it ran."""
+    from ddpctl.infra.runs import metrics as run_metrics
+    from ddpctl.infra.runs.records import slow_nodes
+
+    summary = run_metrics.summary(run.lines)
+    slow = slow_nodes(store.run_dir(run.run_id))
+    return {"run_id": run.run_id, "file": str(run.file), "summary": summary, "slow": slow, "lines": run.lines}
+
+
+def _say_slow(out, store, run_id: str) -> None:
+    """The nodes named slow while the run went (launch/watch.py), in one line, if any."""
+    from ddpctl.infra.runs.records import slow_nodes
+
+    slow = slow_nodes(store.run_dir(run_id))
+    if slow:
+        out.progress(f"run {run_id}: slow while it ran: {', '.join(slow)} (compute time over the others' median)")
 
 
 @click.command(epilog=EXIT_CODES)

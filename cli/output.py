@@ -190,11 +190,13 @@ class Output:
         self.err.print(table)
         if result.hint:
             self.err.print(Text(f"hint: {result.hint}", style="bold"))
+        if result.slow:
+            self.err.print(Text(f"slow: {', '.join(result.slow)} (compute time over the other nodes' median)"))
 
 
 def _verdict(result: RunResult) -> str:
     if result.interrupted:
         return "interrupted"
     if result.failed_node:
-        return f"failed on {result.failed_node}"
+        return f"{'hung' if result.cause == 'hung' else 'failed'} on {result.failed_node}"
     return "succeeded"

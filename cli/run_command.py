@@ -108,6 +108,15 @@ from .plans import print_cluster_plan, print_launch_plan
 )
 @python_option
 @click.option(
+    "--hang-timeout",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="No output and no heartbeat from any rank for this long is a hang: ddpctl names each rank's state and "
+    "Python stack, then stops the run (0: off). Ranks that beat (the bundled jobs, training/metrics.py's beat) "
+    "are judged by their own pace instead: 20 steps, at least 2 min (or SECONDS, if shorter). [default: 600]",
+)
+@click.option(
     "--detach",
     is_flag=True,
     help="Run in the background: the command returns once the run has started, and the run goes on after "
@@ -150,6 +159,7 @@ def run(
     env,
     env_files,
     python,
+    hang_timeout,
     detach,
     all_lines,
     no_wait,
@@ -221,6 +231,7 @@ def run(
             resume_from=resume_from,
             workdir=workdir,
             requirements=requirements,
+            hang_timeout_s=hang_timeout,
         )
         prep = prepare(opts, store)
         _refuse_a_configured_provider(ctx, prep)

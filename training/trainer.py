@@ -21,7 +21,10 @@ gathered straight from the in-memory dataset.
 Metrics: at every log step and epoch end, rank 0 prints the loss and throughput and appends a JSON line
 (step, epoch, loss, accuracy where on_epoch_end returns one, samples/s, tokens/s, MFU, GPU memory) to
 metrics.jsonl beside the snapshot (metrics.py), which `ddpctl metrics` shows. The loss is read (a GPU
-sync) on log steps only.
+sync) on log steps only. Every rank beats each step (metrics.beat: a line every few seconds, which
+ddpctl reads and does not show), with its forward-and-loss time as its compute time (on a GPU, a CUDA
+event pair's, read only when a beat is printed: no sync per step), so that ddpctl
+names a hung rank and a slow node.
 """
 
 import argparse
@@ -281,7 +284,10 @@ class Trainer:
                 num_workers=speed.workers,
                 persistent_workers=speed.workers > 0,
             )
-        self.epochs_run, self.step = 0, 0
+        self.epochs_run, self.step, self.compute_s = 0, 0, None
+        # a GPU's forward and loss time, as a CUDA event pair records it (read only when a beat goes out)
+        timing = device.type == "cuda"
+        self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) if timing else None
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         peak = next((flops for part, flops in PEAK_FLOPS.items() if part in name), 0.0)
         self.peak_flops = peak if speed.precision in ("bf16", "fp16") else 0.0
@@ -335,8 +341,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.speed.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
+        start = time.perf_counter()
+        if self._events is not None:
+            self._events[0].record()
         with self.autocast():
             loss = self.loss_fn(self.model(source), targets)
+        if self._events is not None:
+            self._events[1].record()
+            self.compute_s = self._gpu_compute_s  # read when metrics.beat prints: no sync per step
+        else:
+            self.compute_s = time.perf_counter() - start  # forward and loss: no collective in them
         self.scaler.scale(loss).backward()  # the scaler is a no-op unless fp16
         if self.grad_clip:
             self.scaler.unscale_(self.optimizer)
@@ -344,6 +358,12 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
+
+    def _gpu_compute_s(self):
+        """The last step's forward and loss on the GPU, in seconds (waits for that step's forward only)."""
+        start, end = self._events
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
 
     def _timed_first_batch(self, source, targets):
         """The first step of a compiled model, which compiles it: timed and reported once."""
@@ -374,6 +394,7 @@ class Trainer:
             first = self.speed.compile and self.compile_seconds is None
             loss = (self._timed_first_batch if first else self._run_batch)(source, targets)
             total, batches, self.step = total + loss, batches + 1, self.step + 1
+            metrics.beat(self.step, compute_s=self.compute_s)  # every rank: a line every few seconds
             if first:
                 self._mark = self._epoch_start = (time.perf_counter(), self.step)  # throughput without the compile
             if self.rank == 0 and self.log_every and (self.step == 1 or self.step % self.log_every == 0):

@@ -35,12 +35,13 @@ class RunOutcome:
     failed_node: str | None
     interrupted: bool
     hint: str  # a failure's known cause, what it means and what to do ("" where none is known)
-    cause: str  # that cause's name, e.g. "rendezvous-timeout"
+    cause: str  # that cause's name, e.g. "rendezvous-timeout", "hung"
     log: Path  # the run's output.log (`ddpctl logs RUN_ID`, `ddpctl.logs(run_id)`)
     #: the run's metric lines (`ddpctl metrics RUN_ID --json`'s `lines`: step, epoch, loss, accuracy,
     #: samples_per_s...), [] where it wrote none; `metrics[-1]` is the last
     metrics: list[dict[str, Any]] = field(default_factory=list)
     metrics_file: Path | None = None  # the run's metrics.jsonl in its record, where it has one
+    slow: tuple[str, ...] = ()  # the nodes named slow while it ran, with their worst ratio: "node1 (1.60x)"
 
     @property
     def ok(self) -> bool:
@@ -76,6 +77,7 @@ def run(
     env_from: Sequence[str] = (),
     env_files: Sequence[str | Path] = (),
     python: str | None = None,
+    hang_timeout: int | None = None,
     on_line: Callable[[OutputLine], None] | None = print_line,
     progress: Callable[[str], None] | None = print_progress,
     all_lines: bool = False,
@@ -122,6 +124,7 @@ def run(
         resume_from=given["resume_from"],
         workdir=given["workdir"],
         requirements=given["requirements"],
+        hang_timeout_s=given["hang_timeout"],
     )
     store = _store(home)
     prep = prepare(opts, store)
@@ -149,6 +152,7 @@ def run(
         log=run_dir / "output.log",
         metrics=run_metrics.read(run_dir),
         metrics_file=metrics_file if metrics_file.is_file() else None,
+        slow=tuple(result.slow),
     )
 
 
@@ -168,6 +172,7 @@ _RUN_OPTIONS = (
     "resume_from",
     "env_files",
     "python",
+    "hang_timeout",
 )
 
 

@@ -190,18 +190,18 @@ def check_reachable(hosts: list[Host], timeout: float = 10.0) -> dict[str, int]:
 
 def remote_stop(
     conn: fabric.Connection, key: str, value: str, mode: str, grace: float = 3.0, also: dict[str, str] | None = None
-) -> None:
+) -> list[str]:
     """Signal the processes tagged ``key=value`` (and every marker in ``also``) on the node behind
-    ``conn`` (see node_programs/stop.py)."""
+    ``conn`` (see node_programs/stop.py); the lines it printed ([] if it could not be run)."""
     from ..node_programs import command
 
     extra = "".join(f" {k} {shlex.quote(v)}" for k, v in (also or {}).items())
     cmd = f"{command('python3', 'stop', key, value, mode, str(grace))}{extra}"
     with traced("stop", str(conn.host)):  # a round trip, for bench/scale.py (DDPCTL_TRACE)
         try:
-            conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False)
+            return conn.run(cmd, hide=True, warn=True, timeout=grace + 20, in_stream=False).stdout.splitlines()
         except Exception:
-            pass
+            return []
 
 
 def writable_problem(conn: fabric.Connection, path: str) -> str:

@@ -33,6 +33,7 @@ from .diagnose import Agent
 from .nodes import Elastic, NodeResult, OutputLine, RunResult
 from .store import RdzvStore
 from .supervise import supervise
+from .watch import HANG_TIMEOUT_S, Rules
 
 #: a line of ``output.log``, as ``runs/<id>/output.log`` has them (``runs/logs.py``)
 LOG_LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
@@ -79,16 +80,21 @@ class MeshProcess:
     def kill(self) -> None:
         stop(self._spec, self._host, "kill", self._spec["node_key"], self.node)
 
+    def look(self) -> list:
+        """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
+        return stop(self._spec, self._host, "look", self._spec["node_key"], self.node)
 
-def stop(spec: dict, host: str, mode: str, key: str = "", value: str = "", marker: str = "") -> None:
-    """Signal the run's processes on ``host`` (node_programs/stop.py), narrowed by ``key=value``."""
+
+def stop(spec: dict, host: str, mode: str, key: str = "", value: str = "", marker: str = "") -> list:
+    """Signal the run's processes on ``host`` (node_programs/stop.py), narrowed by ``key=value``; its lines."""
     extra = f" {key} {shlex.quote(value)}" if key else ""
     command = (
         f"{spec['stop_command']} {marker or spec['run_key']} "
         f"{shlex.quote(spec['run_id'])} {mode} {spec['grace_s']}{extra}"
     )
     with traced("stop", host):  # a round trip, for bench/scale.py and test_scale (DDPCTL_TRACE)
-        subprocess.run([*ssh(spec), host, command], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        done = subprocess.run([*ssh(spec), host, command], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    return done.stdout.decode(errors="replace").splitlines()
 
 
 def ssh(spec: dict) -> list[str]:
@@ -140,7 +146,8 @@ def run(spec: dict, sink) -> RunResult:
     elastic = None
     if spec["min_nodes"]:
         elastic = Elastic(spec["min_nodes"], relaunch=relaunch, store_alive=None if store is None else store.alive)
-    result = supervise(run_id, procs, sink, cleanup=cleanup, grace_s=grace, elastic=elastic)
+    watch = Rules(hang_timeout_s=float(spec.get("hang_timeout_s", HANG_TIMEOUT_S)))
+    result = supervise(run_id, procs, sink, cleanup=cleanup, grace_s=grace, elastic=elastic, watch=watch)
     if store is None:
         return result
     return store.explain(result, [Agent(n["node"], n.get("address", "")) for n in nodes])

@@ -18,6 +18,7 @@ from .diagnose import Agent
 from .plan import LaunchPlan, NodeLaunch
 from .store import RdzvStore, stop_process
 from .supervise import Elastic, OutputLine, RunResult, supervise
+from .watch import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from .launcher import Handle
@@ -61,6 +62,7 @@ def _start_sweeper(run_id: str) -> subprocess.Popen:
 class LocalNodeProcess:
     def __init__(self, launch: NodeLaunch) -> None:
         self.node = launch.node
+        self._markers = (RUN_KEY, launch.env.get(RUN_KEY, ""), NODE_KEY, launch.env.get(NODE_KEY, launch.node))
         with sigint_deferred():  # a Ctrl-C inside the fork's hooks would be lost
             self._popen = self._start(launch)
 
@@ -94,6 +96,21 @@ class LocalNodeProcess:
 
     def terminate(self) -> None:
         self._signal(signal.SIGTERM)
+
+    def look(self) -> list[str]:
+        """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
+        return self._stop_program("look")
+
+    def end(self) -> None:
+        """SIGKILL to its agent and its ranks (they live in sessions of their own), as a remote node's kill."""
+        self._signal(signal.SIGKILL)
+        self._stop_program("kill")
+
+    def _stop_program(self, mode: str) -> list[str]:
+        run_key, run_id, node_key, node = self._markers
+        argv = program_argv(sys.executable, "stop", run_key, run_id, mode, "0", node_key, node)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return done.stdout.splitlines()
 
     def kill(self) -> None:
         self._signal(signal.SIGKILL)
@@ -171,6 +188,7 @@ class LocalExecutor:
             )
             if plan.min_nodes
             else None,
+            watch=Rules(hang_timeout_s=plan.hang_timeout_s),
         )
         if store is None:
             return result

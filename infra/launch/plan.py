@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from ..model.errors import UsageError
 from ..model.host import Host
-from ..model.spec import RunSpec
+from ..model.spec import HANG_TIMEOUT_S, RunSpec
 from ..model.state import ClusterState, NodeInfo
 from ..node_programs import argv as program_argv
 from ..node_programs import shown
@@ -103,6 +103,8 @@ class LaunchPlan:
     #: the run's own packages, made (or found) on each node before anything else of the run starts
     #: there (``node_programs/deps.py``); the agents start with that environment's Python
     deps: tuple[DepsStep, ...] = ()
+    #: the supervisor's hang timeout (``run --hang-timeout``; launch/watch.py); 0: off
+    hang_timeout_s: int = HANG_TIMEOUT_S
 
     @property
     def where(self) -> str:
@@ -242,6 +244,7 @@ def plan_torchrun(
         store=store_launch(cluster, run, head, port),
         writable=run.node_snapshot_dir,
         deps=tuple(steps.values()),
+        hang_timeout_s=run.hang_timeout_s,
     )
 
 

@@ -31,6 +31,7 @@ from .project import pack
 from .sbatch import SbatchPlan, secrets_path
 from .ssh_executor import check_writable, run_step, ship_project
 from .supervise import NodeResult, OutputLine, RunResult, parse_line
+from .watch import is_beat
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -248,10 +249,13 @@ class SlurmLauncher:
             )
             for text in got.splitlines():
                 node, _, rest = text.partition("\t")
+                line = parse_line(node, rest)
+                if is_beat(line.rank, line.text):
+                    continue  # the ranks' heartbeats: not shown, not in output.log (no watcher follows a job)
                 if skip.get(node, 0) > 0:
                     skip[node] -= 1
                     continue
-                raw(parse_line(node, rest))
+                raw(line)
             return
         self._follow(handle, raw, seen, cancel_on_interrupt=False)
 
@@ -344,10 +348,13 @@ class SlurmLauncher:
                 *lines, pending = (pending + data).split(b"\n")
                 for raw in lines:
                     node, _, text = raw.decode(errors="replace").partition("\t")
+                    line = parse_line(node, text)
+                    if is_beat(line.rank, line.text):
+                        continue  # a rank's heartbeat: not shown
                     if skip.get(node, 0) > 0:  # this machine has it
                         skip[node] -= 1
                         continue
-                    sink(parse_line(node, text))
+                    sink(line)
 
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()

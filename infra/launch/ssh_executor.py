@@ -31,6 +31,7 @@ from .project import pack
 from .reach_plan import REACH_LINE, raise_if_head_unreachable
 from .store import RdzvStore
 from .supervise import Elastic, OutputLine, RunResult, supervise
+from .watch import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
@@ -76,6 +77,10 @@ class SshNodeProcess:
 
     def kill(self) -> None:
         remote_stop(self._conn, RUN_KEY, self._run_id, "kill", also={NODE_KEY: self.node})
+
+    def look(self) -> list[str]:
+        """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
+        return remote_stop(self._conn, RUN_KEY, self._run_id, "look", 0.0, also={NODE_KEY: self.node})
 
 
 def check_writable(path: str, conns: dict[str, fabric.Connection]) -> None:
@@ -269,7 +274,10 @@ class SshExecutor:
         elastic = None
         if plan.min_nodes:
             elastic = Elastic(plan.min_nodes, relaunch=relaunch, store_alive=None if store is None else store.alive)
-        result = supervise(plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic)
+        watch = Rules(hang_timeout_s=plan.hang_timeout_s)
+        result = supervise(
+            plan.run_id, procs, sink, cleanup=cleanup, grace_s=self.grace_s, elastic=elastic, watch=watch
+        )
         if store is None:
             return result
         return store.explain(result, [Agent(launch.node, launch.host) for launch in launches])

@@ -18,6 +18,7 @@ from typing import Any
 # the types live in nodes.py; callers import them from here
 from .diagnose import Diagnosis
 from .nodes import Elastic, NodeProcess, NodeResult, NodeStatus, OutputLine, RunResult, parse_line
+from .watch import STATES, Rules, Stacks, Watcher, hang_cause, parse_beat, parse_look
 
 NEVER = float("inf")
 
@@ -44,6 +45,7 @@ def supervise(
     cleanup: Callable[[], None],
     grace_s: float = 3.0,
     elastic: Elastic | None = None,
+    watch: Rules | None = None,
 ) -> RunResult:
     """Stream every node's lines to ``sink`` until all agents exit.
 
@@ -56,8 +58,10 @@ def supervise(
     a finished rendezvous has no room for it). On KeyboardInterrupt every agent is stopped.
     ``cleanup`` runs last, always, to stop any process of the run that outlived its agent (and the
     run's rendezvous store, which the executor started first: ``rdzv_store.py``).
+    ``watch``: when the run is hung, and which node is slow (``watch.py``; its ranks' heartbeats are
+    read here, not passed on); a hung run's ranks are looked at (``NodeProcess.look``), then it is stopped.
     """
-    return Supervisor(run_id, procs, sink, cleanup=cleanup, grace_s=grace_s, elastic=elastic).run()
+    return Supervisor(run_id, procs, sink, cleanup=cleanup, grace_s=grace_s, elastic=elastic, watch=watch).run()
 
 
 class Supervisor:
@@ -66,6 +70,7 @@ class Supervisor:
     tick_s = 0.05  # how long a turn waits for output
     stray_pipe_s = 2.0  # every agent gone, how long to wait for a pipe that a stray process holds open
     rejoin_wait_s = 10.0  # the job done (elastic), how long a node may still wait to rejoin (at least grace_s)
+    stacks_s = 5.0  # a hung run: how long its ranks' stacks have to come back before it is stopped
 
     def __init__(
         self,
@@ -77,6 +82,7 @@ class Supervisor:
         grace_s: float = 3.0,
         elastic: Elastic | None = None,
         clock: Clock | None = None,
+        watch: Rules | None = None,
     ) -> None:
         self.run_id = run_id
         self.procs = list(procs)
@@ -97,6 +103,11 @@ class Supervisor:
         self._rejoins: queue.Queue[tuple[int, NodeProcess | BaseException]] = queue.Queue()
         self._open_streams = 0
         self.diagnosis = Diagnosis()
+        self.watcher = Watcher(watch or Rules(), self.clock.now())
+        self.stacks = Stacks()  # each rank's place, from the stacks a hung run's ranks print
+        # a hung run, its ranks looked at: (when to stop it, how long it was silent, what look found)
+        self.hang: tuple[float, float, list] | None = None
+        self.hang_text = ""  # its cause, in one line
 
     def run(self) -> RunResult:
         start = self.clock.now()
@@ -127,6 +138,8 @@ class Supervisor:
         if self.failed is None:
             self._judge_exits(codes)
             self._start_due_relaunches()
+        if self.failed is None and self.done_at is None and self.kill_at is None:
+            self._watch()
         self._stop_late_rejoiners()
         self._kill_after_grace()
         return self._over(codes)
@@ -145,14 +158,83 @@ class Supervisor:
                 if line is None:
                     self._open_streams -= 1
                 else:
-                    parsed = parse_line(self.procs[i].node, line)
-                    self.diagnosis.feed(parsed)  # what a failure's lines say about its cause
-                    self.sink(parsed)
+                    self._line(parse_line(self.procs[i].node, line))
         except queue.Empty:
             pass
 
+    def _line(self, parsed: OutputLine) -> None:
+        beat = parse_beat(parsed.text) if parsed.rank is not None else None
+        if beat is not None:  # a rank's heartbeat: read, not shown
+            self.watcher.beat(parsed.node, parsed.rank, beat, self.clock.now())
+            return
+        self.watcher.line(self.clock.now(), parsed.rank)
+        self.stacks.feed(parsed.node, parsed.rank, parsed.text)
+        self.diagnosis.feed(parsed)  # what a failure's lines say about its cause
+        self.sink(parsed)
+
     def _note(self, i: int, text: str) -> None:
         self.sink(OutputLine(self.procs[i].node, None, f"ddpctl: {text}"))
+
+    # -- a hung run, a slow node
+
+    def _watch(self) -> None:
+        """Say what the watcher sees; a hung run's ranks looked at, then, their stacks back, it is stopped."""
+        if self.hang is not None:
+            if self.clock.now() >= self.hang[0]:
+                self._stop_hung(self.hang[1], self.hang[2])
+            return
+        nodes = [proc.node for proc in self.procs]
+        for alarm in self.watcher.tick(self.clock.now()):
+            i = nodes.index(alarm.node) if alarm.node in nodes else 0
+            if alarm.kind == "hung":
+                self._note(i, f"{alarm.text}; looking at every rank (its state, its Python stack)")
+                silent = self.clock.now() - self.watcher.last_progress  # before the stacks come
+                self.hang = (self.clock.now() + self.stacks_s, silent, self._look())
+            else:
+                self._note(i, alarm.text)
+
+    def _look(self) -> list:
+        """Every node's ranks: their process state, each one's stack asked for (it prints it on stderr)."""
+        found: dict[int, list[str]] = {}
+
+        def look(i: int) -> None:
+            try:
+                found[i] = list(getattr(self.procs[i], "look", lambda: [])())
+            except Exception as exc:  # a node that does not answer: said, and the run still ends
+                self._note(i, f"{self.procs[i].node} could not be looked at: {exc}")
+
+        threads = [threading.Thread(target=look, args=(i,), daemon=True) for i in range(len(self.procs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60.0)
+        looks = []
+        for i in sorted(found):
+            for line in found[i]:
+                seen = parse_look(self.procs[i].node, line)
+                if seen is not None:
+                    looks.append(seen)
+                    state = STATES.get(seen.state, "state")
+                    self._note(i, f"rank {seen.rank} on {seen.node} (pid {seen.pid}): {state} ({seen.state})")
+        return looks
+
+    def _stop_hung(self, waited: float, looks: list) -> None:
+        """The run ended as hung; an elastic one goes on without the node that held it up, if it may."""
+        self.hang = None
+        node, text = hang_cause(looks, self.stacks.places, waited, self.run_id)
+        nodes = [p.node for p in self.procs]
+        if node in nodes and self._may_lose(nodes.index(node)):
+            i = nodes.index(node)
+            self._note(i, text.split("; each rank's stack")[0])
+            self._note(i, f"ending {node}'s processes: the elastic run goes on without it")
+            getattr(self.procs[i], "end", self.procs[i].kill)()  # its agent and ranks: lost, as a node is
+            self.watcher.restart(self.clock.now())
+            self.stacks = Stacks()  # the ranks' places were the old ones'
+            return
+        self.hang_text = text
+        self.failed = node if node in nodes else self.procs[0].node
+        self._note(self.procs.index(next(p for p in self.procs if p.node == self.failed)), self.hang_text)
+        self._stop_all()
 
     # -- fail fast, or lose a node
 
@@ -289,6 +371,9 @@ class Supervisor:
 
     def _result(self, wall_s: float) -> RunResult:
         cause = self.diagnosis.cause(self.failed) if self.failed and not self.interrupted else None
+        hint, cause_name = (cause.hint, cause.name) if cause else ("", "")
+        if self.hang_text and not self.interrupted:
+            hint, cause_name = self.hang_text, "hung"
         nodes = []
         for i, proc in enumerate(self.procs):
             code = proc.poll()
@@ -306,8 +391,9 @@ class Supervisor:
             nodes=nodes,
             failed_node=self.failed,
             interrupted=self.interrupted,
-            hint=cause.hint if cause else "",
-            cause=cause.name if cause else "",
+            hint=hint,
+            cause=cause_name,
+            slow=self.watcher.slow_nodes(),
         )
 
 

@@ -44,7 +44,8 @@ class RunResult:
     failed_node: str | None = None
     interrupted: bool = False
     hint: str = ""  # a failure's known cause, what it means and what to do (launch/diagnose.py)
-    cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES), e.g. "rendezvous-timeout"
+    cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES, or "hung": launch/watch.py)
+    slow: list[str] = field(default_factory=list)  # the nodes named slow while it ran: "node1 (1.60x)"
 
     @property
     def ok(self) -> bool:

@@ -78,6 +78,18 @@ class ClusterSpec:
         check_playbook_vars(self)
 
 
+#: ``run --hang-timeout``'s default, in seconds: a script that prints nothing for 10 minutes is hung
+HANG_TIMEOUT_S = 600
+MIN_HANG_TIMEOUT_S = 5
+
+
+def check_hang_timeout(seconds: object) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or (0 < seconds < MIN_HANG_TIMEOUT_S) or seconds < 0:
+        raise UsageError(
+            f"--hang-timeout {seconds!r} is not a time in seconds: give {MIN_HANG_TIMEOUT_S} or more (e.g. 600), or 0 for off"
+        )
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One launch of a job on a cluster."""
@@ -100,10 +112,14 @@ class RunSpec:
     snapshot_dir: str = ""
     #: where the nodes find a snapshot to start from, another run's (``run --resume-from``); "": none
     resume_from: str = ""
+    #: no progress (a heartbeat or a line) from any rank for this long is a hang (launch/watch.py): the
+    #: ranks are looked at and the run ended; ranks that beat are judged by their own pace. 0: off
+    hang_timeout_s: int = HANG_TIMEOUT_S
 
     def __post_init__(self) -> None:
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         check_snapshot_dir(self.snapshot_dir)
+        check_hang_timeout(self.hang_timeout_s)
         check_env_names(self.env)
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
             raise UsageError(

@@ -112,6 +112,7 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         min_nodes=opts.min_nodes,
         snapshot_dir=opts.snapshot_dir,
         resume_from=resume_source(source, store, cluster, provider) if source else "",
+        **({} if opts.hang_timeout_s is None else {"hang_timeout_s": opts.hang_timeout_s}),
     )
     _check_run(provider, cluster, run, job, opts, store)
     summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))

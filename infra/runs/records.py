@@ -56,6 +56,7 @@ class RunOptions:
     resume_from: str = ""  # another run's id: start from its snapshot (kept outputs, or its folder)
     #: the run's own packages (launch/deps.py): a requirements file; "": the project's requirements.txt; none: no packages
     requirements: str = ""
+    hang_timeout_s: int | None = None  # None: the default (model/spec.py's HANG_TIMEOUT_S); 0: off
 
     @classmethod
     def given(
@@ -136,6 +137,7 @@ class RunOptions:
             workdir=doc.text("workdir", ""),
             requirements=doc.text("requirements", ""),
             resume_from=doc.text("resume_from", ""),
+            hang_timeout_s=doc.count("hang_timeout_s", None, high=30 * 86400),
         )
         doc.done()
         return options
@@ -251,12 +253,14 @@ def _record(store: StateStore, run_dir: Path, path: Path) -> RunRecord:
     done, duration = path.with_name("run.json"), None
     if done.is_file():
         try:
-            code, duration, interrupted = read_result(json.loads(done.read_text()))
+            record = json.loads(done.read_text())
+            code, duration, interrupted = read_result(record)
             if interrupted:
                 state = RunState.INTERRUPTED
             else:
                 state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
             result = f"failed (exit {code})" if state is RunState.FAILED else str(state)
+            result = sickness(record, result)
         except (OSError, ValueError) as exc:  # SchemaError too: the field, and what it holds
             state, result = RunState.DAMAGED, f"damaged (run.json: {_reason(exc)})"
     nodes = (opts.nodes or "all") if not opts.min_nodes else f"{opts.min_nodes}:{opts.nodes}"
@@ -285,6 +289,26 @@ def read_result(data: object) -> tuple[int | None, float | None, bool]:
     result = Doc(data).doc("result")
     code = result.count("exit_code", None, low=-(1 << 16), high=1 << 16)
     return code, result.number("wall_s", None), result.flag("interrupted", False)
+
+
+def sickness(data: object, said: str) -> str:
+    """``said`` (a run's result in words) with what its watching found (launch/watch.py): a hung run's
+    cause in place of "failed (exit 1)", its first clause (``hung: no progress for 61 s: rank 1 on node1
+    is stopped (T)``); the nodes named slow after it (pure; ``SchemaError`` names a damaged field)."""
+    result = Doc(data).doc("result")
+    if result.text("cause", "") == "hung":
+        said = result.text("hint", "").split(";")[0] or said
+    slow = result.texts("slow", ())
+    return f"{said}; slow: {', '.join(slow)}" if slow else said
+
+
+def slow_nodes(run_dir: Path) -> list[str]:
+    """The nodes named slow while the run went (its ``run.json``), e.g. ``["node1 (1.60x)"]``; [] where
+    none was, or the run has not ended, or its record cannot be read."""
+    try:
+        return list(Doc(json.loads((run_dir / "run.json").read_text())).doc("result").texts("slow", ()))
+    except (OSError, ValueError):  # SchemaError too: `runs` names the damage
+        return []
 
 
 def run_cost(doc: dict, duration: object) -> float | None:

@@ -281,7 +281,7 @@ exec bash -c "$2"
 """
 
 
-def head_program(tmp_path: Path, run_id: str, commands: list[str]) -> tuple[list[str], dict, Path]:
+def head_program(tmp_path: Path, run_id: str, commands: list[str], **extra: object) -> tuple[list[str], dict, Path]:
     """The head's program, ready to run here (argv, env, its folder), with ``ssh`` a local stand-in
     and each node's command run under the run's markers."""
     from ddpctl.infra.launch import head
@@ -299,6 +299,7 @@ def head_program(tmp_path: Path, run_id: str, commands: list[str]) -> tuple[list
     spec = {"run_id": run_id, "cluster": "", "plan": {}, "ssh_config": "", "store": None, "min_nodes": 0}
     spec |= {"grace_s": 1, "stop_command": command("python3", "stop"), "nodes": nodes}
     spec |= {"run_key": "DDPCTL_RUN_ID", "node_key": "DDPCTL_NODE", "store_key": "DDPCTL_RDZV_STORE"}
+    spec |= extra
     folder = tmp_path / run_id
     folder.mkdir()
     (folder / "spec.json").write_text(json.dumps(spec))
@@ -367,3 +368,27 @@ def test_the_head_agent_stops_the_run_on_sigint(tmp_path: Path) -> None:
     assert result["exit_code"] == 130 and result["interrupted"], result
     assert [n["status"] for n in result["nodes"]] == ["stopped", "stopped"]
     assert marked("rheadint") == []
+
+
+def test_the_head_agent_names_a_hung_run_and_ends_it(tmp_path: Path) -> None:
+    """A hung run on the head (issue 38): rank 1 beats once then stops itself (SIGSTOP), rank 0 waits;
+    after the hang timeout the head's program looks at each node over ``ssh`` (``stop.py look``), ends
+    the run, and its run.json says who: rank 1 on n1, stopped. Nothing of the run is left."""
+    import subprocess
+
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "print('[rank%s]:DDPCTL_BEAT {\"step\": 1}' % os.environ['RANK'], flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP) if sys.argv[1] == 'stop' else time.sleep(600)\n"
+    )
+    commands = [f"exec env RANK={r} LOCAL_RANK=0 python3 {script} {how}" for r, how in ((0, "wait"), (1, "stop"))]
+    argv, env, folder = head_program(tmp_path, "rheadhung", commands, hang_timeout_s=5)
+    done = subprocess.run(argv, env=env, timeout=180)  # liveness: named after 5 s and the stacks' 5 s
+    assert done.returncode == 0
+    result = json.loads((folder / "run.json").read_text())["result"]
+    assert result["cause"] == "hung" and result["failed_node"] == "n1", result
+    assert result["hint"].startswith("hung: rank 1 on n1 is stopped (T)"), result["hint"]
+    log = (folder / "output.log").read_text()
+    assert "rank 1 on n1 (pid " in log and "DDPCTL_BEAT" not in log, log
+    assert marked("rheadhung") == []

@@ -146,6 +146,47 @@ def test_stop_with_a_node_marker_stops_that_node_only(procs, marker) -> None:
     assert node1.poll() is None
 
 
+def test_stop_look_names_each_rank_s_state_and_asks_for_the_stacks_only_of_ranks_that_handle_it(
+    procs, marker, tmp_path: Path
+) -> None:
+    """A hung run's ranks looked at (launch/watch.py): rank 0 handles SIGUSR1 (faulthandler, as
+    training/metrics.py's beat sets it) and prints its stack; rank 1 is stopped (T), left as it is;
+    rank 2 does not handle SIGUSR1 and is not sent it (its default would kill it); the agent (no RANK)
+    is not a rank."""
+    code = (
+        "import faulthandler, signal, sys, time\n"
+        "if sys.argv[1] == 'beats':\n    faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    base = {**os.environ, "DDPCTL_RUN_ID": marker, "LOCAL_RANK": "0"}
+    stacks = tmp_path / "stderr"
+    with open(stacks, "w") as err:
+        for rank, how in (("0", "beats"), ("1", "stops"), ("2", "plain")):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, how],
+                env={**base, "RANK": rank},
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+            procs.append(proc)
+            assert proc.stdout.readline() == "ready\n"
+        procs.append(agent := sleeper({"DDPCTL_RUN_ID": marker}))
+    rank0, rank1, rank2 = procs[:3]
+    rank1.send_signal(signal.SIGSTOP)
+    time.sleep(0.2)
+    result = run("stop", "DDPCTL_RUN_ID", marker, "look", "0")
+    lines = sorted(result.stdout.splitlines())
+    assert [line.split(" pid=")[0] for line in lines] == ["rank=0", "rank=1", "rank=2"], result.stderr
+    assert lines[1].endswith("state=T") and lines[0].endswith("state=S"), lines
+    deadline = time.monotonic() + 10
+    while "in <module>" not in stacks.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "most recent call first" in stacks.read_text() and "in <module>" in stacks.read_text()
+    assert rank0.poll() is rank2.poll() is agent.poll() is None  # nothing killed
+    rank1.send_signal(signal.SIGCONT)
+
+
 def test_stop_kill_sends_sigkill(procs, marker) -> None:
     procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
     assert run("stop", "DDPCTL_RUN_ID", marker, "kill", "3").stdout == "1\n"

@@ -11,6 +11,7 @@ import pytest
 
 from ddpctl.infra.launch.diagnose import Agent, never_joined, rendezvous_hint
 from ddpctl.infra.launch.supervise import Elastic, OutputLine, RunResult, Supervisor, parse_line
+from ddpctl.infra.launch.watch import Rules
 
 
 class FakeClock:
@@ -550,3 +551,103 @@ def test_no_hint_for_an_unknown_failure_or_a_success_or_ctrl_c() -> None:
     assert supervise(clock, [FakeNode(clock, "node0", ("ValueError: mine",), code=1)]).hint == ""
     clock = FakeClock()
     assert supervise(clock, [FakeNode(clock, "node0", ("exitcode  : -9",), code=0)]).hint == ""
+
+
+# ---- watching the run (launch/watch.py): a hung run looked at, named and stopped; beats not shown
+
+
+class LookedAt(FakeNode):
+    """A fake agent whose ranks ``look`` finds in the given states."""
+
+    def __init__(self, clock: FakeClock, node: str, lines: tuple[str, ...], looks: list[str], **kw) -> None:
+        super().__init__(clock, node, lines, **kw)
+        self.looks, self.looked = looks, 0
+
+    def look(self) -> list[str]:
+        self.looked += 1
+        return self.looks
+
+
+def watched(clock: FakeClock, nodes: list[FakeNode], rules: Rules, sink: Sink) -> RunResult:
+    result = Supervisor("r1", nodes, sink, cleanup=lambda: None, grace_s=3.0, clock=clock, watch=rules).run()
+    for node in clock.nodes:
+        node.released.set()
+    return result
+
+
+def beats(rank: int) -> tuple[str, ...]:
+    """Two heartbeat lines of a rank, as torchrun's tee passes them on."""
+    return tuple(f'[rank{rank}]:DDPCTL_BEAT {{"step": {s}, "step_s": 0.1, "compute_s": 0.05}}' for s in (1, 50))
+
+
+def test_a_hung_run_is_looked_at_named_and_stopped() -> None:
+    clock = FakeClock()
+    node0 = LookedAt(clock, "node0", beats(0), ["rank=0 pid=10 state=S"], at=None)
+    node1 = LookedAt(clock, "node1", (*beats(1), "[rank1]:step 50"), ["rank=1 pid=11 state=T"], at=None)
+    sink = Sink()
+    result = watched(clock, [node0, node1], Rules(hang_timeout_s=30), sink)
+    assert node0.looked == node1.looked == 1
+    assert result.cause == "hung" and result.failed_node == "node1" and result.exit_code == 1
+    assert result.hint.startswith("hung: rank 1 on node1 is stopped (T) (no progress for 30 s); "), result.hint
+    assert {n.status for n in result.nodes} == {"stopped"}
+    assert not any("DDPCTL_BEAT" in line.text for line in sink.lines)  # beats are read, not shown
+    notes = sink.notes()
+    assert notes[0].startswith("no beat and no output from any rank for 30 s: the run is hung; looking at")
+    assert "rank 1 on node1 (pid 11): stopped (T)" in notes and "rank 0 on node0 (pid 10): waiting (S)" in notes
+    assert 30 <= clock.t < 60  # named after its timeout, not a collective's 30 minutes
+
+
+def test_a_run_that_never_beats_is_hung_after_its_silence() -> None:
+    clock = FakeClock()
+    nodes = [LookedAt(clock, f"node{i}", (f"[rank{i}]:hello",), [f"rank={i} pid={i} state=S"], at=None) for i in (0, 1)]
+    result = watched(clock, nodes, Rules(hang_timeout_s=40), Sink())
+    assert result.cause == "hung" and result.hint.startswith(
+        "hung: every rank waits, none stopped (no progress for 40 s)"
+    )
+    assert 40 <= clock.t < 70
+
+
+def test_a_healthy_run_is_left_alone() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(clock, f"node{i}", beats(i), at=20.0) for i in (0, 1)]
+    result = watched(clock, nodes, Rules(hang_timeout_s=30), Sink())
+    assert result.ok and result.cause == "" and result.slow == []
+
+
+def hung_elastic(clock: FakeClock, min_nodes: int, exit_at: float | None, sink: Sink) -> RunResult:
+    """Three nodes, node2's rank stopped (T): an elastic run of MIN ``min_nodes``."""
+    nodes = [
+        LookedAt(clock, f"node{i}", beats(i), [f"rank={i} pid={i} state={'T' if i == 2 else 'S'}"], at=exit_at)
+        for i in range(3)
+    ]
+    nodes[2].exits_at = None  # stopped: it never exits by itself
+    elastic = Elastic(
+        min_nodes, relaunch=lambda i: FakeNode(clock, f"node{i}"), threaded=False, store_alive=lambda: True
+    )
+    return Supervisor(
+        "r1",
+        nodes,
+        sink,
+        cleanup=lambda: None,
+        grace_s=3.0,
+        clock=clock,
+        watch=Rules(hang_timeout_s=30),
+        elastic=elastic,
+    ).run()
+
+
+def test_a_hung_elastic_run_goes_on_without_the_node_that_held_it_up() -> None:
+    clock, sink = FakeClock(), Sink()
+    result = hung_elastic(clock, 2, 60.0, sink)
+    assert result.ok and result.cause == "" and result.failed_node is None
+    assert [n.status for n in result.nodes] == ["ok", "ok", "lost"]  # done (at 60 s) before its relaunch (65 s)
+    notes = sink.notes()
+    assert any(n.startswith("hung: rank 2 on node2 is stopped (T) (no progress for 30 s)") for n in notes), notes
+    assert "ending node2's processes: the elastic run goes on without it" in notes
+    assert any(n.startswith("node2 lost (exit -9); the run goes on with 2 node(s)") for n in notes), notes
+
+
+def test_a_hung_elastic_run_at_its_minimum_is_ended() -> None:
+    result = hung_elastic(FakeClock(), 3, None, Sink())
+    assert result.cause == "hung" and result.failed_node == "node2" and result.exit_code == 1
+    assert {n.status for n in result.nodes} == {"stopped"}  # every node ended, none lost
