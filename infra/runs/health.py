@@ -220,7 +220,10 @@ def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
             health.notes.append(f"GPU {gpu.index}: {gpu.ecc_aggregate} uncorrected ECC error(s) in its lifetime")
         if gpu.bad_reasons:
             health.problems.append(f"GPU {gpu.index}: clocks held down: {', '.join(gpu.bad_reasons)}")
+    mine = {gpu.pci for gpu in probe.gpus}
     for xid in probe.xids:
+        if node.devices and xid.pci not in mine:
+            continue  # the host's kernel log, of a GPU another local node has
         said = f"{nvidia_smi.gpu_of(xid, probe.gpus)}: Xid {xid.code}" + (f" ({xid.text})" if xid.text else "")
         if xid.application:
             health.notes.append(f"{said}: most often the application's own error")
