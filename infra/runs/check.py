@@ -17,13 +17,14 @@ from dataclasses import dataclass, field, replace
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.reach_plan import parse_reach, plan_reach
 from ..launch.supervise import OutputLine
-from ..model.errors import DdpctlError
+from ..model.errors import DdpctlError, UsageError
 from ..model.progress import step
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
 from ..model.store import StateStore
-from .health import BURN_S, NodeHealth, run_health
+from .health import BURN_S, NodeHealth, choose_healthy, run_health
 from .jobs import BUNDLE_DIR
+from .records import RunOptions
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
 # What NCCL_DEBUG=INFO says of the network it chose (NCCL's and aws-ofi-nccl's own lines):
@@ -318,3 +319,29 @@ def check_cluster(
         targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb, health=health, burn_s=burn_s
     )
     return state, port, report
+
+
+def healthy_run(
+    opts: RunOptions, store: StateStore, progress: Callable[[str], None], *, burn_s: float = BURN_S
+) -> tuple[RunOptions, tuple[str, ...]]:
+    """``run --healthy-only``: the health part of ``check`` on the cluster the run goes on, then the
+    run's options on its healthy nodes (``health.choose_healthy``: its node count, and an elastic
+    run's MIN:MAX, as many as are healthy) and their names, for ``prepare.prepare(only=...)``."""
+    from ..lifecycle import clusters
+
+    name = clusters.resolve_name(store, opts.name)
+    if name is None or not store.exists(name):
+        raise UsageError("--healthy-only checks the nodes of a cluster that is up: bring one up first (`ddpctl up`)")
+    state = store.load(name)
+    targets, executor_for = clusters.job_nodes(state, progress)
+    if [n.name for n in targets.nodes] != [n.name for n in state.nodes] or opts.launcher == "sbatch":
+        raise UsageError(
+            f"--healthy-only is for torchrun launches on the nodes ddpctl lists; cluster {name!r}'s jobs run on "
+            "nodes Slurm chooses: `ddpctl check` judges them"
+        )
+    verdicts = run_health(targets, executor_for, progress, burn_s=burn_s)
+    healthy, count, min_nodes = choose_healthy(name, verdicts, opts.nodes, opts.min_nodes)
+    for verdict in verdicts.values():
+        if not verdict.ok:
+            progress(f"--healthy-only: left out {verdict.line()}")
+    return replace(opts, nodes=count, min_nodes=min_nodes), healthy

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, NodeLaunch, node_layers
+from ..model.errors import DdpctlError
 from ..model.progress import step
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
@@ -287,3 +288,24 @@ def run_health(
         burns = read_burns(lines)
         judge_burns(cluster, verdicts, burns)
     return verdicts
+
+
+def choose_healthy(
+    cluster: str, verdicts: dict[str, NodeHealth], nodes: int | None, min_nodes: int
+) -> tuple[tuple[str, ...], int, int]:
+    """``run --healthy-only`` (pure): the healthy nodes, in the cluster's order, and the run's node
+    count and elastic MIN on them: ``nodes`` (None: every node) where that many are healthy, else,
+    elastic (``min_nodes``), as many as are healthy while at least MIN are. Too few: one line naming
+    the unhealthy nodes and why (``DdpctlError``), and nothing is started."""
+    healthy = tuple(name for name, verdict in verdicts.items() if verdict.ok)
+    sick = [f"{v.node} ({'; '.join(v.problems)})" for v in verdicts.values() if not v.ok]
+    want = nodes or len(verdicts)
+    needed = min_nodes or want
+    if len(healthy) < needed:
+        asked = f"--nodes {min_nodes}:{want}" if min_nodes else f"--nodes {want}" if nodes else "every node"
+        raise DdpctlError(
+            f"--healthy-only: {len(healthy)} healthy node(s) of {len(verdicts)} in cluster {cluster!r}, {needed} "
+            f"needed ({asked}); unhealthy: {', '.join(sick)}"
+        )
+    count = min(want, len(healthy))
+    return healthy, count, min(min_nodes, count)

@@ -4,11 +4,18 @@ tests/integration/test_check_health.py (the test cluster), test_check_in_node.py
 
 from __future__ import annotations
 
+import pytest
+
 from ddpctl.infra.launch.nodes import OutputLine
+from ddpctl.infra.model.errors import DdpctlError
+from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.node_programs import source
 from ddpctl.infra.runs.check import run_check
-from ddpctl.infra.runs.health import NodeHealth, plan_burn, plan_query, run_health
+from ddpctl.infra.runs.health import NodeHealth, choose_healthy, plan_burn, plan_query, run_health
+from ddpctl.infra.runs.prepare import prepare
+from ddpctl.infra.runs.records import RunOptions
 from tests.support.specs import cluster_spec
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -171,3 +178,43 @@ def test_an_unhealthy_node_is_not_measured_inside() -> None:
     report = run_check(cluster((2,)), Executor, 29500, lambda _: None, size_mb=8, health=True, burn_s=0)
     assert [p.job for p in Executor.plans] == ["check-health"]
     assert report.notes[-1] == "no in-node all-reduce on n0: unhealthy already"
+
+
+def verdicts(*sick: str) -> dict[str, NodeHealth]:
+    out = {name: NodeHealth(name, 2, 2) for name in ("n0", "n1", "n2")}
+    for name in sick:
+        out[name].problems.append("GPU 1: 4 uncorrected ECC error(s) since the driver loaded")
+    return out
+
+
+def test_healthy_only_runs_on_the_healthy_nodes_as_many_as_asked_or_elastic_as_many_as_there_are() -> None:
+    assert choose_healthy("c", verdicts(), None, 0) == (("n0", "n1", "n2"), 3, 0)
+    assert choose_healthy("c", verdicts("n0"), 2, 0) == (("n1", "n2"), 2, 0)  # the head's place goes to n1
+    assert choose_healthy("c", verdicts("n1"), 3, 2) == (("n0", "n2"), 2, 2)  # elastic 2:3 on 2
+    assert choose_healthy("c", verdicts(), 3, 2) == (("n0", "n1", "n2"), 3, 2)
+
+
+def test_too_few_healthy_nodes_is_one_line_naming_them() -> None:
+    for nodes, min_nodes, asked in ((None, 0, "every node"), (3, 0, "--nodes 3"), (3, 2, "--nodes 2:3")):
+        with pytest.raises(DdpctlError) as info:
+            choose_healthy("c", verdicts("n0", "n2") if min_nodes else verdicts("n2"), nodes, min_nodes)
+        assert "\n" not in str(info.value) and asked in str(info.value)
+    assert str(info.value) == (
+        "--healthy-only: 1 healthy node(s) of 3 in cluster 'c', 2 needed (--nodes 2:3); unhealthy: "
+        "n0 (GPU 1: 4 uncorrected ECC error(s) since the driver loaded), n2 (GPU 1: 4 uncorrected ECC error(s) "
+        "since the driver loaded)"
+    )
+
+
+def test_a_run_on_the_healthy_nodes_only_is_planned_on_them_the_first_its_head(home) -> None:
+    store = StateStore(home)
+    nodes = [
+        NodeInfo(f"node{i}", f"10.0.0.{i + 1}", "/w", ssh=Host(name=f"node{i}", address=f"10.0.0.{i + 1}"))
+        for i in range(3)
+    ]
+    spec = cluster_spec(name="c", provider="onprem", inventory="/dev/null", nodes=3)
+    store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes))
+    opts = RunOptions(job="message-passing", name="c", nodes=2, min_nodes=2)
+    prep = prepare(opts, store, only=("node1", "node2"))
+    assert [n.node for n in prep.plan.nodes] == ["node1", "node2"]
+    assert prep.plan.rdzv_endpoint.startswith("10.0.0.2:") and prep.plan.store.node == "node1"
