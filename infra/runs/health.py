@@ -11,7 +11,7 @@ node cannot hold the others up):
 
 A node is unhealthy, with each reason said, when nvidia-smi lists fewer GPUs than configure counted
 (or does not answer where it counted some), a GPU has uncorrected ECC errors since the driver loaded
-(volatile), the kernel log has an Xid that is not the application's (``nvidia_smi.APPLICATION_XIDS``),
+(volatile), the kernel log has an Xid that is not the application's nor one the GPU handled (``Xid.note``),
 a GPU's clocks are held down by a hardware or thermal reason (``nvidia_smi.BAD_REASONS``), a GPU's
 burn failed or reached less than ``SLOW`` of the median of the cluster's GPUs of its name, or (in
 ``check.py``) the all-reduce among its GPUs failed. A node without nvidia-smi where configure counted
@@ -226,8 +226,8 @@ def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
         if node.devices and xid.pci not in mine:
             continue  # the host's kernel log, of a GPU another local node has
         said = f"{nvidia_smi.gpu_of(xid, probe.gpus)}: Xid {xid.code}" + (f" ({xid.text})" if xid.text else "")
-        if xid.application:
-            health.notes.append(f"{said}: most often the application's own error")
+        if xid.note:
+            health.notes.append(f"{said}: {xid.note}")
         else:
             health.problems.append(said)
     if probe.log:

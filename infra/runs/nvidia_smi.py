@@ -47,9 +47,10 @@ REASONS = (
 BAD_REASONS = frozenset({"HW Slowdown", "SW Thermal Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown"})
 
 #: Xids that are most often the application's own fault (NVIDIA's Xid catalog: a graphics engine
-#: exception, a memory page fault, a stopped or preempted channel), or a row remapping recorded and
-#: handled: named, but a node is not judged by them
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 63, 68, 69})
+#: exception, a memory page fault, a stopped or preempted channel): named, but a node is not judged by them
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69})
+#: an Xid that says the GPU handled an error (63: a row remapping or page retirement recorded): named only
+HANDLED_XIDS = frozenset({63})
 
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<code>\d+)(?:, (?P<rest>.*))?")
 NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
@@ -89,6 +90,15 @@ class Xid:
     @property
     def application(self) -> bool:
         return self.code in APPLICATION_XIDS
+
+    @property
+    def note(self) -> str:
+        """Why this Xid is only named ("": it makes its node unhealthy)."""
+        if self.code in APPLICATION_XIDS:
+            return "most often the application's own error"
+        if self.code in HANDLED_XIDS:
+            return "an error the GPU handled (a row remapping or page retirement recorded)"
+        return ""
 
 
 def bus_id(text: str) -> str:

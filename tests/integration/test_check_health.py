@@ -3,7 +3,8 @@ nvidia-smi (and dmesg) first on a node's PATH (tests/support/sick_gpus.py), the 
 the cluster's own executor. On the test cluster (one `up` for the module, the stand-ins changed
 between checks): a node whose nvidia-smi lists fewer GPUs than configure counted, one with
 uncorrected ECC errors, one with an Xid, one whose clocks are thermally held down, each named with
-its reason on one line while the healthy ones pass, exit 1. On local nodes: each judged on its own
+its reason on one line while the healthy ones pass, exit 1; and `run --healthy-only` leaving the
+unhealthy nodes out of an elastic run, or refusing in one line. On local nodes: each judged on its own
 share of the machine's GPUs. The ranks see no GPU here: the burn says so, a note, not a failure."""
 
 from __future__ import annotations
@@ -86,6 +87,36 @@ def test_each_sick_node_is_named_with_its_reason(two_gpus_each: UpCluster, testb
     ok = ddpctl(*CHECK, "--json", env=_env(two_gpus_each.env), timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["unhealthy"] == []
+
+
+@pytest.mark.slow
+def test_a_run_leaves_the_unhealthy_nodes_out(two_gpus_each: UpCluster, testbed: Testbed) -> None:
+    """`run --healthy-only --nodes 2:3` with the head node (node0) sick starts on node1 and node2, node1
+    its head; with node1 sick too, one line naming both, and nothing started."""
+    bins = {node: testbed.node_dir(node) / "bin" for node in NODES}
+    run = ("run", "message-passing", "--nodes", "2:3", "--nproc-per-node", "1", "--healthy-only")
+    install(bins["node0"], [gpu(0), gpu(1, ecc=1)])
+    try:
+        result = ddpctl(*run, env=_env(two_gpus_each.env), timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (
+            "--healthy-only: left out node0: unhealthy: GPU 1: 1 uncorrected ECC error(s) since the driver loaded"
+            in result.stderr.splitlines()
+        )
+        ok = [line.split()[0] for line in result.stdout.splitlines() if "all_reduce OK" in line]
+        assert sorted(ok) == ["[node1", "[node2"], result.stdout  # world size 2, on the healthy nodes
+        install(bins["node1"], [gpu(0)])
+        refused = ddpctl(*run, env=_env(two_gpus_each.env), timeout=300)
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "Error: --healthy-only: 1 healthy node(s) of 3 in cluster 'default', 2 needed (--nodes 2:3); unhealthy: "
+            "node0 (GPU 1: 1 uncorrected ECC error(s) since the driver loaded), "
+            "node1 (nvidia-smi lists 1 GPU(s), configure counted 2)"
+        )
+        assert "all_reduce" not in refused.stdout
+    finally:
+        for node in ("node0", "node1"):
+            install(bins[node], [gpu(0), gpu(1)])
 
 
 def test_local_nodes_are_judged_on_their_own_gpus(home: Path, tmp_path: Path) -> None:

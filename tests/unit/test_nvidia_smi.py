@@ -91,6 +91,8 @@ def test_xid_lines_their_code_and_gpu() -> None:
         (79, "0000:01:00"),
     ]
     assert [x.application for x in xids] == [False, True, False, False]
+    assert [bool(x.note) for x in xids] == [False, True, False, False]
+    assert parse_xids(["NVRM: Xid (PCI:0000:18:00): 63, pid=1, Row Remapper"])[0].note.startswith("an error the GPU")
     assert xids[2].text == "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     gpus = parse_query(H100)
     assert [gpu_of(x, gpus) for x in xids] == ["GPU 5", "GPU 0", "GPU 3", "PCI 0000:01:00"]
