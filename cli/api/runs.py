@@ -79,6 +79,7 @@ def run(
     on_line: Callable[[OutputLine], None] | None = print_line,
     progress: Callable[[str], None] | None = print_progress,
     all_lines: bool = False,
+    healthy_only: bool = False,
     home: str | Path | None = None,
 ) -> RunOutcome:
     """``ddpctl run JOB [-- ARGS]``: run a bundled job or a script on ``nodes`` nodes and wait for it.
@@ -90,7 +91,7 @@ def run(
     agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
     every line). ``env``: the ranks' variables, a mapping ``{"K": "V"}`` (``-e K=V``); ``env_from``:
     names whose values come from your environment (``-e K``: secrets, recorded and shown by name
-    only); ``env_files``: ``--env-file``s. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    only); ``env_files``: ``--env-file``s; ``healthy_only``: ``--healthy-only``. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
     from ddpctl.infra.model.errors import UsageError
@@ -124,7 +125,12 @@ def run(
         requirements=given["requirements"],
     )
     store = _store(home)
-    prep = prepare(opts, store)
+    only: tuple[str, ...] = ()
+    if healthy_only:  # the nodes' health first: the run on the healthy ones
+        from ddpctl.infra.runs.check import healthy_run
+
+        opts, only = healthy_run(opts, store, progress or _quiet)
+    prep = prepare(opts, store, only=only)
     terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
     try:
         result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
