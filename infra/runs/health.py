@@ -14,8 +14,8 @@ A node is unhealthy, with each reason said, when nvidia-smi lists fewer GPUs tha
 (volatile), the kernel log has an Xid that is not the application's nor one the GPU handled (``Xid.note``),
 a GPU's clocks are held down by a hardware or thermal reason (``nvidia_smi.BAD_REASONS``), a GPU's
 burn failed or reached less than ``SLOW`` of the median of the cluster's GPUs of its name, or (in
-``check.py``) the all-reduce among its GPUs failed. A node without nvidia-smi where configure counted
-no GPU is "no GPU" and passes.
+``check.py``) the all-reduce among its GPUs failed. A node where configure counted no GPU and
+nvidia-smi lists none (or is missing, or fails) is "no GPU" and passes.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class NodeHealth:
 
     @property
     def no_gpu(self) -> bool:
-        return self.found is None and self.counted == 0
+        return not self.found and self.counted == 0
 
     def line(self) -> str:
         """The one line that names the node and why (or that it is healthy)."""
@@ -198,8 +198,11 @@ def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
         else:
             health.notes.append("no GPU")
         return health
+    if probe.smi and not node.gpus:  # an nvidia-smi without a GPU to drive (a driver package on a CPU node)
+        health.notes.append(f"no GPU (nvidia-smi {probe.smi})")
+        return health
     if probe.smi:
-        health.problems.append(f"nvidia-smi {probe.smi}" + (f" (configure counted {node.gpus} GPU(s))"))
+        health.problems.append(f"nvidia-smi {probe.smi} (configure counted {node.gpus} GPU(s))")
         return health
     if probe.unreadable:
         health.problems.append(f"nvidia-smi's query unreadable: {probe.unreadable}")

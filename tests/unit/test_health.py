@@ -118,7 +118,7 @@ def test_each_sick_node_is_named_with_its_reasons() -> None:
 
 def test_what_could_not_be_asked_is_said() -> None:
     verdicts = checked(
-        cluster((2, 2, 2, 0)),
+        cluster((2, 2, 2, 0, 0)),
         {
             "n0": ["GPUHEALTH smi missing", "GPUHEALTH done"],
             "n1": ["GPUHEALTH smi failed exit 124: did not answer in 30 s", "GPUHEALTH done"],
@@ -128,6 +128,7 @@ def test_what_could_not_be_asked_is_said() -> None:
                 "GPUHEALTH done",
             ],
             "n3": [],
+            "n4": ["GPUHEALTH smi failed exit 9: NVIDIA-SMI has failed", "GPUHEALTH done"],
         },
         {
             "n2": [
@@ -145,6 +146,9 @@ def test_what_could_not_be_asked_is_said() -> None:
         "Xid not read: kernel log dmesg: read kernel buffer failed: Operation not permitted"
     ]
     assert verdicts["n3"].problems == ["its health query said nothing (see the lines above)"]
+    # a node where configure counted no GPU: a failing nvidia-smi is a note (a driver package, no GPU)
+    assert verdicts["n4"].ok and verdicts["n4"].line() == "n4: healthy (no GPU)"
+    assert verdicts["n4"].notes == ["no GPU (nvidia-smi failed exit 9: NVIDIA-SMI has failed)"]
 
 
 def test_more_gpus_than_counted_and_lifetime_ecc_are_notes() -> None:
