@@ -96,7 +96,6 @@ def run(
     """
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
-    from ddpctl.infra.runs.prepare import prepare
     from ddpctl.infra.runs.records import RunOptions
 
     from ..run_command import run as command
@@ -125,12 +124,7 @@ def run(
         requirements=given["requirements"],
     )
     store = _store(home)
-    only: tuple[str, ...] = ()
-    if healthy_only:  # the nodes' health first: the run on the healthy ones
-        from ddpctl.infra.runs.check import healthy_run
-
-        opts, only = healthy_run(opts, store, progress or _quiet)
-    prep = prepare(opts, store, only=only)
+    prep = _prepared(opts, store, healthy_only, progress or _quiet)
     terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
     try:
         result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
@@ -175,6 +169,18 @@ _RUN_OPTIONS = (
     "env_files",
     "python",
 )
+
+
+def _prepared(opts, store, healthy_only: bool, progress: Callable[[str], None]):
+    """The run prepared (``prepare.prepare``): with ``healthy_only``, on the nodes the health check passes."""
+    from ddpctl.infra.runs.prepare import prepare
+
+    only: tuple[str, ...] = ()
+    if healthy_only:
+        from ddpctl.infra.runs.check import healthy_run
+
+        opts, only = healthy_run(opts, store, progress)
+    return prepare(opts, store, only=only)
 
 
 def _given_run(values: dict[str, Any]) -> dict[str, Any]:
