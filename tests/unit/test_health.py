@@ -222,3 +222,11 @@ def test_a_run_on_the_healthy_nodes_only_is_planned_on_them_the_first_its_head(h
     prep = prepare(opts, store, only=("node1", "node2"))
     assert [n.node for n in prep.plan.nodes] == ["node1", "node2"]
     assert prep.plan.rdzv_endpoint.startswith("10.0.0.2:") and prep.plan.store.node == "node1"
+
+
+def test_healthy_only_needs_a_cluster_that_is_up(home) -> None:
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs.check import healthy_run
+
+    with pytest.raises(UsageError, match="--healthy-only checks the nodes of a cluster that is up: bring one up first"):
+        healthy_run(RunOptions(job="mnist"), StateStore(home), lambda _: None)
