@@ -300,16 +300,30 @@ def _say_slow(out, store, run_id: str) -> None:
     "holds it, in GPU memory on GPU nodes).",
 )
 @click.option("--no-bandwidth", is_flag=True, help="Only check that every node reaches every other.")
+@click.option("--no-health", is_flag=True, help="Leave out each node's health (its GPUs, their errors, a burn).")
+@click.option(
+    "--burn-seconds",
+    type=FiniteFloatRange(0, 600),
+    default=3,
+    show_default=True,
+    help="How long each node's GPUs multiply matrices in the health part (0: no burn).",
+)
 @json_option
-def check(name, port, size_mb, no_bandwidth, as_json) -> int:
-    """Check the links between a cluster's nodes.
+def check(name, port, size_mb, no_bandwidth, no_health, burn_seconds, as_json) -> int:
+    """Check a cluster's nodes' health and the links between them.
+
+    Each node's health first: the GPUs nvidia-smi lists against those configure counted, their
+    uncorrected ECC errors, the kernel log's Xid errors, the reasons their clocks are held down (a
+    hardware or thermal slowdown), and a few seconds of matmul on every GPU at once, each compared
+    with the cluster's others; a node without GPUs is "no GPU" and passes. Each unhealthy node is
+    named with its reasons on one line.
 
     For every pair of nodes: TCP reachability on the rendezvous port (both ways), then a short
     all-reduce between the two, reported as bus bandwidth; the slowest link is named, and the
     transport each node's all-reduce used (efa, socket, ib; gloo on CPU nodes), as NCCL_DEBUG=INFO
-    reports it. Inside each node with 2 or more GPUs, an all-reduce among its GPUs (one rank each).
-    What it did not measure is said (one node: no links between nodes). Exits 1 if any node cannot
-    reach another.
+    reports it. Inside each node with 2 or more GPUs, an all-reduce among its GPUs (one rank each;
+    failing, a reason of the node's). What it did not measure is said (one node: no links between
+    nodes). Exits 1 if any node cannot reach another, or is unhealthy.
     """
     from rich.table import Table
 
@@ -319,10 +333,17 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
 
     out = Output(as_json)
     state, port, report = check_cluster(
-        open_store(), name, port, out.progress, bandwidth=not no_bandwidth, size_mb=size_mb
+        open_store(),
+        name,
+        port,
+        out.progress,
+        bandwidth=not no_bandwidth,
+        size_mb=size_mb,
+        health=not no_health,
+        burn_s=burn_seconds,
     )
     if as_json:
-        out.document({"ok": not report.unreachable, "cluster": state.name, "port": port, **report.to_dict()})
+        out.document({"cluster": state.name, "port": port, **report.to_dict()})
     else:
         pairs = sorted({tuple(sorted(k)) for k in [*report.reach, *report.bandwidth_gbps]})
         if pairs:
@@ -351,7 +372,12 @@ def check(name, port, size_mb, no_bandwidth, as_json) -> int:
             out.progress(f"slowest link: {slowest[0][0]} <-> {slowest[0][1]} at {slowest[1]:.3f} GB/s")
         if report.transport:
             out.progress("transport: " + ", ".join(f"{n} {t}" for n, t in report.transport.items()))
+        for verdict in report.health.values():  # one line a node: healthy, or why not
+            out.progress(verdict.line())
+            for note in verdict.notes:
+                out.progress(f"  {verdict.node}: {note}")
     if report.unreachable:
         out.progress("unreachable: " + "; ".join(report.unreachable))
-        return 1
-    return 0
+    if report.unhealthy:
+        out.progress(f"unhealthy: {', '.join(report.unhealthy)}")
+    return 0 if report.ok else 1

@@ -137,6 +137,13 @@ from .plans import print_cluster_plan, print_launch_plan
     help="On a cluster busy with another run, refuse at once instead of waiting its turn "
     "(runs on one cluster take turns; `ddpctl runs` shows the queued ones).",
 )
+@click.option(
+    "--healthy-only",
+    is_flag=True,
+    help="Check each node's health first (as `ddpctl check` does: its GPUs, their errors, a burn) and run on the "
+    "healthy ones: --nodes N needs N of them; elastic --nodes MIN:MAX starts on as many as are healthy, at least "
+    "MIN. Too few: one line naming the unhealthy nodes, and nothing started.",
+)
 @dry_run_option
 @json_option
 @click.pass_context
@@ -163,6 +170,7 @@ def run(
     detach,
     all_lines,
     no_wait,
+    healthy_only,
     dry_run,
     as_json,
 ) -> int:
@@ -182,6 +190,7 @@ def run(
       ddpctl run ./train.py --nodes 2 -e WANDB_API_KEY   # a secret from your environment
       ddpctl run mingpt --nodes 2 --dry-run
       ddpctl run mnist --nodes 2:3 -- --epochs 5   # elastic: goes on if a node is lost
+      ddpctl run mnist --nodes 2:3 --healthy-only   # on the healthy nodes, at least 2
       ddpctl run mnist --nodes 2 --snapshot-dir s3://my-bucket/mnist   # nodes share no filesystem
       ddpctl run --resume ra35cebc6d8   # after ddpctl was killed mid-run (`ddpctl runs` lists ids)
       ddpctl run mnist --nodes 2 --resume-from ra35cebc6d8 -- --epochs 4   # train that model further
@@ -233,7 +242,14 @@ def run(
             requirements=requirements,
             hang_timeout_s=hang_timeout,
         )
-        prep = prepare(opts, store)
+        only: tuple[str, ...] = ()
+        if healthy_only and dry_run:
+            out.progress("--healthy-only: the nodes' health is checked when the run starts, not in a dry run")
+        elif healthy_only:
+            from ddpctl.infra.runs.check import healthy_run
+
+            opts, only = healthy_run(opts, store, out.progress)
+        prep = prepare(opts, store, only=only)
         _refuse_a_configured_provider(ctx, prep)
     if dry_run:
         if as_json:

@@ -243,15 +243,23 @@ def check(
     port: int | None = None,
     size_mb: float = 32,
     bandwidth: bool = True,
+    health: bool = True,
+    burn_seconds: float = 3,
     progress: Callable[[str], None] | None = print_progress,
     home: str | Path | None = None,
 ) -> CheckReport:
-    """``ddpctl check``: every pair of a cluster's nodes, reachability and all-reduce bandwidth
-    (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken links)."""
+    """``ddpctl check``: each node's health, and every pair of a cluster's nodes, reachability and
+    all-reduce bandwidth (``to_dict()`` is ``check --json``'s report; ``.unreachable`` lists the broken
+    links, ``.unhealthy`` the unhealthy nodes, ``.health`` each node's verdict)."""
     from ddpctl.infra.runs.check import check_cluster
 
     from ..inspect_commands import check as command
 
-    name, port, size_mb = (_checked(command, k, v) for k, v in (("name", name), ("port", port), ("size_mb", size_mb)))
+    name, port, size_mb, burn_s = (
+        _checked(command, k, v)
+        for k, v in (("name", name), ("port", port), ("size_mb", size_mb), ("burn_seconds", burn_seconds))
+    )
     progress = progress or _quiet
-    return check_cluster(_store(home), name, port, progress, bandwidth=bandwidth, size_mb=size_mb)[2]
+    return check_cluster(
+        _store(home), name, port, progress, bandwidth=bandwidth, size_mb=size_mb, health=health, burn_s=burn_s
+    )[2]

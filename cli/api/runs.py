@@ -81,6 +81,7 @@ def run(
     on_line: Callable[[OutputLine], None] | None = print_line,
     progress: Callable[[str], None] | None = print_progress,
     all_lines: bool = False,
+    healthy_only: bool = False,
     home: str | Path | None = None,
 ) -> RunOutcome:
     """``ddpctl run JOB [-- ARGS]``: run a bundled job or a script on ``nodes`` nodes and wait for it.
@@ -92,12 +93,11 @@ def run(
     agents' repeated start-up lines once, a failure's first traceback only (``all_lines=True``:
     every line). ``env``: the ranks' variables, a mapping ``{"K": "V"}`` (``-e K=V``); ``env_from``:
     names whose values come from your environment (``-e K``: secrets, recorded and shown by name
-    only); ``env_files``: ``--env-file``s. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
+    only); ``env_files``: ``--env-file``s; ``healthy_only``: ``--healthy-only``. ddpctl's own messages go to ``progress`` (default: stderr). A job that fails returns ``ok`` False with the ``hint``; Ctrl-C stops every process of
     the run and raises ``KeyboardInterrupt``.
     """
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
-    from ddpctl.infra.runs.prepare import prepare
     from ddpctl.infra.runs.records import RunOptions
 
     from ..run_command import run as command
@@ -127,7 +127,7 @@ def run(
         hang_timeout_s=given["hang_timeout"],
     )
     store = _store(home)
-    prep = prepare(opts, store)
+    prep = _prepared(opts, store, healthy_only, progress or _quiet)
     terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
     try:
         result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
@@ -174,6 +174,18 @@ _RUN_OPTIONS = (
     "python",
     "hang_timeout",
 )
+
+
+def _prepared(opts, store, healthy_only: bool, progress: Callable[[str], None]):
+    """The run prepared (``prepare.prepare``): with ``healthy_only``, on the nodes the health check passes."""
+    from ddpctl.infra.runs.prepare import prepare
+
+    only: tuple[str, ...] = ()
+    if healthy_only:
+        from ddpctl.infra.runs.check import healthy_run
+
+        opts, only = healthy_run(opts, store, progress)
+    return prepare(opts, store, only=only)
 
 
 def _given_run(values: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Programs ddpctl runs on nodes, one module each. May import nothing of ddpctl: stdlib only (but for the
-two named below), Python 3.8+.
+three named below), Python 3.8+.
 
 Each is an ordinary module with a ``main()``, linted and tested like the rest of the code, and
 travels as its text to an interpreter that has no ddpctl: in the environment, not on the command
@@ -20,6 +20,10 @@ a person reads, not kilobytes of source per process.
 - ``deps``: a run's own packages (its ``requirements.txt``) in an environment layered on the node's
   Python, made once per hash (``infra/launch/deps.py`` plans it; the executors run it before the run).
 - ``slurm_tail``: follow every node's Slurm output file (``infra/launch/slurm_executor.py``).
+- ``gpu_health``: what nvidia-smi says of a node's GPUs (count, ECC errors, clocks event reasons) and
+  the Xid lines of its kernel log, printed back tagged (``infra/runs/health.py``, read by ``infra/runs/nvidia_smi.py``).
+- ``gpu_burn``: a few seconds of matmul on every GPU of a node at once, one figure per GPU
+  (``infra/runs/health.py``; it imports torch, so it runs with the node's Python).
 - ``pcluster_schema``: load a configuration with aws-parallelcluster's ``ClusterSchema``, in its own venv
   (``infra/providers/pcluster/schema.py``; it imports that venv's PyYAML, marshmallow and pcluster).
 """
@@ -31,7 +35,19 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-NAMES = ("stop", "reach", "rdzv_store", "slurm_tail", "pcluster_schema", "writable", "outputs", "autodown", "deps")
+NAMES = (
+    "stop",
+    "reach",
+    "rdzv_store",
+    "slurm_tail",
+    "pcluster_schema",
+    "writable",
+    "outputs",
+    "autodown",
+    "deps",
+    "gpu_health",
+    "gpu_burn",
+)
 
 
 #: the variable that carries a program's text to its Python (which removes it before the program runs)

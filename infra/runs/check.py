@@ -1,7 +1,9 @@
 """``ddpctl check``: can every node reach every other on the rendezvous port, how fast is each link, and
-how fast is the all-reduce between the GPUs inside each node that has several?
+how fast is the all-reduce between the GPUs inside each node that has several? With ``health``, first
+each node's health too (``health.py``: its GPU count, ECC, Xid, clocks, a burn; the in-node all-reduce
+failing is one of its reasons), each node judged.
 
-Both checks are launch plans like a job's (planned here, pure; carried out by the cluster's own
+The checks are launch plans like a job's (planned here, pure; carried out by the cluster's own
 executor), so they test exactly the path a job takes: the same SSH sessions, env file and Python.
 """
 
@@ -15,12 +17,14 @@ from dataclasses import dataclass, field, replace
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.reach_plan import parse_reach, plan_reach
 from ..launch.supervise import OutputLine
-from ..model.errors import DdpctlError
+from ..model.errors import DdpctlError, UsageError
 from ..model.progress import step
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
 from ..model.store import StateStore
+from .health import BURN_S, NodeHealth, choose_healthy, run_health
 from .jobs import BUNDLE_DIR
+from .records import RunOptions
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
 # What NCCL_DEBUG=INFO says of the network it chose (NCCL's and aws-ofi-nccl's own lines):
@@ -50,6 +54,17 @@ class CheckReport:
     in_node_backend: dict[str, str] = field(default_factory=dict)
     #: what was and was not measured, in words (one node: no links between nodes; no node with 2+ GPUs...)
     notes: list[str] = field(default_factory=list)
+    #: node -> its health verdict, in the cluster's order (empty: not checked)
+    health: dict[str, NodeHealth] = field(default_factory=dict)
+
+    @property
+    def unhealthy(self) -> list[str]:
+        """The nodes found unhealthy, in the cluster's order."""
+        return [name for name, verdict in self.health.items() if not verdict.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and not self.unhealthy
 
     @property
     def unreachable(self) -> list[str]:
@@ -80,7 +95,9 @@ class CheckReport:
                 for n, v in sorted(self.in_node_gbps.items())
             ],
             "notes": list(self.notes),
-            "ok": not self.unreachable,
+            "health": [verdict.to_dict() for verdict in self.health.values()],
+            "unhealthy": self.unhealthy,
+            "ok": self.ok,
         }
 
 
@@ -183,9 +200,13 @@ def run_check(
     *,
     bandwidth: bool = True,
     size_mb: float = 32,
+    health: bool = False,
+    burn_s: float = BURN_S,
 ) -> CheckReport:
     report = CheckReport()
     nodes = cluster.nodes
+    if health:
+        report.health = run_health(cluster, executor_for, progress, burn_s=burn_s)
     distinct = len({n.host for n in nodes}) == len(nodes)
     if distinct and len(nodes) > 1:
         progress(f"reachability: every pair of {len(nodes)} nodes on port {port}")
@@ -240,6 +261,12 @@ def check_in_node(
     """The all-reduce among the GPUs inside each node that has 2 or more, one node after the other
     (where a node's GPUs meet: an 8-GPU node's all-reduce happens there)."""
     multi = [n for n in cluster.nodes if n.gpus >= 2]
+    sick = [n.name for n in multi if n.name in report.health and not report.health[n.name].ok]
+    if sick:
+        report.notes.append(f"no in-node all-reduce on {', '.join(sick)}: unhealthy already")
+        multi = [n for n in multi if n.name not in sick]
+    if not multi and sick:
+        return
     if not multi:
         counts = sorted({n.gpus for n in cluster.nodes})
         report.notes.append(
@@ -253,6 +280,12 @@ def check_in_node(
         with step(progress, f"in-node all-reduce test ({node.name}, {node.gpus} GPUs)"):
             result = executor_for(lines.append).run(plan_in_node(cluster, node, port, size_mb))
         found = parse_in_node(lines)
+        if (not result.ok or found is None) and node.name in report.health:  # a reason among the node's
+            report.health[node.name].problems.append(
+                f"its in-node all-reduce ({node.gpus} ranks) failed: "
+                "`ddpctl run message-passing --nproc-per-node gpu` shows why"
+            )
+            continue
         if not result.ok or found is None:
             raise DdpctlError(
                 f"the in-node all-reduce test on {node.name} ({node.gpus} GPUs) failed: "
@@ -271,6 +304,8 @@ def check_cluster(
     *,
     bandwidth: bool,
     size_mb: float,
+    health: bool = True,
+    burn_s: float = BURN_S,
 ) -> tuple[ClusterState, int, CheckReport]:
     """``ddpctl check`` (the CLI's and the API's): the cluster ``name`` (else the only one), the
     port its probes use, and the report of ``run_check`` on the nodes jobs run on (pcluster: its
@@ -280,4 +315,33 @@ def check_cluster(
     state = clusters.load(store, name)
     port = clusters.rdzv_port(state, port)
     targets, executor_for = clusters.job_nodes(state, progress)
-    return state, port, run_check(targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb)
+    report = run_check(
+        targets, executor_for, port, progress, bandwidth=bandwidth, size_mb=size_mb, health=health, burn_s=burn_s
+    )
+    return state, port, report
+
+
+def healthy_run(
+    opts: RunOptions, store: StateStore, progress: Callable[[str], None], *, burn_s: float = BURN_S
+) -> tuple[RunOptions, tuple[str, ...]]:
+    """``run --healthy-only``: the health part of ``check`` on the cluster the run goes on, then the
+    run's options on its healthy nodes (``health.choose_healthy``: its node count, and an elastic
+    run's MIN:MAX, as many as are healthy) and their names, for ``prepare.prepare(only=...)``."""
+    from ..lifecycle import clusters
+
+    name = clusters.resolve_name(store, opts.name)
+    if name is None or not store.exists(name):
+        raise UsageError("--healthy-only checks the nodes of a cluster that is up: bring one up first (`ddpctl up`)")
+    state = store.load(name)
+    targets, executor_for = clusters.job_nodes(state, progress)
+    if [n.name for n in targets.nodes] != [n.name for n in state.nodes] or opts.launcher == "sbatch":
+        raise UsageError(
+            f"--healthy-only is for torchrun launches on the nodes ddpctl lists; cluster {name!r}'s jobs run on "
+            "nodes Slurm chooses: `ddpctl check` judges them"
+        )
+    verdicts = run_health(targets, executor_for, progress, burn_s=burn_s)
+    healthy, count, min_nodes = choose_healthy(name, verdicts, opts.nodes, opts.min_nodes)
+    for verdict in verdicts.values():
+        if not verdict.ok:
+            progress(f"--healthy-only: left out {verdict.line()}")
+    return replace(opts, nodes=count, min_nodes=min_nodes), healthy

@@ -80,10 +80,14 @@ def prepare_resume(run_id: str, store: StateStore) -> PreparedRun:
     return replace(prepare(opts, store, resume=True, owned=owned), resumed=True)
 
 
-def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned: bool = False) -> PreparedRun:
+def prepare(
+    opts: RunOptions, store: StateStore, *, resume: bool = False, owned: bool = False, only: tuple[str, ...] = ()
+) -> PreparedRun:
     """Validate everything and plan the launch; nothing is created.
 
     ``owned``: the run owns its cluster even if that is up already (a resumed run that brought it up).
+    ``only``: the nodes of the cluster the run may use, in its order (``run --healthy-only``: the
+    healthy ones, ``check.healthy_run``); the first is the run's head node.
     """
     job = resolve_job(opts.job)
     env, secret_env = run_env(opts.env, opts.env_files)
@@ -95,6 +99,8 @@ def prepare(opts: RunOptions, store: StateStore, *, resume: bool = False, owned:
         )
     given = opts.nproc_per_node if isinstance(opts.nproc_per_node, (int, tuple)) else None
     provider, cluster, ephemeral, nodes = _cluster_for(opts, store, owned, given)
+    if only:
+        cluster = replace(cluster, nodes=[n for n in cluster.nodes if n.name in only])
     nprocs = node_nprocs(cluster, nodes, opts.nproc_per_node)
     nproc = nprocs[0] if len(set(nprocs)) == 1 and not isinstance(given, tuple) else nprocs  # a list as given
     # a resumed run whose cluster went with it starts from the snapshot folder it kept

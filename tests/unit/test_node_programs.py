@@ -17,7 +17,7 @@ import pytest
 from ddpctl.infra import node_programs
 
 #: what a program may import besides the standard library: its interpreter's own packages
-THIRD_PARTY = {"pcluster_schema": ("yaml", "marshmallow", "pcluster"), "rdzv_store": ("torch",)}
+THIRD_PARTY = {"pcluster_schema": ("yaml", "marshmallow", "pcluster"), "rdzv_store": ("torch",), "gpu_burn": ("torch",)}
 
 
 # --- the package -------------------------------------------------------------------------------

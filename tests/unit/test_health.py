@@ -1,0 +1,232 @@
+"""`check`'s health part (infra/runs/health.py): its two launches planned, and each node judged from
+what they print, with a stand-in executor that answers as the node programs would. Real runs:
+tests/integration/test_check_health.py (the test cluster), test_check_in_node.py (local nodes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpctl.infra import node_programs
+from ddpctl.infra.launch.nodes import OutputLine
+from ddpctl.infra.model.errors import DdpctlError
+from ddpctl.infra.model.host import Host
+from ddpctl.infra.model.state import ClusterState, NodeInfo
+from ddpctl.infra.model.store import StateStore
+from ddpctl.infra.runs.check import run_check
+from ddpctl.infra.runs.health import NodeHealth, choose_healthy, plan_burn, plan_query, run_health
+from ddpctl.infra.runs.prepare import prepare
+from ddpctl.infra.runs.records import RunOptions
+from tests.support.specs import cluster_spec
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def smi_line(i: int, ecc: int = 0, mask: str = "0x0000000000000001", aggregate: int = 0) -> str:
+    return f"GPUHEALTH gpu {i}, GPU-{i:04d}, {H100}, 00000000:{0x18 + i:02X}:00.0, {ecc}, {aggregate}, {mask}"
+
+
+def cluster(gpus: tuple[int, ...], devices: tuple[str, ...] = ()) -> ClusterState:
+    nodes = [
+        NodeInfo(f"n{i}", f"10.0.0.{i}", f"/w{i}", gpus=g, python="/opt/py", devices=devices[i] if devices else "")
+        for i, g in enumerate(gpus)
+    ]
+    return ClusterState(spec=cluster_spec(name="c", provider="onprem", nodes=len(gpus)), cluster_id="x", nodes=nodes)
+
+
+class Executor:
+    """Answers each launch as its nodes would: ``said[job][node]``, their lines."""
+
+    said: dict[str, dict[str, list[str]]] = {}
+    plans: list = []
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+
+    def run(self, plan):
+        Executor.plans.append(plan)
+        for launch in plan.nodes:
+            for text in Executor.said.get(plan.job, {}).get(launch.node, []):
+                self.sink(OutputLine(launch.node, None, text))
+        return type("Result", (), {"ok": plan.job != "check-in-node" or "fail" not in Executor.said})()
+
+
+def healthy(gpus: int, tflops: float = 700.0) -> tuple[list[str], list[str]]:
+    query = [smi_line(i) for i in range(gpus)] + ["GPUHEALTH done"]
+    burn = [f"burn gpu={i} tflops={tflops:.2f} dtype=bfloat16 name={H100}" for i in range(gpus)]
+    return query, burn
+
+
+def checked(c: ClusterState, query: dict[str, list[str]], burn: dict[str, list[str]]) -> dict[str, NodeHealth]:
+    Executor.said, Executor.plans = {"check-health": query, "check-burn": burn}, []
+    return run_health(c, Executor, lambda _: None)
+
+
+def test_both_launches_are_node_programs_with_the_nodes_python_on_every_node() -> None:
+    c = cluster((4, 0), devices=("0,1,2,3", ""))
+    query, burn = plan_query(c), plan_burn(c, 2.5)
+    assert [n.node for n in query.nodes] == ["n0", "n1"] and query.store is None
+    assert query.nodes[0].argv == node_programs.argv("/opt/py", "gpu_health")
+    assert burn.nodes[1].argv == node_programs.argv("/opt/py", "gpu_burn", "--seconds", "2.5")
+    # a local node's share of its host's GPUs, numbered as nvidia-smi numbers them
+    assert query.nodes[0].env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "CUDA_VISIBLE_DEVICES" not in query.nodes[1].env
+    assert burn.nodes[1].env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_healthy_nodes_and_one_without_gpus_pass() -> None:
+    (q0, b0), (q1, b1) = healthy(4), healthy(4, 690.0)
+    verdicts = checked(
+        cluster((4, 4, 0)),
+        {"n0": q0, "n1": q1, "n2": ["GPUHEALTH smi missing", "GPUHEALTH done"]},
+        {"n0": b0, "n1": b1, "n2": ["burn no-gpu torch 2.13.0 sees no CUDA device"]},
+    )
+    assert [v.ok for v in verdicts.values()] == [True, True, True]
+    assert verdicts["n0"].line() == "n0: healthy (4 GPU(s), burn median 700.0 TFLOPS)"
+    assert verdicts["n2"].line() == "n2: healthy (no GPU)" and verdicts["n2"].notes == ["no GPU"]
+    assert [p.job for p in Executor.plans] == ["check-health", "check-burn"]
+
+
+def test_each_sick_node_is_named_with_its_reasons() -> None:
+    q0, b0 = healthy(4)
+    q1 = [smi_line(0), smi_line(1), smi_line(2), "GPUHEALTH done"]  # one fewer than configure counted
+    q2 = [smi_line(0, ecc=3), smi_line(1, mask="0x0000000000000040"), smi_line(2), smi_line(3), "GPUHEALTH done"]
+    q3 = [
+        *healthy(4)[0][:-1],
+        "GPUHEALTH xid [ 9001.0] NVRM: Xid (PCI:0000:1a:00): 79, pid=1, name=python, GPU has fallen off the bus.",
+        "GPUHEALTH xid [ 9002.0] NVRM: Xid (PCI:0000:18:00): 13, pid=2, name=python, Graphics SM Warp Exception",
+        "GPUHEALTH done",
+    ]
+    slow = [*b0[:3], f"burn gpu=3 tflops=350.00 dtype=bfloat16 name={H100}"]
+    verdicts = checked(
+        cluster((4, 4, 4, 4)),
+        {"n0": q0, "n1": q1, "n2": q2, "n3": q3},
+        {n: b0 for n in ("n1", "n2", "n3")} | {"n0": slow},
+    )
+    assert [n for n, v in verdicts.items() if not v.ok] == ["n0", "n1", "n2", "n3"]
+    assert verdicts["n0"].problems == [
+        "GPU 3: slow: 350.0 TFLOPS in its burn, 50% of the median 700.0 of the cluster's NVIDIA H100 80GB HBM3"
+    ]
+    assert verdicts["n1"].line() == "n1: unhealthy: nvidia-smi lists 3 GPU(s), configure counted 4"
+    assert verdicts["n2"].problems == [
+        "GPU 0: 3 uncorrected ECC error(s) since the driver loaded",
+        "GPU 1: clocks held down: HW Thermal Slowdown",
+    ]
+    assert verdicts["n3"].problems == ["GPU 2: Xid 79 (pid=1, name=python, GPU has fallen off the bus.)"]
+    assert verdicts["n3"].notes == [
+        "GPU 0: Xid 13 (pid=2, name=python, Graphics SM Warp Exception): most often the application's own error"
+    ]
+
+
+def test_what_could_not_be_asked_is_said() -> None:
+    verdicts = checked(
+        cluster((2, 2, 2, 0, 0)),
+        {
+            "n0": ["GPUHEALTH smi missing", "GPUHEALTH done"],
+            "n1": ["GPUHEALTH smi failed exit 124: did not answer in 30 s", "GPUHEALTH done"],
+            "n2": [
+                *healthy(2)[0][:-1],
+                "GPUHEALTH log unreadable dmesg: read kernel buffer failed: Operation not permitted",
+                "GPUHEALTH done",
+            ],
+            "n3": [],
+            "n4": ["GPUHEALTH smi failed exit 9: NVIDIA-SMI has failed", "GPUHEALTH done"],
+        },
+        {
+            "n2": [
+                "burn gpu=0 tflops=10.00 dtype=bfloat16 name=x",
+                "burn failed gpu=1 RuntimeError: CUDA error: unspecified launch failure",
+            ]
+        },
+    )
+    assert verdicts["n0"].problems == ["no nvidia-smi, but configure counted 2 GPU(s)"]
+    assert verdicts["n1"].problems == [
+        "nvidia-smi failed exit 124: did not answer in 30 s (configure counted 2 GPU(s))"
+    ]
+    assert verdicts["n2"].problems == ["GPU 1: burn failed: RuntimeError: CUDA error: unspecified launch failure"]
+    assert verdicts["n2"].notes == [
+        "Xid not read: kernel log dmesg: read kernel buffer failed: Operation not permitted"
+    ]
+    assert verdicts["n3"].problems == ["its health query said nothing (see the lines above)"]
+    # a node where configure counted no GPU: a failing nvidia-smi is a note (a driver package, no GPU)
+    assert verdicts["n4"].ok and verdicts["n4"].line() == "n4: healthy (no GPU)"
+    assert verdicts["n4"].notes == ["no GPU (nvidia-smi failed exit 9: NVIDIA-SMI has failed)"]
+
+
+def test_more_gpus_than_counted_and_lifetime_ecc_are_notes() -> None:
+    query = [smi_line(0, aggregate=5), smi_line(1), "GPUHEALTH done"]
+    verdicts = checked(cluster((1,)), {"n0": query}, {"n0": ["burn no-gpu torch 2.13.0 sees no CUDA device"]})
+    assert verdicts["n0"].ok and verdicts["n0"].notes == [
+        "nvidia-smi lists 2 GPU(s), configure counted 1: `ddpctl configure --tags nvidia` counts them again",
+        "GPU 0: 5 uncorrected ECC error(s) in its lifetime",
+        "burn not run: torch 2.13.0 sees no CUDA device",
+    ]
+
+
+def test_check_reports_health_and_a_failed_in_node_all_reduce_is_the_nodes_reason() -> None:
+    q, b = healthy(2)
+    Executor.said = {"check-health": {"n0": q}, "check-burn": {"n0": b}, "fail": {}}
+    Executor.plans = []
+    report = run_check(cluster((2,)), Executor, 29500, lambda _: None, size_mb=8, health=True)
+    assert [p.job for p in Executor.plans] == ["check-health", "check-burn", "check-in-node"]
+    assert report.unhealthy == ["n0"] and not report.ok
+    assert report.health["n0"].problems == [
+        "its in-node all-reduce (2 ranks) failed: `ddpctl run message-passing --nproc-per-node gpu` shows why"
+    ]
+    doc = report.to_dict()
+    assert doc["ok"] is False and doc["unhealthy"] == ["n0"]
+    assert doc["health"][0]["gpus_found"] == 2 and doc["health"][0]["burn_tflops"] == {"0": 700.0, "1": 700.0}
+
+
+def test_an_unhealthy_node_is_not_measured_inside() -> None:
+    Executor.said = {"check-health": {"n0": [smi_line(0), "GPUHEALTH done"]}}
+    Executor.plans = []
+    report = run_check(cluster((2,)), Executor, 29500, lambda _: None, size_mb=8, health=True, burn_s=0)
+    assert [p.job for p in Executor.plans] == ["check-health"]
+    assert report.notes[-1] == "no in-node all-reduce on n0: unhealthy already"
+
+
+def verdicts(*sick: str) -> dict[str, NodeHealth]:
+    out = {name: NodeHealth(name, 2, 2) for name in ("n0", "n1", "n2")}
+    for name in sick:
+        out[name].problems.append("GPU 1: 4 uncorrected ECC error(s) since the driver loaded")
+    return out
+
+
+def test_healthy_only_runs_on_the_healthy_nodes_as_many_as_asked_or_elastic_as_many_as_there_are() -> None:
+    assert choose_healthy("c", verdicts(), None, 0) == (("n0", "n1", "n2"), 3, 0)
+    assert choose_healthy("c", verdicts("n0"), 2, 0) == (("n1", "n2"), 2, 0)  # the head's place goes to n1
+    assert choose_healthy("c", verdicts("n1"), 3, 2) == (("n0", "n2"), 2, 2)  # elastic 2:3 on 2
+    assert choose_healthy("c", verdicts(), 3, 2) == (("n0", "n1", "n2"), 3, 2)
+
+
+def test_too_few_healthy_nodes_is_one_line_naming_them() -> None:
+    for nodes, min_nodes, asked in ((None, 0, "every node"), (3, 0, "--nodes 3"), (3, 2, "--nodes 2:3")):
+        with pytest.raises(DdpctlError) as info:
+            choose_healthy("c", verdicts("n0", "n2") if min_nodes else verdicts("n2"), nodes, min_nodes)
+        assert "\n" not in str(info.value) and asked in str(info.value)
+    assert str(info.value) == (
+        "--healthy-only: 1 healthy node(s) of 3 in cluster 'c', 2 needed (--nodes 2:3); unhealthy: "
+        "n0 (GPU 1: 4 uncorrected ECC error(s) since the driver loaded), n2 (GPU 1: 4 uncorrected ECC error(s) "
+        "since the driver loaded)"
+    )
+
+
+def test_a_run_on_the_healthy_nodes_only_is_planned_on_them_the_first_its_head(home) -> None:
+    store = StateStore(home)
+    nodes = [
+        NodeInfo(f"node{i}", f"10.0.0.{i + 1}", "/w", ssh=Host(name=f"node{i}", address=f"10.0.0.{i + 1}"))
+        for i in range(3)
+    ]
+    spec = cluster_spec(name="c", provider="onprem", inventory="/dev/null", nodes=3)
+    store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes))
+    opts = RunOptions(job="message-passing", name="c", nodes=2, min_nodes=2)
+    prep = prepare(opts, store, only=("node1", "node2"))
+    assert [n.node for n in prep.plan.nodes] == ["node1", "node2"]
+    assert prep.plan.rdzv_endpoint.startswith("10.0.0.2:") and prep.plan.store.node == "node1"
+
+
+def test_healthy_only_needs_a_cluster_that_is_up(home) -> None:
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.runs.check import healthy_run
+
+    with pytest.raises(UsageError, match="--healthy-only checks the nodes of a cluster that is up: bring one up first"):
+        healthy_run(RunOptions(job="mnist"), StateStore(home), lambda _: None)
