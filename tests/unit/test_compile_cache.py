@@ -1,0 +1,114 @@
+"""Issue 39: the pure parts of training/compile_cache.py: whether compiling pays (choose_compile), the
+artifacts' key (another torch, device, model, batch or setting never loads them), their folder and
+atomic file, and a torch without the artifacts API (one line, no error). The cache across real ranks
+and runs is tests/integration/test_compile_cache.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support import TRAINING
+from tests.support.fast_path import CPU, load_module
+
+cc = load_module("compile_cache", TRAINING / "compile_cache.py")
+
+
+def test_forced_either_way_whatever_the_run() -> None:
+    for device_type in ("cuda", "cpu"):
+        assert cc.choose_compile(True, device_type=device_type, steps=1, warm=False).line() == "compile: on (--compile)"
+        off = cc.choose_compile(False, device_type=device_type, steps=10**6, warm=True)
+        assert off.line() == "compile: off (--no-compile)"
+
+
+def test_the_cpu_stays_eager_by_default() -> None:
+    choice = cc.choose_compile(None, device_type="cpu", steps=10**6, warm=True)
+    assert not choice.compile and "--compile forces it" in choice.reason
+
+
+def test_a_gpu_run_compiles_when_its_steps_earn_the_compile_back() -> None:
+    short = cc.choose_compile(None, device_type="cuda", steps=30, warm=False, saving_s=0.01)
+    assert short.line() == (
+        "compile: off (a 30-step run saving ~0 s would not earn back a ~25 s compile; --compile forces it)"
+    )
+    long = cc.choose_compile(None, device_type="cuda", steps=5000, warm=False, saving_s=0.01)
+    assert long.line() == "compile: on (a 5,000-step run saving ~50 s earns back a ~25 s compile)"
+    # a warm cache makes compiling cheap: the same 500 steps that would not pay cold pay warm
+    assert not cc.choose_compile(None, device_type="cuda", steps=500, warm=False, saving_s=0.01).compile
+    warm = cc.choose_compile(None, device_type="cuda", steps=500, warm=True, saving_s=0.01)
+    assert warm.line() == "compile: on (warm cache found, a 500-step run saving ~5 s earns back a ~3 s compile)"
+
+
+def test_the_steps_saving_comes_from_the_jobs_flops_where_known() -> None:
+    # minGPT at the tutorial's shape on an H200: ~21 ms eager steps, a fifth of it saved
+    assert cc.step_saving_s(4.2e12, 989e12) == pytest.approx(0.0042, rel=0.02)
+    assert cc.step_saving_s(0.0, 989e12) == cc.step_saving_s(4.2e12, 0.0) == cc.DEFAULT_STEP_SAVING_S
+
+
+def _key(model=None, batch=(4, 8), dtype=torch.float32, **settings):
+    model = model or torch.nn.Linear(8, 2)
+    sample = (torch.empty(batch, dtype=dtype), torch.empty(batch[0], dtype=torch.long))
+    return cc.cache_key(cc.key_parts(model, sample, CPU, **{"precision": "fp32", "one_graph": False, **settings}))
+
+
+def test_the_key_changes_with_everything_the_compiled_code_depends_on(monkeypatch) -> None:
+    torch.manual_seed(0)
+    base = _key()
+    assert _key() == base  # the same run again: the same file
+    assert _key(model=torch.nn.Linear(8, 3)) != base  # another model shape
+    assert _key(model=torch.nn.Sequential(torch.nn.Linear(8, 2))) != base  # another structure
+    assert _key(batch=(8, 8)) != base and _key(dtype=torch.bfloat16) != base  # another batch
+    assert _key(precision="bf16") != base and _key(one_graph=True) != base and _key(cuda_graphs=True) != base
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    assert _key() != base  # another torch
+    monkeypatch.undo()
+    parts = cc.key_parts(torch.nn.Linear(8, 2), (), CPU)
+    assert parts["device"].startswith("cpu ") and parts["torch"] == torch.__version__
+    monkeypatch.setattr(cc, "device_name", lambda device: "NVIDIA H200 sm90")
+    assert _key() != base  # another device
+
+
+def test_a_sample_batch_has_the_batches_shapes() -> None:
+    data = torch.utils.data.TensorDataset(torch.zeros(10, 3, 5), torch.zeros(10, dtype=torch.long))
+    x, y = cc.sample_batch(data, 4)
+    assert (x.shape, y.shape, y.dtype) == ((4, 3, 5), (4,), torch.long)
+    assert cc.sample_batch([("an image", 1)], 4) == ()  # not tensors: no shapes in the key
+
+
+def test_the_folder_is_the_clusters_shared_one_by_default(tmp_path: Path) -> None:
+    assert cc.cache_folder({"DDPCTL_COMPILE_CACHE_DIR": "/c", "DDPCTL_SHARED_DIR": "/s"}) == "/c"
+    assert cc.cache_folder({"DDPCTL_SHARED_DIR": "/s"}) == "/s/compile-cache"
+    assert cc.cache_folder({"XDG_CACHE_HOME": "/x"}) == "/x/ddpctl/compile-cache"
+    path = cc.artifact_path(str(tmp_path / "new"), "abc")
+    assert cc.read_artifact(path) is None
+    cc.write_artifact(path, b"compiled")
+    assert cc.read_artifact(path) == b"compiled" and os.listdir(tmp_path / "new") == ["torch-compile-abc.bin"]
+
+
+def test_without_the_artifacts_api_one_line_and_inductors_cache_shared(monkeypatch, tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.delattr(torch.compiler, "save_cache_artifacts")
+    assert not cc.has_artifacts_api()
+    env = cc.shared_inductor_env({"DDPCTL_SHARED_DIR": "/s"})
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(f"/s/compile-cache/torch-{torch.__version__}/")
+    assert set(env) == {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+    assert cc.shared_inductor_env({"DDPCTL_SHARED_DIR": "/s", "TORCHINDUCTOR_CACHE_DIR": "/mine"}).keys() == {
+        "TRITON_CACHE_DIR"
+    }  # what the user set stays
+    assert cc.shared_inductor_env({}) == {}
+    monkeypatch.delenv("DDPCTL_SHARED_DIR", raising=False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cache = cc.CompileCache.for_model(torch.nn.Linear(2, 2), (), CPU, folder=str(tmp_path))
+        assert not cache.enabled and not cache.load() and cache.publish() == 0
+    finally:
+        dist.destroy_process_group()
+    assert cache.said == (
+        f"compile cache: off (torch {torch.__version__} has no torch.compiler.save_cache_artifacts;"
+        " each node compiles for itself)"
+    )
+    assert list(tmp_path.iterdir()) == []
