@@ -112,3 +112,39 @@ def test_without_the_artifacts_api_one_line_and_inductors_cache_shared(monkeypat
         " each node compiles for itself)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("max_steps", "steps"), [(0, 4), (3, 3)])
+def test_the_trainer_weighs_its_own_steps_and_says_its_choice(monkeypatch, tmp_path, capsys, max_steps, steps):
+    """10 samples in batches of 4 for 2 epochs: 4 steps (the short batch dropped), or --max-steps."""
+    import torch.distributed as dist
+
+    from tests.support.fast_path import trainer
+
+    asked = {}
+
+    def choose(forced, **kwargs):
+        asked.update(forced=forced, **kwargs)
+        return cc.Choice(False, "as the test says")
+
+    monkeypatch.setattr(trainer.compile_cache, "choose_compile", choose)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(4, 2)
+        data = torch.utils.data.TensorDataset(torch.randn(10, 4), torch.randn(10, 2))
+        t = trainer.Trainer(
+            model,
+            data,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.nn.functional.mse_loss,
+            CPU,
+            batch_size=4,
+            epochs=2,
+            max_steps=max_steps,
+            snapshot_path=str(tmp_path / "snap.pt"),
+        )
+    finally:
+        dist.destroy_process_group()
+    assert asked == {"forced": None, "device_type": "cpu", "steps": steps, "warm": False, "saving_s": 0.005}
+    assert not t.speed.compile and t.compile_cache is None  # off: no cache looked for
+    assert "compile: off (as the test says)\n" in capsys.readouterr().out
