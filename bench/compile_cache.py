@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support import TRAINING
-
+TRAINING = Path(__file__).resolve().parents[1] / "training"
 SMALL = ["--n-layer", "1", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "16"]
 FIRST = re.compile(r"torch\.compile: first step took ([\d.]+) s")
 

@@ -13,8 +13,10 @@ gradients anyway), then load rank 0's artifacts: the graphs are compiled once fo
 The file's name holds a hash of what the compiled code depends on (torch, Triton and Python versions,
 the GPU model or the CPU, the model's structure, the batch's shapes and dtypes, the precision, the compile
 mode and DDP's graph split), so a run with another of these never loads it. The folder is
-``$DDPCTL_COMPILE_CACHE_DIR``, else ``$DDPCTL_SHARED_DIR/compile-cache`` (the cluster's shared folder,
-which ddpctl gives the ranks), else ``~/.cache/ddpctl/compile-cache`` on rank 0's node. A torch without
+``$DDPCTL_COMPILE_CACHE_DIR`` where set; else the file is written to both
+``$DDPCTL_SHARED_DIR/compile-cache`` (the cluster's shared folder, which ddpctl gives the ranks) and
+``~/.cache/ddpctl/compile-cache`` on rank 0's node (which outlives a cluster whose shared folder goes with
+it, such as the local clusters `ddpctl run` brings up for one run), and read from the first that has it. A torch without
 the API shares nothing and says so in one line; where the cluster has a shared folder, inductor's and
 Triton's own caches are pointed there instead (TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR, unless set).
 
@@ -110,10 +112,17 @@ def device_name(device):
 
 def sample_batch(dataset, batch_size):
     """Empty tensors with the shapes and dtypes of the dataset's batches (as default collation makes them)."""
-    item = dataset[0]
     try:
+        item = dataset[0]
         fields = [torch.as_tensor(t) for t in (item if isinstance(item, (tuple, list)) else (item,))]
-    except (TypeError, ValueError, RuntimeError):  # not tensors (e.g. images before a transform): no shapes
+    except (
+        TypeError,
+        ValueError,
+        RuntimeError,
+        IndexError,
+        KeyError,
+        NotImplementedError,
+    ):  # not tensors (e.g. images before a transform): no shapes
         return ()
     return tuple(torch.empty((batch_size, *t.shape), dtype=t.dtype) for t in fields)
 
@@ -151,15 +160,15 @@ def cache_key(parts):
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def cache_folder(env=None):
-    """$DDPCTL_COMPILE_CACHE_DIR, else $DDPCTL_SHARED_DIR/compile-cache, else ~/.cache/ddpctl/compile-cache."""
+def cache_folders(env=None):
+    """Where the artifacts are read (the first that has them) and written: [$DDPCTL_COMPILE_CACHE_DIR]
+    where set, else [$DDPCTL_SHARED_DIR/compile-cache where set, ~/.cache/ddpctl/compile-cache]."""
     env = os.environ if env is None else env
     if env.get("DDPCTL_COMPILE_CACHE_DIR"):
-        return env["DDPCTL_COMPILE_CACHE_DIR"]
-    if env.get("DDPCTL_SHARED_DIR"):
-        return os.path.join(env["DDPCTL_SHARED_DIR"], "compile-cache")
+        return [env["DDPCTL_COMPILE_CACHE_DIR"]]
     home = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(home, "ddpctl", "compile-cache")
+    shared = [os.path.join(env["DDPCTL_SHARED_DIR"], "compile-cache")] if env.get("DDPCTL_SHARED_DIR") else []
+    return [*shared, os.path.join(home, "ddpctl", "compile-cache")]
 
 
 def artifact_path(folder, key):
@@ -207,16 +216,17 @@ class CompileCache:
     """One job's compiled artifacts, shared across its ranks through rank 0 (collective methods: every rank
     calls them, in the same order)."""
 
-    def __init__(self, key, folder, *, enabled=True):
-        self.key, self.folder, self.enabled = key, folder, enabled and has_artifacts_api()
-        self.path = artifact_path(folder, key)
+    def __init__(self, key, folders, *, enabled=True):
+        self.key, self.enabled = key, enabled and has_artifacts_api()
+        self.paths = [artifact_path(folder, key) for folder in folders]
+        self.path = self.paths[0]  # where the artifacts were found, else the first place they go
         self.rank = dist.get_rank()
         self.warm = False  # rank 0 found artifacts (and sent them to every rank): the same on all ranks
         self.said = ""
 
     @classmethod
-    def for_model(cls, model, sample, device, folder=None, **settings):
-        cache = cls(cache_key(key_parts(model, sample, device, **settings)), folder or cache_folder())
+    def for_model(cls, model, sample, device, folders=None, **settings):
+        cache = cls(cache_key(key_parts(model, sample, device, **settings)), folders or cache_folders())
         if not cache.enabled:
             env = shared_inductor_env(os.environ)
             os.environ.update(env)
@@ -230,7 +240,7 @@ class CompileCache:
         """Rank 0 reads the artifact and every rank loads it; return whether there was one."""
         if not self.enabled:
             return False
-        box = [read_artifact(self.path) if self.rank == 0 else None]
+        box = [self._read() if self.rank == 0 else None]
         if dist.get_world_size() > 1:
             dist.broadcast_object_list(box, src=0)
         if box[0] is not None:
@@ -239,11 +249,26 @@ class CompileCache:
             self.said = f"compile cache: warm ({len(box[0]) / 1e6:.1f} MB of compiled artifacts from {self.path})"
         return self.warm
 
+    def _read(self):
+        """Rank 0: the artifacts from the first folder that has them, copied to those that lack them."""
+        found = next(((path, data) for path in self.paths if (data := read_artifact(path)) is not None), None)
+        if found is None:
+            return None
+        self.path, data = found
+        for path in self.paths:
+            if not os.path.exists(path):
+                _write_or_say(path, data)
+        return data
+
     def _load_bytes(self, data):
+        """Into inductor's caches here; a damaged or foreign file is said, and compiled over (rank 0 then
+        saves a good one: publish)."""
         try:
-            torch.compiler.load_cache_artifacts(data)
-        except Exception as e:  # a damaged or foreign file: compile cold, and rank 0 writes a good one
-            print(f"compile cache: {self.path} not loaded ({type(e).__name__}: {e}); compiling cold", flush=True)
+            loaded, why = torch.compiler.load_cache_artifacts(data) is not None, "not artifacts this torch reads"
+        except Exception as e:
+            loaded, why = False, f"{type(e).__name__}: {e}"
+        if not loaded:
+            print(f"compile cache: {self.path} not loaded ({why}); compiling cold", flush=True)
 
     def publish(self):
         """After rank 0's first compiled step: rank 0 saves its artifacts to the file (if it was cold) and
@@ -263,15 +288,27 @@ class CompileCache:
 
     def _save(self):
         """Rank 0: its artifacts written to the file; return their bytes (None: nothing compiled)."""
-        saved = torch.compiler.save_cache_artifacts()
+        try:
+            saved = torch.compiler.save_cache_artifacts()
+        except Exception as e:  # never a crash of rank 0 while the others wait for its artifacts
+            print(f"compile cache: nothing saved ({type(e).__name__}: {e})", flush=True)
+            saved = None
         data = saved[0] if saved else None
         if data:
-            try:
-                write_artifact(self.path, data)
-                self.said = f"compile cache: saved {len(data) / 1e6:.1f} MB of compiled artifacts to {self.path}"
-            except OSError as e:  # a read-only or full folder: the other ranks still get them
-                self.said = f"compile cache: not saved to {self.path} ({e})"
+            saved = [path for path in self.paths if _write_or_say(path, data)]
+            where = " and ".join(saved) or "nowhere"
+            self.said = f"compile cache: saved {len(data) / 1e6:.1f} MB of compiled artifacts to {where}"
         return data
+
+
+def _write_or_say(path, data):
+    """Write the artifacts; a folder that cannot take them (read-only, full) is said, not fatal."""
+    try:
+        write_artifact(path, data)
+        return True
+    except OSError as e:
+        print(f"compile cache: not saved to {path} ({e})", flush=True)
+        return False
 
 
 def _cache_misses():

@@ -78,10 +78,11 @@ def test_a_sample_batch_has_the_batches_shapes() -> None:
     assert cc.sample_batch([("an image", 1)], 4) == ()  # not tensors: no shapes in the key
 
 
-def test_the_folder_is_the_clusters_shared_one_by_default(tmp_path: Path) -> None:
-    assert cc.cache_folder({"DDPCTL_COMPILE_CACHE_DIR": "/c", "DDPCTL_SHARED_DIR": "/s"}) == "/c"
-    assert cc.cache_folder({"DDPCTL_SHARED_DIR": "/s"}) == "/s/compile-cache"
-    assert cc.cache_folder({"XDG_CACHE_HOME": "/x"}) == "/x/ddpctl/compile-cache"
+def test_the_folders_are_the_clusters_shared_one_and_the_nodes_own(tmp_path: Path) -> None:
+    assert cc.cache_folders({"DDPCTL_COMPILE_CACHE_DIR": "/c", "DDPCTL_SHARED_DIR": "/s"}) == ["/c"]
+    both = cc.cache_folders({"DDPCTL_SHARED_DIR": "/s", "XDG_CACHE_HOME": "/x"})
+    assert both == ["/s/compile-cache", "/x/ddpctl/compile-cache"]
+    assert cc.cache_folders({"XDG_CACHE_HOME": "/x"}) == ["/x/ddpctl/compile-cache"]
     path = cc.artifact_path(str(tmp_path / "new"), "abc")
     assert cc.read_artifact(path) is None
     cc.write_artifact(path, b"compiled")
@@ -103,7 +104,7 @@ def test_without_the_artifacts_api_one_line_and_inductors_cache_shared(monkeypat
     monkeypatch.delenv("DDPCTL_SHARED_DIR", raising=False)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        cache = cc.CompileCache.for_model(torch.nn.Linear(2, 2), (), CPU, folder=str(tmp_path))
+        cache = cc.CompileCache.for_model(torch.nn.Linear(2, 2), (), CPU, folders=[str(tmp_path)])
         assert not cache.enabled and not cache.load() and cache.publish() == 0
     finally:
         dist.destroy_process_group()
@@ -148,3 +149,29 @@ def test_the_trainer_weighs_its_own_steps_and_says_its_choice(monkeypatch, tmp_p
     assert asked == {"forced": None, "device_type": "cpu", "steps": steps, "warm": False, "saving_s": 0.005}
     assert not t.speed.compile and t.compile_cache is None  # off: no cache looked for
     assert "compile: off (as the test says)\n" in capsys.readouterr().out
+
+
+def test_the_file_is_read_from_the_first_folder_that_has_it_and_written_to_all(monkeypatch, tmp_path, capsys):
+    """Two folders (the cluster's shared one, the node's own): found in the second, copied to the first; a
+    damaged file is said and compiled over, never fatal; rank 0's artifacts go to both folders."""
+    import torch.distributed as dist
+
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cc.write_artifact(cc.artifact_path(str(own), "k"), b"not artifacts")
+        cache = cc.CompileCache("k", [str(shared), str(own)])
+        assert cache.load() and cache.path == str(own / "torch-compile-k.bin")
+        assert (shared / "torch-compile-k.bin").read_bytes() == b"not artifacts"
+        assert f"compile cache: {cache.path} not loaded (" in capsys.readouterr().out
+
+        monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"compiled", None))
+        cold = cc.CompileCache("k2", [str(shared), str(own)])
+        assert not cold.load() and cold.publish() == len(b"compiled")
+        assert (shared / "torch-compile-k2.bin").read_bytes() == (own / "torch-compile-k2.bin").read_bytes()
+        assert (
+            cold.said
+            == f"compile cache: saved 0.0 MB of compiled artifacts to {shared}/torch-compile-k2.bin and {own}/torch-compile-k2.bin"
+        )
+    finally:
+        dist.destroy_process_group()
