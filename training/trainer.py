@@ -13,7 +13,8 @@ rank 0 reads it and broadcasts it, so every rank resumes from the same point. Th
 file, or an s3://bucket/key URI (read and written with boto3) where the nodes share no filesystem.
 
 The fast path (SpeedConfig; every field is a flag of the jobs) is on by default with CUDA: bf16
-autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile, TF32, the
+autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile (where the run
+earns the compile back; compiled once for all ranks, nodes and later runs: compile_cache.py), TF32, the
 training set kept on the GPU with batches gathered there (in DistributedSampler's order), and
 channels-last image batches. On the CPU the defaults give the plain fp32 eager path, with batches
 gathered straight from the in-memory dataset.
@@ -128,7 +129,11 @@ class SpeedConfig:
     precision: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "bf16", "fp16", "fp32")})
     # auto: bf16 autocast where the GPU has bf16 (A100, H100, L4...), fp16 autocast + GradScaler on older
     # GPUs (V100, T4), fp32 on the CPU
-    compile: bool | None = None  # torch.compile the model (the first steps compile: reported once)
+    compile: bool | None = dataclasses.field(
+        default=None,
+        metadata={"help": "default: auto (on with CUDA where the run is long enough to earn the compile back)"},
+    )
+    # torch.compile the model (the first step compiles: reported once; shared through compile_cache.py)
     cuda_graphs: bool = False  # compile with mode="reduce-overhead" (CUDA graphs): small, launch-bound models
     device_data: bool | None = dataclasses.field(
         default=None,
