@@ -79,3 +79,33 @@ def test_rank_0_compiles_once_for_every_node_and_a_later_run(tmp_path: Path) -> 
         assert later[rank].get("autograd_cache_hit", 0) >= 1, later
     assert [p.name for p in cache.iterdir()] == [saved.name]  # nothing new to save
     print(f"first step: cold {first[0]['compile_s']} s (rank 0), later run warm {later[0]['compile_s']} s")
+
+
+@pytest.mark.slow
+def test_ddpctl_runs_share_the_compiled_code_after_their_cluster_is_gone(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through `ddpctl run` on 2 local nodes (an ephemeral cluster each time, its shared folder removed
+    with it): the first run's rank 0 saves the artifacts to the cluster's shared folder and to its node's
+    ~/.cache (here $XDG_CACHE_HOME), and the next run, on a new cluster, finds them there."""
+    from tests.support.cli import ddpctl
+
+    monkeypatch.delenv("DDPCTL_COMPILE_CACHE_DIR")  # the folders as ddpctl's ranks find them
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # this machine's, both runs
+    job = ["--compile", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16"]
+    job += ["--batch-size", "8", "--max-steps", "3", "--sample-chars", "1"]
+    own = tmp_path / "xdg" / "ddpctl" / "compile-cache"
+
+    first = ddpctl("run", "mingpt", "--nodes", "2", "--", *job, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[node0 r0] compile cache: saved " in first.stdout
+    saved = first.stdout.split("compile cache: saved ", 1)[1].splitlines()[0]
+    (artifact,) = own.iterdir()
+    assert f"/shared/compile-cache/{artifact.name} and {artifact}" in saved  # both folders
+
+    second = ddpctl("run", "mingpt", "--nodes", "2", "--", *job, timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    warm = next(line for line in second.stdout.splitlines() if "compile cache: warm (" in line)
+    assert warm.endswith(f"MB of compiled artifacts from {artifact})"), warm
+    assert "compiling with the cached artifacts" in second.stdout
