@@ -3,7 +3,7 @@ run, and by a later run, on the CPU (inductor's C++ backend). Real 2-process tor
 with an inductor cache folder of its own, as separate machines have; the artifacts' folder
 ($DDPCTL_COMPILE_CACHE_DIR) stands for the cluster's shared one. Asserted on what each rank compiled and
 found in its cache (inductor's and AOTAutograd's counters), never on time: the times are printed only.
-About a minute on 2 cores (a cold compile, then warm ones: on the CPU a warm rank still runs gcc).
+Each test a few minutes on 2 busy cores (a cold compile, then warm ones: on the CPU a warm rank still runs gcc).
 """
 
 from __future__ import annotations
