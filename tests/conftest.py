@@ -46,6 +46,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def _compile_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Trainer's compiled artifacts (training/compile_cache.py) in a folder of the test's own, not in
+    ~/.cache: no test finds another's warm cache. Created only when a test compiles."""
+    monkeypatch.setenv(
+        "DDPCTL_COMPILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / f"compile-{os.urandom(6).hex()}")
+    )
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh state home (DDPCTL_HOME) for the test; not created until ddpctl creates it."""

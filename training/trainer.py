@@ -13,7 +13,8 @@ rank 0 reads it and broadcasts it, so every rank resumes from the same point. Th
 file, or an s3://bucket/key URI (read and written with boto3) where the nodes share no filesystem.
 
 The fast path (SpeedConfig; every field is a flag of the jobs) is on by default with CUDA: bf16
-autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile, TF32, the
+autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile (where the run
+earns the compile back; compiled once for all ranks, nodes and later runs: compile_cache.py), TF32, the
 training set kept on the GPU with batches gathered there (in DistributedSampler's order), and
 channels-last image batches. On the CPU the defaults give the plain fp32 eager path, with batches
 gathered straight from the in-memory dataset.
@@ -42,9 +43,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:
+    import compile_cache  # training/compile_cache.py: compiled artifacts shared by ranks, nodes and runs
     import metrics  # training/metrics.py: one JSON line per log step and epoch, rank 0 only
 except ImportError:  # this file loaded by its path (the tests), its folder not on sys.path
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import compile_cache
     import metrics
 
 #: dense bf16/fp16 peak FLOP/s of one GPU, by a part of its name: MFU is reported on these
@@ -129,7 +132,11 @@ class SpeedConfig:
     precision: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "bf16", "fp16", "fp32")})
     # auto: bf16 autocast where the GPU has bf16 (A100, H100, L4...), fp16 autocast + GradScaler on older
     # GPUs (V100, T4), fp32 on the CPU
-    compile: bool | None = None  # torch.compile the model (the first steps compile: reported once)
+    compile: bool | None = dataclasses.field(
+        default=None,
+        metadata={"help": "default: auto (on with CUDA where the run is long enough to earn the compile back)"},
+    )
+    # torch.compile the model (the first step compiles: reported once; shared through compile_cache.py)
     cuda_graphs: bool = False  # compile with mode="reduce-overhead" (CUDA graphs): small, launch-bound models
     device_data: bool | None = dataclasses.field(
         default=None,
@@ -260,7 +267,9 @@ class Trainer:
         # beside the snapshot (by default the run's folder, $DDPCTL_SNAPSHOT_DIR) where that is a local file
         folder = "" if snapshot_path.startswith("s3://") else os.path.dirname(snapshot_path)
         self.metrics_path = os.path.join(folder, "metrics.jsonl") if folder else metrics.metrics_path()
-        self.speed = speed = resolve_speed(speed or SpeedConfig(), device, dataset)
+        speed = speed or SpeedConfig()
+        forced_compile = True if speed.cuda_graphs else speed.compile  # None: chosen below, where it pays
+        self.speed = speed = resolve_speed(speed, device, dataset)
         if speed.tf32:
             torch.set_float32_matmul_precision("high")
             torch.backends.cudnn.allow_tf32 = True
@@ -297,6 +306,7 @@ class Trainer:
         self._load_snapshot()
         self._saved_at = (self.epochs_run, self.step)
         self.compile_seconds, model = None, self.raw_model
+        speed.compile = self._choose_compile(forced_compile, dataset)
         if speed.compile:  # compile, then wrap in DDP (as nanoGPT does): DDP's buckets split the graph
             if dist.get_world_size() == 1:  # nothing to overlap with the backward: one graph, fewer launches
                 torch._dynamo.config.optimize_ddp = False
@@ -305,6 +315,38 @@ class Trainer:
         self.model = DDP(
             model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
         )
+
+    def _choose_compile(self, forced, dataset):
+        """Compile or not (compile_cache.choose_compile: where the run is long enough to earn it back), a warm
+        cache of compiled artifacts loaded first where compiling may be chosen; one line says which and why."""
+        self.compile_cache, self._first_steps, self._compiling = None, 1, None
+        one_graph = dist.get_world_size() == 1
+        if forced or (forced is None and self.device.type == "cuda"):
+            self.compile_cache = compile_cache.CompileCache.for_model(
+                self.raw_model,
+                compile_cache.sample_batch(dataset, self.batch_size),
+                self.device,
+                precision=self.speed.precision,
+                cuda_graphs=self.speed.cuda_graphs,
+                channels_last=self.speed.channels_last,
+                one_graph=one_graph,  # a single process compiles one graph, DDP one per bucket
+            )
+            self.compile_cache.load()
+        warm = self.compile_cache is not None and self.compile_cache.warm
+        steps = len(self.loader) * max(0, self.epochs - self.epochs_run)
+        steps = min(steps, max(0, self.max_steps - self.step)) if self.max_steps else steps
+        saving = compile_cache.step_saving_s(self.flops_per_sample * self.batch_size, self.peak_flops)
+        choice = compile_cache.choose_compile(
+            forced, device_type=self.device.type, steps=steps, warm=warm, saving_s=saving
+        )
+        cache = self.compile_cache
+        if choice.compile and cache is not None and cache.enabled and not warm and not one_graph:
+            self._first_steps = 2  # cold: the other ranks' first step is eager, their second compiles warm
+        if self.rank == 0:
+            print(choice.line(), flush=True)
+            if choice.compile and cache is not None and cache.said:
+                print(cache.said, flush=True)
+        return choice.compile
 
     def _read_snapshot(self):
         """This run's snapshot, else the one it was asked to start from: $DDPCTL_RESUME_FROM, a folder
@@ -366,18 +408,33 @@ class Trainer:
         return start.elapsed_time(end) / 1000.0
 
     def _timed_first_batch(self, source, targets):
-        """The first step of a compiled model, which compiles it: timed and reported once."""
+        """The first step of a compiled model, which compiles it: timed and reported once. Rank 0 then
+        shares what it compiled (compile_cache). On a cold start of several ranks the others take this
+        step eagerly (else they would compile the same graphs) and the next one warm, with rank 0's
+        artifacts: then the first two steps are timed together."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         sync()
-        start = time.perf_counter()
-        loss = self._run_batch(source, targets)
+        start, cache, done = time.perf_counter(), self.compile_cache, self._compiling is not None
+        eager = not done and self._first_steps == 2 and self.rank != 0
+        with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
+            loss = self._run_batch(source, targets)
         sync()
-        self.compile_seconds = time.perf_counter() - start
+        if cache is not None and not done:
+            cache.publish()
+        self._compiling = (self._compiling or 0.0) + time.perf_counter() - start
+        if self._first_steps == 2 and not done:
+            return loss
+        self.compile_seconds = self._compiling
         if self.rank == 0:
+            how = "compiling with the cached artifacts" if cache is not None and cache.warm else "compiling"
+            if self._first_steps == 2:
+                how = "2 steps: compiling on rank 0, then the other ranks warm from its artifacts"
             print(
-                f"torch.compile: first step took {self.compile_seconds:.1f} s (compiling; --no-compile skips it)",
+                f"torch.compile: first step took {self.compile_seconds:.1f} s ({how}; --no-compile skips it)",
                 flush=True,
             )
+            if cache is not None and cache.said and not cache.warm:
+                print(cache.said, flush=True)
         return loss
 
     def _run_epoch(self, epoch):
