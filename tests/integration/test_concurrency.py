@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.support.cli import Output, ddpctl, start_ddpctl
 from tests.support.moto import Moto
+from tests.support.scripts import SLEEPER
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -27,50 +28,64 @@ def one_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_a_running_run_holds_its_cluster_and_its_id(home: Path) -> None:
+def sleeper(tmp_path: Path) -> str:
+    """A run that lasts (tests/support/scripts.py SLEEPER): what these tests hold is a cluster and a run id,
+    not a process group; its ranks sleep (no torch, no training) while the other commands are tried."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    return str(script)
+
+
+def test_a_running_run_holds_its_cluster_and_its_id(home: Path, tmp_path: Path) -> None:
     assert ddpctl("up", "--nodes", "2").returncode == 0
-    run = start("run", "mnist", "--nodes", "2", "--run-id", "busy1")
+    run = start("run", sleeper(tmp_path), "--nodes", "2", "--run-id", "busy1", "-e", "SLEEP_S=600")
     out = Output(run)
-    out.until("epoch", timeout=180)  # training
+    out.until("started rank 1", timeout=180)
     down = ddpctl("down")
     assert down.returncode == 1
-    assert "cluster 'default' is in use by `ddpctl run busy1 (mnist)` (pid " in one_line(down)
+    assert "cluster 'default' is in use by `ddpctl run busy1 (sleeper)` (pid " in one_line(down)
     again = ddpctl("up", "--nodes", "2")
-    assert again.returncode == 1 and "in use by `ddpctl run busy1 (mnist)`" in one_line(again)
+    assert again.returncode == 1 and "in use by `ddpctl run busy1 (sleeper)`" in one_line(again)
     resume = ddpctl("run", "--resume", "busy1")
-    assert resume.returncode == 1 and "run busy1 is still running (`ddpctl run busy1 (mnist)` (pid" in one_line(resume)
+    assert resume.returncode == 1 and "run busy1 is still running (`ddpctl run busy1 (sleeper)` (pid" in one_line(
+        resume
+    )
     other = ddpctl("run", "message-passing", "--nodes", "2", "--no-wait")  # runs take turns
     assert other.returncode == 1
-    assert "cluster 'default' is busy with `ddpctl run busy1 (mnist)` (pid " in one_line(other)
+    assert "cluster 'default' is busy with `ddpctl run busy1 (sleeper)` (pid " in one_line(other)
     run.send_signal(signal.SIGINT)
     out.finish(timeout=120)
     assert run.returncode == 130
     assert ddpctl("down").returncode == 0  # the lock went with the run
 
 
-def test_runs_on_one_cluster_take_turns(home: Path) -> None:
+def test_runs_on_one_cluster_take_turns(home: Path, tmp_path: Path) -> None:
     """A second run on a busy cluster waits its turn (says so, naming the run ahead; `runs` shows it
     queued), then runs once the first has ended; a third, queued, is taken out by `stop`."""
     import json
 
     assert ddpctl("up", "--nodes", "2").returncode == 0
-    first = start("run", "mnist", "--nodes", "2", "--run-id", "turn1", "--", "--epochs", "1")
+    go = tmp_path / "go"  # the first run ends once the queue is seen
+    first = start(
+        "run", sleeper(tmp_path), "--nodes", "2", "--run-id", "turn1", "-e", "SLEEP_S=0", "-e", f"GO_FILE={go}"
+    )
     first_out = Output(first)
-    first_out.until("epoch 1", timeout=180)  # training
+    first_out.until("started rank 1", timeout=180)
     second = start("run", "message-passing", "--nodes", "2", "--run-id", "turn2")
     second_out = Output(second)
     said = second_out.until("waits its turn", timeout=120)
-    assert "cluster 'default' is busy with `ddpctl run turn1 (mnist)`" in said
+    assert "cluster 'default' is busy with `ddpctl run turn1 (sleeper)`" in said
     third = start("run", "message-passing", "--nodes", "2", "--run-id", "turn3")
     Output(third).until("waits its turn", timeout=120)
     runs = {r["run_id"]: r for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
     assert runs["turn1"]["result"] == runs["turn1"]["state"] == "running"
-    assert runs["turn2"]["result"].startswith("queued (behind `ddpctl run turn1 (mnist)`")
+    assert runs["turn2"]["result"].startswith("queued (behind `ddpctl run turn1 (sleeper)`")
     assert runs["turn2"]["state"] == "queued"
     stop = ddpctl("stop", "turn3", timeout=60)
     assert stop.returncode == 0, stop.stderr
     assert third.wait(timeout=60) == 130
     assert "turn3" not in {r["run_id"] for r in json.loads(ddpctl("runs", "--json").stdout)["runs"]}
+    go.touch()
     first_text = first_out.finish(timeout=300)
     assert first.returncode == 0, first_text
     second_text = second_out.finish(timeout=300)

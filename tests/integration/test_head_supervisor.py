@@ -13,25 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ddpctl, ended, run_results, start_ddpctl, wait_for_line
-from tests.support.scripts import SLOW
+from tests.support.scripts import SLEEPER, SLOW
 from tests.support.testbed.cluster import GROUP_VARS, Testbed, run_procs
 
 pytestmark = pytest.mark.slow
-
-#: SLOW (tests/support/scripts.py) without torch: what these tests follow is the run on the head (its
-#: lines, its end, its stop), not a process group; each rank's torch import cost 1.5 CPU-s, 24
-#: ranks in the module. Fail fast, where the other rank must wait at a barrier, runs SLOW itself.
-SLEEPER = """\
-import os, sys, time
-rank = int(os.environ["RANK"])
-print(f"started rank {rank}", flush=True)
-time.sleep(float(os.environ.get("SLEEP_S", "6")))
-while not os.path.exists(os.environ.get("GO_FILE", "/")):  # held until the test lets it end
-    time.sleep(0.2)
-if rank == int(os.environ.get("FAIL_RANK", "-1")):
-    sys.exit(3)
-print(f"done rank {rank}", flush=True)
-"""
 
 
 @pytest.fixture(scope="module")
