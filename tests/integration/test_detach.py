@@ -16,9 +16,24 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from tests.support.cli import ddpctl, tree
+from tests.support.cli import ddpctl, start_ddpctl, tree
 from tests.support.processes import assert_nothing_left, run_processes, wait_for_worker
+from tests.support.scripts import SLEEPER
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> str:
+    """A run to stop or kill (tests/support/scripts.py SLEEPER: its ranks sleep, no torch, no training):
+    what these tests follow is the run's processes and records, not what it computes."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    return str(script)
+
+
+def worker(run_id: str, rank: int) -> psutil.Process:
+    return wait_for_worker(run_id, rank, script="sleeper.py")
 
 
 def run_result(run_id: str) -> str:
@@ -51,11 +66,11 @@ def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
     assert_nothing_left("rdetach001", home)
 
 
-def test_stop_stops_a_detached_run_everywhere(home: Path) -> None:
-    result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--run-id", "rdetach002", "--", "--epochs", "5")
+def test_stop_stops_a_detached_run_everywhere(home: Path, sleeper: str) -> None:
+    result = ddpctl("run", sleeper, "--nodes", "2", "--detach", "--run-id", "rdetach002", "-e", "SLEEP_S=600")
     assert result.returncode == 0, result.stderr
     assert "ddpctl stop rdetach002" in result.stderr
-    wait_for_worker("rdetach002", 1)  # training on both nodes
+    worker("rdetach002", 1)  # on both nodes
     stopped = ddpctl("stop", "rdetach002", timeout=120)
     assert stopped.returncode == 0, stopped.stderr
     assert "run rdetach002 stopped" in stopped.stderr
@@ -64,13 +79,11 @@ def test_stop_stops_a_detached_run_everywhere(home: Path) -> None:
     assert tree(home / "clusters") == []  # the run's own cluster went with it
 
 
-def test_stop_a_run_in_another_terminal(home: Path) -> None:
+def test_stop_a_run_in_another_terminal(home: Path, sleeper: str) -> None:
     """`ddpctl stop` works on a run that is not detached too (it holds the same lock)."""
-    from tests.support.cli import start_run
-
-    run = start_run("rdetach003", "--epochs", "5")
+    run = start_ddpctl("run", sleeper, "--nodes", "2", "--run-id", "rdetach003", "-e", "SLEEP_S=600")
     try:
-        wait_for_worker("rdetach003", 0)
+        worker("rdetach003", 0)
         assert ddpctl("stop", "rdetach003", timeout=120).returncode == 0
         assert run.wait(timeout=60) == 130  # as Ctrl-C
         assert_nothing_left("rdetach003", home)
@@ -87,14 +100,13 @@ def test_detach_refusals(home: Path) -> None:
     assert result.returncode == 2 and "run 'rnotrunning' is not running" in result.stderr
 
 
-def test_a_crashed_detached_run_is_cleaned_by_down(home: Path) -> None:
+def test_a_crashed_detached_run_is_cleaned_by_down(home: Path, sleeper: str) -> None:
     """The detached controller SIGKILLed mid-run: `stop` says in one line that it is gone and what to
     do, `runs` offers the resume, and `down` stops what is left of the run and its cluster."""
-    result = ddpctl(
-        "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach004", "--", "--epochs", "5"
-    )
+    args = ("--nodes", "2", "--detach", "--json", "--run-id", "rdetach004", "-e", "SLEEP_S=600")
+    result = ddpctl("run", sleeper, *args)
     assert result.returncode == 0, result.stderr
-    wait_for_worker("rdetach004", 1)
+    worker("rdetach004", 1)
     controller = psutil.Process(json.loads(result.stdout)["pid"])
     controller.kill()
     controller.wait(timeout=30)
@@ -107,22 +119,22 @@ def test_a_crashed_detached_run_is_cleaned_by_down(home: Path) -> None:
     assert_nothing_left("rdetach004", home)
 
 
-def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path) -> None:
+def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path, sleeper: str) -> None:
     """A run started with SIGINT ignored (nohup, `&` from a script): `stop` sends it SIGTERM at
     once, which ddpctl takes as Ctrl-C, rather than waiting 60 s on a SIGINT it never sees."""
     import subprocess
     import sys
 
-    argv = [sys.executable, "-m", "ddpctl", "run", "mnist", "--nodes", "2", "--run-id", "rnohup001"]
+    argv = [sys.executable, "-m", "ddpctl", "run", sleeper, "--nodes", "2", "--run-id", "rnohup001"]
     proc = subprocess.Popen(
-        [*argv, "--", "--epochs", "20"],
+        [*argv, "-e", "SLEEP_S=600"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
-        wait_for_worker("rnohup001", rank=1)
+        worker("rnohup001", 1)
         stop = ddpctl("stop", "rnohup001", "--json", timeout=45)  # SIGINT first would wait 60 s
         assert stop.returncode == 0, stop.stderr
         assert json.loads(stop.stdout)["result"] == "stopped"
@@ -133,14 +145,14 @@ def test_stop_acts_at_once_on_a_run_that_ignores_sigint(home: Path) -> None:
     assert_nothing_left("rnohup001", home)
 
 
-def test_a_killed_controller_leaves_no_process_of_the_run(home: Path) -> None:
+def test_a_killed_controller_leaves_no_process_of_the_run(home: Path, sleeper: str) -> None:
     """`kill -9` of a detached run's controller: its agents get their parent-death signal and stop
     their workers, the store stops, with no `down` (run twice: it left an agent once in 4 trials)."""
     for trial in range(2):
         run_id = f"rkill00{trial}"
-        result = ddpctl("run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", run_id, "--", "--epochs", "5")
+        result = ddpctl("run", sleeper, "--nodes", "2", "--detach", "--json", "--run-id", run_id, "-e", "SLEEP_S=600")
         assert result.returncode == 0, result.stderr
-        wait_for_worker(run_id, 1)
+        worker(run_id, 1)
         controller = psutil.Process(json.loads(result.stdout)["pid"])
         controller.kill()
         controller.wait(timeout=30)

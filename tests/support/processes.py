@@ -44,15 +44,15 @@ def run_processes(run_id: str) -> list[psutil.Process]:
     return find_tagged(RUN_KEY, run_id)
 
 
-def wait_for_worker(run_id: str, rank: int, timeout: float = 120) -> psutil.Process:
-    """The worker process of global ``rank``, once it is training (its first epoch line printed)."""
+def wait_for_worker(run_id: str, rank: int, timeout: float = 120, script: str = "mnist.py") -> psutil.Process:
+    """The worker process of global ``rank`` running ``script``, once it is training (4 s after it started)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for proc in run_processes(run_id):
             try:
                 if (
                     proc.environ().get("RANK") == str(rank)
-                    and "mnist.py" in " ".join(proc.cmdline())
+                    and script in " ".join(proc.cmdline())
                     and time.time() - proc.create_time() > 4  # past init_process_group: in training
                 ):
                     return proc
