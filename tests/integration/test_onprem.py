@@ -237,7 +237,17 @@ def test_rendezvous_port_taken_on_the_head_is_one_line(onprem, testbed: Testbed)
 
 
 def test_check_names_the_slowest_link(onprem) -> None:
-    result = ddpctl("check", "--json", "--size-mb", "8", env=_env(onprem.env), timeout=300)
+    """A slow link (issue 38): node2's sends held to 40 Mbit/s by a token bucket on its interface (`tc
+    tbf`; this kernel has no netem for added delay). `check` measures every pair and names a pair of
+    node2's as the slowest link, clearly below the pair without node2; then, unshaped, its table."""
+    shape = ["tc", "-n", "node2", "qdisc"]
+    subprocess.run(
+        [*shape, "add", "dev", "ddp0", "root", "tbf", "rate", "40mbit", "burst", "64kb", "latency", "400ms"], check=True
+    )
+    try:
+        result = ddpctl("check", "--json", "--size-mb", "4", env=_env(onprem.env), timeout=300)
+    finally:
+        subprocess.run([*shape, "del", "dev", "ddp0", "root"], check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
     assert doc["ok"] is True
@@ -246,6 +256,9 @@ def test_check_names_the_slowest_link(onprem) -> None:
     assert len(doc["bandwidth"]) == 3 and all(b["busbw_gbps"] > 0 for b in doc["bandwidth"])
     slowest = doc["slowest_link"]
     assert slowest["busbw_gbps"] == min(b["busbw_gbps"] for b in doc["bandwidth"])
+    assert "node2" in (slowest["a"], slowest["b"]), doc["bandwidth"]
+    fast = [b["busbw_gbps"] for b in doc["bandwidth"] if "node2" not in (b["a"], b["b"])]
+    assert fast and slowest["busbw_gbps"] < min(fast) / 2, doc["bandwidth"]  # clearly apart, not by noise
     assert doc["transport"] == {"node0": "gloo", "node1": "gloo", "node2": "gloo"}  # CPU nodes: no NCCL
     text = ddpctl("check", "--no-bandwidth", env=_env(onprem.env), timeout=120)
     assert text.returncode == 0 and "node0 <-> node1" in text.stdout  # the table
