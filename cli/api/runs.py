@@ -56,7 +56,7 @@ class RunOutcome:
         """``run --json``'s ``result`` (and ``run.json``'s)."""
         doc = asdict(self)
         doc.pop("log"), doc.pop("metrics"), doc.pop("metrics_file")
-        return {**doc, "nodes": list(doc["nodes"])}
+        return {**doc, "nodes": list(doc["nodes"]), "slow": list(doc["slow"])}
 
 
 def run(
