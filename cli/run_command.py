@@ -201,7 +201,7 @@ def run(
 
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
-    from ddpctl.infra.runs.prepare import prepare, prepare_resume
+    from ddpctl.infra.runs.prepare import prepare_resume
     from ddpctl.infra.runs.records import RunOptions
 
     from .output import Output
@@ -242,14 +242,9 @@ def run(
             requirements=requirements,
             hang_timeout_s=hang_timeout,
         )
-        only: tuple[str, ...] = ()
-        if healthy_only and dry_run:
-            out.progress("--healthy-only: the nodes' health is checked when the run starts, not in a dry run")
-        elif healthy_only:
-            from ddpctl.infra.runs.check import healthy_run
+        from ddpctl.infra.runs.check import prepare_run
 
-            opts, only = healthy_run(opts, store, out.progress)
-        prep = prepare(opts, store, only=only)
+        prep = prepare_run(opts, store, out.progress, healthy_only=healthy_only, dry_run=dry_run)
         _refuse_a_configured_provider(ctx, prep)
     if dry_run:
         if as_json:

@@ -127,7 +127,9 @@ def run(
         hang_timeout_s=given["hang_timeout"],
     )
     store = _store(home)
-    prep = _prepared(opts, store, healthy_only, progress or _quiet)
+    from ddpctl.infra.runs.check import prepare_run
+
+    prep = prepare_run(opts, store, progress or _quiet, healthy_only=healthy_only)
     terminal = _Terminal(prep.run.run_id) if on_line is print_line and not all_lines else None
     try:
         result = execute(prep, store, terminal.line if terminal else on_line or _quiet, progress or _quiet)
@@ -174,18 +176,6 @@ _RUN_OPTIONS = (
     "python",
     "hang_timeout",
 )
-
-
-def _prepared(opts, store, healthy_only: bool, progress: Callable[[str], None]):
-    """The run prepared (``prepare.prepare``): with ``healthy_only``, on the nodes the health check passes."""
-    from ddpctl.infra.runs.prepare import prepare
-
-    only: tuple[str, ...] = ()
-    if healthy_only:
-        from ddpctl.infra.runs.check import healthy_run
-
-        opts, only = healthy_run(opts, store, progress)
-    return prepare(opts, store, only=only)
 
 
 def _given_run(values: dict[str, Any]) -> dict[str, Any]:

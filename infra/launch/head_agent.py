@@ -84,6 +84,10 @@ class MeshProcess:
         """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
         return stop(self._spec, self._host, "look", self._spec["node_key"], self.node)
 
+    def end(self) -> None:
+        """Its agent and ranks killed (``kill`` reaches both on a remote node)."""
+        self.kill()
+
 
 def stop(spec: dict, host: str, mode: str, key: str = "", value: str = "", marker: str = "") -> list:
     """Signal the run's processes on ``host`` (node_programs/stop.py), narrowed by ``key=value``; its lines."""

@@ -26,6 +26,8 @@ class NodeProcess(Protocol):
     def poll(self) -> int | None: ...
     def terminate(self) -> None: ...  # ask the agent (and so its workers) to stop
     def kill(self) -> None: ...
+    def look(self) -> list[str]: ...  # its ranks' states, each one's stack asked for (a hung run)
+    def end(self) -> None: ...  # its agent and ranks killed: the node lost (a hung elastic run goes on without it)
 
 
 def parse_line(node: str, raw: str) -> OutputLine:

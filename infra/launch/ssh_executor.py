@@ -82,6 +82,10 @@ class SshNodeProcess:
         """Its ranks' states, each one's stack asked for (node_programs/stop.py's ``look``)."""
         return remote_stop(self._conn, RUN_KEY, self._run_id, "look", 0.0, also={NODE_KEY: self.node})
 
+    def end(self) -> None:
+        """Its agent and ranks killed (``kill`` reaches both on a remote node)."""
+        self.kill()
+
 
 def check_writable(path: str, conns: dict[str, fabric.Connection]) -> None:
     """Every node (name -> its connection) can write ``path`` or create it, as the user its agent runs

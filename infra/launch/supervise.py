@@ -199,7 +199,7 @@ class Supervisor:
 
         def look(i: int) -> None:
             try:
-                found[i] = list(getattr(self.procs[i], "look", lambda: [])())
+                found[i] = list(self.procs[i].look())
             except Exception as exc:  # a node that does not answer: said, and the run still ends
                 self._note(i, f"{self.procs[i].node} could not be looked at: {exc}")
 
@@ -227,7 +227,7 @@ class Supervisor:
             i = nodes.index(node)
             self._note(i, text.split("; each rank's stack")[0])
             self._note(i, f"ending {node}'s processes: the elastic run goes on without it")
-            getattr(self.procs[i], "end", self.procs[i].kill)()  # its agent and ranks: lost, as a node is
+            self.procs[i].end()  # its agent and ranks: lost, as a node is
             self.watcher.restart(self.clock.now())
             self.stacks = Stacks()  # the ranks' places were the old ones'
             return

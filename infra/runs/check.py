@@ -345,3 +345,23 @@ def healthy_run(
         if not verdict.ok:
             progress(f"--healthy-only: left out {verdict.line()}")
     return replace(opts, nodes=count, min_nodes=min_nodes), healthy
+
+
+def prepare_run(
+    opts: RunOptions,
+    store: StateStore,
+    progress: Callable[[str], None],
+    *,
+    healthy_only: bool = False,
+    dry_run: bool = False,
+):
+    """The run prepared (``prepare.prepare``), for both the CLI and the API: with ``healthy_only``, on
+    the nodes the health check passes (``healthy_run``); a dry run checks no health and says so."""
+    from .prepare import prepare
+
+    only: tuple[str, ...] = ()
+    if healthy_only and dry_run:
+        progress("--healthy-only: the nodes' health is checked when the run starts, not in a dry run")
+    elif healthy_only:
+        opts, only = healthy_run(opts, store, progress)
+    return prepare(opts, store, only=only)
