@@ -192,6 +192,8 @@ class Output:
             self.err.print(Text(f"hint: {result.hint}", style="bold"))
         if result.slow:
             self.err.print(Text(f"slow: {', '.join(result.slow)} (compute time over the other nodes' median)"))
+        for line in result.health:  # the nodes the run named, looked at after it (`ddpctl check` looks at all)
+            self.err.print(Text(f"health: {line}", style="bold"))
 
 
 def _verdict(result: RunResult) -> str:

@@ -8,7 +8,7 @@ Data: torchvision's MNIST in --data-dir (60,000 train, the 10,000 test images he
 downloaded on first use. Without network access (or with --no-download) it falls back to the
 real MNIST test set bundled in training/data/mnist: 9,000 images train, the last 1,000 are held out;
 so does a node whose torchvision is missing or does not load with its torch (the bundled files need none).
-Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in trainer.py.
+Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in fast_path.py.
 """
 
 import gzip
@@ -45,6 +45,7 @@ class Config:
     seed: int = 0
     # train on the first fraction of the training images (the held-out set stays whole)
     data_fraction: float = field(default=1.0, metadata={"type": fraction})
+    max_steps: int = 0  # total optimizer steps (0: no cap); a run cut mid-epoch ends with a snapshot, no held-out line
 
 
 class Net(nn.Module):
@@ -193,6 +194,7 @@ def main():
         on_epoch_end=report,
         speed=speed,
         log_every=cfg.log_every,
+        max_steps=cfg.max_steps,
     )
     trainer.train()
     dist.barrier()  # leave together: a rank tearing down gloo while another still works aborts

@@ -12,7 +12,7 @@ completed), "step" (optimizer steps taken), "rng"}. Global rank 0 writes it atom
 rank 0 reads it and broadcasts it, so every rank resumes from the same point. The snapshot path is a
 file, or an s3://bucket/key URI (read and written with boto3) where the nodes share no filesystem.
 
-The fast path (SpeedConfig; every field is a flag of the jobs) is on by default with CUDA: bf16
+The fast path (SpeedConfig in fast_path.py; every field is a flag of the jobs) is on by default with CUDA: bf16
 autocast (fp16 + GradScaler on GPUs without bf16, such as the V100), torch.compile (where the run
 earns the compile back; compiled once for all ranks, nodes and later runs: compile_cache.py), TF32, the
 training set kept on the GPU with batches gathered there (in DistributedSampler's order), and
@@ -40,7 +40,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 
 try:
     import compile_cache  # training/compile_cache.py: compiled artifacts shared by ranks, nodes and runs
@@ -49,9 +49,7 @@ except ImportError:  # this file loaded by its path (the tests), its folder not 
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import compile_cache
     import metrics
-
-#: dense bf16/fp16 peak FLOP/s of one GPU, by a part of its name: MFU is reported on these
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "V100": 125e12}
+from fast_path import PEAK_FLOPS, DeviceBatches, SpeedConfig, resolve_speed
 
 
 def ddp_setup(device_type=None) -> torch.device:
@@ -125,29 +123,6 @@ def save_snapshot(snapshot, path):
     return path
 
 
-@dataclasses.dataclass
-class SpeedConfig:
-    """How the Trainer runs; None means auto: on with CUDA, off on the CPU (except device_data)."""
-
-    precision: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "bf16", "fp16", "fp32")})
-    # auto: bf16 autocast where the GPU has bf16 (A100, H100, L4...), fp16 autocast + GradScaler on older
-    # GPUs (V100, T4), fp32 on the CPU
-    compile: bool | None = dataclasses.field(
-        default=None,
-        metadata={"help": "default: auto (on with CUDA where the run is long enough to earn the compile back)"},
-    )
-    # torch.compile the model (the first step compiles: reported once; shared through compile_cache.py)
-    cuda_graphs: bool = False  # compile with mode="reduce-overhead" (CUDA graphs): small, launch-bound models
-    device_data: bool | None = dataclasses.field(
-        default=None,
-        metadata={"help": "default: auto (on where batches can be gathered by index; on a GPU, if the data fits)"},
-    )
-    # keep the training set on the device and gather each batch there
-    channels_last: bool | None = None  # image batches (N, C, H, W) and the model in channels-last layout
-    workers: int = 0  # DataLoader worker processes, when batches come from a DataLoader
-    tf32: bool = True  # TF32 for the fp32 matmuls and convolutions left on GPUs that have it
-
-
 def fraction(text):
     """An argparse type: a float in (0, 1]."""
     value = float(text)
@@ -182,60 +157,6 @@ def parse_config(*configs):
         for f in dataclasses.fields(cfg):
             setattr(cfg, f.name, getattr(args, f.name))
     return configs
-
-
-def resolve_speed(speed, device, dataset=None):
-    """A copy of speed with every auto setting decided for this device (and dataset)."""
-    cuda = device.type == "cuda"
-    s = dataclasses.replace(speed)
-    if s.precision == "auto":
-        s.precision = ("bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16") if cuda else "fp32"
-    s.compile = (cuda if s.compile is None else s.compile) or s.cuda_graphs
-    s.channels_last = cuda if s.channels_last is None else s.channels_last
-    s.tf32 = s.tf32 and cuda
-    size = device_nbytes(dataset)
-    if size is None:  # batches can't be gathered by index: a DataLoader it is
-        s.device_data = False
-    elif s.device_data is None:  # on a GPU, only when it takes under a quarter of the free memory
-        s.device_data = not cuda or size < 0.25 * torch.cuda.mem_get_info(device)[0]
-    return s
-
-
-def device_nbytes(dataset):
-    """Bytes a device copy of the dataset takes; None where batches can't be gathered by index (DeviceBatches)."""
-    if isinstance(dataset, TensorDataset):
-        return sum(t.nbytes for t in dataset.tensors)
-    if all(hasattr(dataset, a) for a in ("nbytes", "to", "gather")):
-        return dataset.nbytes
-    return None
-
-
-class DeviceBatches:
-    """Batches gathered by index from a copy of the dataset on the device: no worker processes, no per-sample
-    Python, no host-to-device copies. The order is the sampler's (a DistributedSampler: this rank's shard,
-    reshuffled by set_epoch), so a run sees exactly the batches a DataLoader over the same sampler gives.
-
-    The dataset is a TensorDataset, or has `nbytes`, `to(device)` (a copy there) and `gather(indices)` (the
-    collated batch for a 1-D index tensor on that device), as mingpt's CharDataset does.
-    """
-
-    def __init__(self, dataset, batch_size, sampler, device, drop_last=False):
-        self.batch_size, self.sampler, self.device, self.drop_last = batch_size, sampler, device, drop_last
-        if isinstance(dataset, TensorDataset):
-            tensors = [t.to(device) for t in dataset.tensors]
-            self.gather = lambda idx: tuple(t[idx] for t in tensors)
-        else:
-            self.gather = dataset.to(device).gather
-
-    def __len__(self):
-        if self.drop_last:
-            return len(self.sampler) // self.batch_size
-        return -(-len(self.sampler) // self.batch_size)
-
-    def __iter__(self):
-        order = torch.tensor(list(self.sampler), dtype=torch.long).to(self.device)  # one copy per epoch
-        for idx in order.split(self.batch_size)[: len(self)]:
-            yield self.gather(idx)
 
 
 class Trainer:
@@ -277,22 +198,7 @@ class Trainer:
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler(device.type, enabled=speed.precision == "fp16")  # fp16 needs loss scaling
         self.sampler = DistributedSampler(dataset)  # a different shard per rank, reshuffled by set_epoch()
-        # the short last batch is dropped (as most trainers do): a batch of another shape would compile
-        # the model a second time; the shuffle puts the dropped samples in other batches next epoch.
-        # Only where a full batch remains (a tiny shard keeps its one short batch)
-        drop_last = len(self.sampler) >= batch_size
-        if speed.device_data:
-            self.loader = DeviceBatches(dataset, batch_size, self.sampler, device, drop_last)
-        else:
-            self.loader = DataLoader(
-                dataset,
-                batch_size=batch_size,
-                sampler=self.sampler,
-                drop_last=drop_last,
-                pin_memory=device.type == "cuda",
-                num_workers=speed.workers,
-                persistent_workers=speed.workers > 0,
-            )
+        self.loader = self._batches(dataset)
         self.epochs_run, self.step, self.compute_s = 0, 0, None
         # a GPU's forward and loss time, as a CUDA event pair records it (read only when a beat goes out)
         timing = device.type == "cuda"
@@ -305,16 +211,41 @@ class Trainer:
             self.raw_model.to(memory_format=torch.channels_last)
         self._load_snapshot()
         self._saved_at = (self.epochs_run, self.step)
-        self.compile_seconds, model = None, self.raw_model
+        self.compile_seconds = None
         speed.compile = self._choose_compile(forced_compile, dataset)
-        if speed.compile:  # compile, then wrap in DDP (as nanoGPT does): DDP's buckets split the graph
+        self.model = self._wrapped()
+
+    def _batches(self, dataset):
+        """This rank's batches: gathered on the device (DeviceBatches), else a DataLoader. The short last batch
+        is dropped (as most trainers do): a batch of another shape would compile the model a second time; the
+        shuffle puts the dropped samples in other batches next epoch. Only where a full batch remains (a tiny
+        shard keeps its one short batch)."""
+        speed, device, batch_size = self.speed, self.device, self.batch_size
+        drop_last = len(self.sampler) >= batch_size
+        if speed.device_data:
+            return DeviceBatches(dataset, batch_size, self.sampler, device, drop_last)
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=self.sampler,
+            drop_last=drop_last,
+            pin_memory=device.type == "cuda",
+            num_workers=speed.workers,
+            persistent_workers=speed.workers > 0,
+        )
+
+    def _wrapped(self):
+        """The model as it trains: compiled where chosen, then wrapped in DDP (as nanoGPT does: DDP's buckets
+        split the graph)."""
+        model = self.raw_model
+        if self.speed.compile:
             if dist.get_world_size() == 1:  # nothing to overlap with the backward: one graph, fewer launches
                 torch._dynamo.config.optimize_ddp = False
-            model = torch.compile(self.raw_model, mode="reduce-overhead" if speed.cuda_graphs else None, dynamic=False)
+            mode = "reduce-overhead" if self.speed.cuda_graphs else None
+            model = torch.compile(self.raw_model, mode=mode, dynamic=False)
         # gradient_as_bucket_view: the grads live in DDP's all-reduce buckets, no copy in and out each step
-        self.model = DDP(
-            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
-        )
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def _choose_compile(self, forced, dataset):
         """Compile or not (compile_cache.choose_compile: where the run is long enough to earn it back), a warm

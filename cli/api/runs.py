@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddpctl.infra.model.results import OutputLine
+    from ddpctl.infra.model.results import OutputLine, RunResult
     from ddpctl.infra.runs.logs import LogLine
     from ddpctl.infra.runs.outputs import Downloaded
     from ddpctl.infra.runs.records import RunRecord
@@ -42,6 +42,8 @@ class RunOutcome:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     metrics_file: Path | None = None  # the run's metrics.jsonl in its record, where it has one
     slow: tuple[str, ...] = ()  # the nodes named slow while it ran, with their worst ratio: "node1 (1.60x)"
+    #: the nodes the run named (failed, hung, lost, slow) found unhealthy after it: "node1: unhealthy: GPU 0: ..."
+    health: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -52,11 +54,33 @@ class RunOutcome:
         """Each node's agent's exit code."""
         return {n.node: n.exit_code for n in self.nodes}
 
+    @classmethod
+    def of(cls, result: RunResult, run_dir: Path) -> RunOutcome:
+        """The outcome of ``result``, with what its record in ``run_dir`` holds (its log, its metrics)."""
+        from ddpctl.infra.runs import metrics as run_metrics
+
+        metrics_file = run_dir / run_metrics.FILE
+        return cls(
+            run_id=result.run_id,
+            exit_code=result.exit_code,
+            wall_s=result.wall_s,
+            nodes=tuple(NodeOutcome(n.node, n.exit_code, n.status) for n in result.nodes),
+            failed_node=result.failed_node,
+            interrupted=result.interrupted,
+            hint=result.hint,
+            cause=result.cause,
+            log=run_dir / "output.log",
+            metrics=run_metrics.read(run_dir),
+            metrics_file=metrics_file if metrics_file.is_file() else None,
+            slow=tuple(result.slow),
+            health=tuple(result.health),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """``run --json``'s ``result`` (and ``run.json``'s)."""
         doc = asdict(self)
         doc.pop("log"), doc.pop("metrics"), doc.pop("metrics_file")
-        return {**doc, "nodes": list(doc["nodes"]), "slow": list(doc["slow"])}
+        return {**doc, "nodes": list(doc["nodes"]), "slow": list(doc["slow"]), "health": list(doc["health"])}
 
 
 def run(
@@ -138,24 +162,7 @@ def run(
             terminal.end()
     if result.interrupted:  # the CLI's Ctrl-C path ended in a result: the notebook's interrupt goes on
         raise KeyboardInterrupt
-    from ddpctl.infra.runs import metrics as run_metrics
-
-    run_dir = store.run_dir(result.run_id)
-    metrics_file = run_dir / run_metrics.FILE
-    return RunOutcome(
-        run_id=result.run_id,
-        exit_code=result.exit_code,
-        wall_s=result.wall_s,
-        nodes=tuple(NodeOutcome(n.node, n.exit_code, n.status) for n in result.nodes),
-        failed_node=result.failed_node,
-        interrupted=result.interrupted,
-        hint=result.hint,
-        cause=result.cause,
-        log=run_dir / "output.log",
-        metrics=run_metrics.read(run_dir),
-        metrics_file=metrics_file if metrics_file.is_file() else None,
-        slow=tuple(result.slow),
-    )
+    return RunOutcome.of(result, store.run_dir(result.run_id))
 
 
 #: ``run``'s keywords that are its command's options, checked by their Click types (``_checked``)

@@ -22,7 +22,7 @@ from ..model.errors import UsageError
 from ..model.host import Host
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
-from . import metrics, on_cluster
+from . import health, metrics, on_cluster
 from .jobs import resolve_job
 from .prepare import PreparedRun
 from .records import OUTPUTS, QUEUED
@@ -200,11 +200,29 @@ def _execute(
                     renew = _renew(prep, store, progress)
                     executor = prep.executor(tee)
                     result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
+        result = _health_after(prep, result, progress)
     finally:
         _after(prep, store, hold, progress)
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result
+
+
+def _health_after(prep: PreparedRun, result: RunResult, progress: Progress) -> RunResult:
+    """The health of the nodes with GPUs that the run named (failed, hung, lost, slow), looked at while they
+    are still up (``health.after_run``); a look that fails, or Ctrl-C during it, leaves the result as it was."""
+    if not health.suspects(result, prep.cluster):
+        return result
+    try:
+        targets, executor_for = clusters.job_nodes(prep.cluster, progress)
+        lines = health.after_run(result, targets, executor_for, progress)
+    except Exception as exc:  # the run's own result still counts
+        progress(f"warning: could not look at the health of the nodes the run named: {exc}")
+        return result
+    except KeyboardInterrupt:  # the run has ended: Ctrl-C ends only the look
+        progress("health: the look at the nodes the run named was interrupted")
+        return result
+    return replace(result, health=lines)
 
 
 def _record_start(

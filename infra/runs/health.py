@@ -23,13 +23,14 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import node_programs
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, NodeLaunch, node_layers
 from ..model.errors import DdpctlError
 from ..model.progress import step
+from ..model.results import NodeStatus, RunResult
 from ..model.spec import RunSpec, new_run_id
 from ..model.state import ClusterState, NodeInfo
 from . import nvidia_smi
@@ -291,6 +292,34 @@ def run_health(
         burns = read_burns(lines)
         judge_burns(cluster, verdicts, burns)
     return verdicts
+
+
+def suspects(result: RunResult, cluster: ClusterState) -> list[NodeInfo]:
+    """The nodes a run named (pure): the one that failed or hung it, those it lost, those it named slow; only
+    those where configure counted GPUs (a CPU node has no health to look at), in the cluster's order.
+    None for a run that succeeded with no node named, or that Ctrl-C ended."""
+    if result.interrupted:
+        return []
+    named = {result.failed_node} if result.failed_node else set()
+    named |= {n.node for n in result.nodes if n.status == NodeStatus.LOST}
+    named |= {text.split(" ")[0] for text in result.slow}
+    return [node for node in cluster.nodes if node.name in named and node.gpus]
+
+
+def after_run(
+    result: RunResult,
+    cluster: ClusterState,
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    progress: Callable[[str], None],
+) -> list[str]:
+    """The health query (no burn: seconds) on the nodes the run named (``suspects``): each unhealthy one's
+    line, so that a run that failed, hung or slowed on a sick GPU says so (a healthy node: nothing said)."""
+    nodes = suspects(result, cluster)
+    if not nodes:
+        return []
+    progress(f"health: looking at {', '.join(n.name for n in nodes)}, named by the run")
+    verdicts = run_health(replace(cluster, nodes=nodes), executor_for, progress, burn_s=0)
+    return [verdict.line() for verdict in verdicts.values() if not verdict.ok]
 
 
 def choose_healthy(

@@ -294,12 +294,15 @@ def read_result(data: object) -> tuple[int | None, float | None, bool]:
 def sickness(data: object, said: str) -> str:
     """``said`` (a run's result in words) with what its watching found (launch/watch.py): a hung run's
     cause in place of "failed (exit 1)", its first clause (``hung: no progress for 61 s: rank 1 on node1
-    is stopped (T)``); the nodes named slow after it (pure; ``SchemaError`` names a damaged field)."""
+    is stopped (T)``); the nodes named slow after it; the named nodes found unhealthy after it (runs/health.py
+    ``after_run``), by name (pure; ``SchemaError`` names a damaged field)."""
     result = Doc(data).doc("result")
     if result.text("cause", "") == "hung":
         said = result.text("hint", "").split(";")[0] or said
     slow = result.texts("slow", ())
-    return f"{said}; slow: {', '.join(slow)}" if slow else said
+    said = f"{said}; slow: {', '.join(slow)}" if slow else said
+    sick = [line.split(":")[0] for line in result.texts("health", ())]
+    return f"{said}; unhealthy: {', '.join(sick)}" if sick else said
 
 
 def slow_nodes(run_dir: Path) -> list[str]:

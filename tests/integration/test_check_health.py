@@ -139,3 +139,29 @@ def test_local_nodes_are_judged_on_their_own_gpus(home: Path, tmp_path: Path) ->
         in (verdicts["node0"]["notes"])
     )
     assert not any("Xid" in note for note in verdicts["node1"]["notes"])
+
+
+def test_a_run_that_fails_on_a_sick_node_says_why(home: Path, tmp_path: Path) -> None:
+    """A run whose rank on node1 fails, node1's GPU 2 fallen off the bus since `up` (Xid 79): the run's end
+    looks at node1's health (only node1: the node it named) and says why, in its summary, `run --json` and
+    `runs`; the same run on healthy GPUs says nothing more than that it looked."""
+    env = machine(tmp_path, 4)
+    script = tmp_path / "fails_on_rank1.py"
+    script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    run = ("run", str(script), "--nodes", "2", "--nproc-per-node", "1")
+    assert ddpctl("up", "--nodes", "2", env=env).returncode == 0
+    try:
+        healthy = ddpctl(*run, "--run-id", "rhealthy01", env=env, timeout=300)
+        assert healthy.returncode == 1 and "unhealthy" not in healthy.stderr, healthy.stderr
+        assert "health: looking at node1, named by the run" in healthy.stderr  # and found it healthy
+        install(tmp_path / "bin", [gpu(i) for i in range(4)], [xid(2, 79, "GPU has fallen off the bus.")])
+        sick = ddpctl(*run, "--run-id", "rsick00001", "--json", env=env, timeout=300)
+        runs = ddpctl("runs", "--json", env=env)
+    finally:
+        assert ddpctl("down", env=env).returncode == 0
+    assert sick.returncode == 1, sick.stderr
+    line = "node1: unhealthy: GPU 2: Xid 79 (pid=4242, name=python, GPU has fallen off the bus.)"
+    assert json.loads(sick.stdout)["result"]["health"] == [line]
+    assert f"health: {line}" in " ".join(sick.stderr.split())  # the summary (folded to the terminal's width)
+    [row] = [r for r in json.loads(runs.stdout)["runs"] if r["run_id"] == "rsick00001"]
+    assert row["result"].endswith("; unhealthy: node1"), row

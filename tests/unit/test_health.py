@@ -230,3 +230,55 @@ def test_healthy_only_needs_a_cluster_that_is_up(home) -> None:
 
     with pytest.raises(UsageError, match="--healthy-only checks the nodes of a cluster that is up: bring one up first"):
         healthy_run(RunOptions(job="mnist"), StateStore(home), lambda _: None)
+
+
+def _result(**kw):
+    from ddpctl.infra.model.results import NodeResult, NodeStatus, RunResult
+
+    nodes = [NodeResult(f"n{i}", 0, NodeStatus.OK) for i in range(4)]
+    for name in kw.pop("lost", ()):
+        nodes[int(name[1])] = NodeResult(name, 1, NodeStatus.LOST)
+    return RunResult(run_id="r1", exit_code=kw.pop("exit_code", 1), wall_s=1.0, nodes=nodes, **kw)
+
+
+def test_after_a_run_the_nodes_it_named_are_the_ones_looked_at() -> None:
+    """failed (or hung: failed_node), lost and slow nodes, only those with GPUs, in the cluster's order;
+    none for a run that ended well with none named, or that Ctrl-C ended."""
+    from ddpctl.infra.runs.health import suspects
+
+    c = cluster((4, 4, 0, 4))
+    named = suspects(_result(failed_node="n3", lost=["n1"], slow=["n2 (1.60x)", "n0 (1.30x)"]), c)
+    assert [n.name for n in named] == ["n0", "n1", "n3"]  # n2: no GPU
+    assert suspects(_result(exit_code=0), c) == []
+    assert suspects(_result(failed_node="n0", interrupted=True, exit_code=130), c) == []
+
+
+def test_after_a_run_only_the_named_nodes_are_asked_and_only_the_unhealthy_said() -> None:
+    from ddpctl.infra.runs.health import after_run
+
+    q0, _ = healthy(4)
+    q1 = [
+        smi_line(0),
+        "GPUHEALTH xid [ 9001.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python, GPU has fallen off the bus.",
+        "GPUHEALTH done",
+    ]
+    Executor.said, Executor.plans = {"check-health": {"n0": q0, "n1": q1}}, []
+    said: list[str] = []
+    lines = after_run(_result(failed_node="n1", slow=["n0 (1.40x)"]), cluster((4, 4, 4, 4)), Executor, said.append)
+    assert [p.job for p in Executor.plans] == ["check-health"]  # no burn: seconds, not minutes
+    assert [n.node for n in Executor.plans[0].nodes] == ["n0", "n1"]
+    assert lines == [
+        "n1: unhealthy: nvidia-smi lists 1 GPU(s), configure counted 4; "
+        "GPU 0: Xid 79 (pid=1, name=python, GPU has fallen off the bus.)"
+    ]
+    assert said[0] == "health: looking at n0, n1, named by the run"
+    Executor.plans = []
+    assert after_run(_result(exit_code=0), cluster((4, 4)), Executor, said.append) == [] and Executor.plans == []
+
+
+def test_runs_says_which_named_nodes_were_unhealthy() -> None:
+    from ddpctl.infra.runs.records import sickness
+
+    doc = {"result": {"cause": "", "slow": ["n0 (1.40x)"], "health": ["n1: unhealthy: GPU 0: Xid 79 (...)"]}}
+    assert sickness(doc, "failed (exit 1)") == "failed (exit 1); slow: n0 (1.40x); unhealthy: n1"
+    assert sickness({"result": {}}, "succeeded") == "succeeded"

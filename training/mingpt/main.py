@@ -9,7 +9,7 @@ Run by hand; a tiny model that trains in seconds on CPU:
 Without the size flags it trains the example's model on GPUs (8 layers, 8 heads, 512 wide, context
 128, batch 216 per rank: about 12 GB per rank), and on CPUs a small one that finishes in a few
 minutes (CPU_SIZE; it says so). Every config field below is a flag (--data PATH, --lr, ...), and so
-is every SpeedConfig field of trainer.py (--no-compile, --precision, --cuda-graphs, ...).
+is every SpeedConfig field of fast_path.py (--no-compile, --precision, --cuda-graphs, ...).
 """
 
 import sys
