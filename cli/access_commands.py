@@ -188,7 +188,7 @@ def download(run_id, to, as_json) -> int:
     """
     from pathlib import Path
 
-    from ddpctl.infra.runs.outputs import download as fetch_outputs
+    from ddpctl.infra.runs.download import download as fetch_outputs
     from ddpctl.infra.runs.outputs import size_text
 
     from .output import Output

@@ -44,7 +44,7 @@ def _clusters_table(home: str, found: list):
     from rich.table import Table
 
     from ddpctl.infra.model import autodown, costs
-    from ddpctl.infra.runs.prepare import node_nprocs
+    from ddpctl.infra.runs.ranks import node_nprocs
 
     now = time.time()
     states = [c.state for c in found if c.state is not None]

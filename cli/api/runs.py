@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ddpctl.infra.model.results import OutputLine, RunResult
     from ddpctl.infra.runs.logs import LogLine
-    from ddpctl.infra.runs.outputs import Downloaded
+    from ddpctl.infra.runs.download import Downloaded
     from ddpctl.infra.runs.records import RunRecord
 
 from .common import _checked, _env_pairs, _quiet, _store, _Terminal, print_line, print_progress
@@ -227,7 +227,7 @@ def download(
 ) -> Downloaded:
     """``ddpctl download RUN_ID [--to DIR]``: the run's outputs from its cluster (while that is up) into
     ``DIR/RUN_ID``, default its record's ``outputs``; ``to_dict()`` is ``download --json``'s."""
-    from ddpctl.infra.runs.outputs import download as fetch_outputs
+    from ddpctl.infra.runs.download import download as fetch_outputs
 
     from ..access_commands import download as command
 

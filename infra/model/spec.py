@@ -41,7 +41,7 @@ class ClusterSpec:
     provider: str = "local"
     nodes: int = 1
     #: processes per node for runs that give no --nproc-per-node; 0 (not given): each node's own
-    #: (its inventory's ddpctl_nproc_per_node, else one per GPU, else 1: run_prepare.node_nprocs)
+    #: (its inventory's ddpctl_nproc_per_node, else one per GPU, else 1: runs/ranks.node_nprocs)
     nproc_per_node: int = 0
     #: c10d rendezvous port on the head node; None picks a free one at launch (local provider).
     port: int | None = None

@@ -124,7 +124,7 @@ class NodeInfo:
     workdir: str  # per-node directory (a variable: nodes may share one filesystem)
     cpus: int = 1
     #: GPUs: what the nvidia role counted at up/configure (``nvidia-smi -L``), before that the instance
-    #: type's (aws, pcluster); a run's default is one process per GPU (run_prepare.node_nprocs)
+    #: type's (aws, pcluster); a run's default is one process per GPU (runs/ranks.node_nprocs)
     gpus: int = 0
     ifname: str | None = None  # interface that routes to the head node, when known
     python: str = ""  # the node's Python with torch ("" -> the cluster spec's)

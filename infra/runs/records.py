@@ -30,7 +30,7 @@ QUEUED = "queued.json"
 ON_CLUSTER = "on-cluster"
 #: ``--nproc-per-node`` words, as torchrun spells them: ``gpu``, each node's GPUs (refused on a node
 #: without); ``auto``, its GPUs, or 1 on a node without (torchrun's own ``auto`` counts CPUs there;
-#: the local provider's bound on ranks per CPU applies to every count: ``prepare.node_nprocs``).
+#: the local provider's bound on ranks per CPU applies to every count: ``ranks.node_nprocs``).
 NPROC_WORDS = ("gpu", "auto")
 
 

@@ -329,7 +329,7 @@ def test_the_head_agent_supervises_over_ssh(tmp_path: Path, run_id, commands, ex
 
 
 def test_the_head_agent_stops_the_run_on_sigint(tmp_path: Path) -> None:
-    """Ctrl-C of an attached ``ddpctl run`` reaches the head's program as SIGINT (``head.attach``):
+    """Ctrl-C of an attached ``ddpctl run`` reaches the head's program as SIGINT (``head_attach.attach``):
     every node's processes stopped, exit 130 and interrupted in its run.json."""
     import subprocess
 

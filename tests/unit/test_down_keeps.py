@@ -19,7 +19,7 @@ import pytest
 
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import get_provider
-from ddpctl.infra.runs import outputs
+from ddpctl.infra.runs import download, outputs
 from ddpctl.infra.runs.outputs import Recorded, RunFolder
 from ddpctl.infra.runs.records import run_cost
 from tests.support.down_keeps import CREATED, aws_state
@@ -186,9 +186,9 @@ def test_download_from_a_cluster_autodown_took_down_is_one_line(
     monkeypatch.setattr(provider, "took_itself_down", lambda self, s: TakenDown(kept_head=kept_head))
     monkeypatch.setattr(outputs, "measure", lambda *a: pytest.fail("no SSH to a head autodown took down"))
     with pytest.raises(DdpctlError) as err:
-        outputs.download(store, "r1", None, lambda _: None)
+        download.download(store, "r1", None, lambda _: None)
     assert str(err.value) == said
     monkeypatch.setattr(provider, "took_itself_down", lambda self, s: None)  # up and answering: measured
     monkeypatch.setattr(outputs, "measure", lambda *a: [])
     with pytest.raises(DdpctlError, match="run r1 left no outputs on 'c1'"):
-        outputs.download(store, "r1", None, lambda _: None)
+        download.download(store, "r1", None, lambda _: None)

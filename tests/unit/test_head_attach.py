@@ -1,4 +1,4 @@
-"""Attaching to the run's supervisor on the head node (``head.attach``) with a scripted connection in
+"""Attaching to the run's supervisor on the head node (``head_attach.attach``) with a scripted connection in
 place of paramiko's: lines streamed once each, a lost connection made again and the stream going on
 from the line it had reached, Ctrl-C passed on as SIGINT, and the record's error in one line."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ddpctl.infra.launch import head
+from ddpctl.infra.launch import head_attach as head
 from ddpctl.infra.model.errors import DdpctlError
 
 RECORD = {"cluster": "", "plan": {}, "result": {"run_id": "r1", "exit_code": 0, "wall_s": 1.0}}

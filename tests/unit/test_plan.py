@@ -404,7 +404,7 @@ def gpu_cluster(gpus: tuple[int, ...], *, nproc: tuple[int, ...] = (), spec_npro
 
 
 def test_each_node_runs_one_process_per_gpu_and_one_without() -> None:
-    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
+    from ddpctl.infra.runs.ranks import node_nprocs, nproc_source
 
     c = gpu_cluster((4, 2, 0))
     assert node_nprocs(c, 3, None) == (4, 2, 1)  # a node without GPUs runs one
@@ -418,7 +418,7 @@ def test_each_node_runs_one_process_per_gpu_and_one_without() -> None:
 
 
 def test_a_number_given_to_run_wins_over_the_gpus() -> None:
-    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
+    from ddpctl.infra.runs.ranks import node_nprocs, nproc_source
 
     c = gpu_cluster((4, 2, 0))
     assert node_nprocs(c, 3, 3) == (3, 3, 3) and node_nprocs(c, 3, (1, 2, 1)) == (1, 2, 1)
@@ -426,7 +426,7 @@ def test_a_number_given_to_run_wins_over_the_gpus() -> None:
 
 
 def test_the_inventorys_count_and_ups_win_over_the_gpus_but_not_over_a_word() -> None:
-    from ddpctl.infra.runs.prepare import node_nprocs, nproc_source
+    from ddpctl.infra.runs.ranks import node_nprocs, nproc_source
 
     assert node_nprocs(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == (2, 4)
     assert nproc_source(gpu_cluster((4, 4), nproc=(2, 0)), 2, None) == "ddpctl_nproc_per_node, one per GPU"
