@@ -312,12 +312,18 @@ class Provider:
         raise NotImplementedError
 
     def replace_lost_nodes(
-        self, state: ClusterState, store: StateStore, nodes: list[str], progress: Progress
+        self,
+        state: ClusterState,
+        store: StateStore,
+        nodes: list[str],
+        progress: Progress,
+        unhealthy: Callable[[str], str] | None = None,
     ) -> ClusterState | None:
         """Of ``nodes``, which an elastic run lost, those whose machines the provider took back (aws:
-        a spot instance interrupted or gone), each replaced by a new machine configured as they were;
-        the cluster's state with them, recorded; None: none was replaced (the run tries their hosts
-        again as they are). Default: None."""
+        a spot instance interrupted or gone), and those of the others that ``unhealthy`` finds unhealthy
+        (node -> its reasons, "" where healthy: the health query, asked only of machines that are still
+        there), each replaced by a new machine configured as they were; the cluster's state with them,
+        recorded; None: none was replaced (the run tries their hosts again as they are). Default: None."""
         return None
 
     def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:

@@ -142,14 +142,23 @@ def _remove_if_empty(run_dir: Path) -> None:
 
 def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | None:
     """An elastic run's lost node, before it is started again: replaced on a new machine where the
-    provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance), its new
-    host and its launch there; None: not replaced (started again where it was)."""
+    provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance) or where the
+    machine, still there, is unhealthy (``health.node_reasons``), its new host and its launch there;
+    None: not replaced (started again where it was)."""
     replan = prep.replan
     if replan is None or not prep.run.elastic or not prep.provider.replaces_lost_nodes(prep.cluster, store):
         return None
 
+    def unhealthy(node: str) -> str:
+        try:
+            targets, executor_for = clusters.job_nodes(store.load(prep.cluster.name), progress)
+            return health.node_reasons(targets, node, executor_for, progress)
+        except Exception as exc:  # a health query that cannot run: the node is started again as it is
+            progress(f"health: could not look at {node}: {exc}")
+            return ""
+
     def renew(node: str) -> tuple[Host, NodeLaunch] | None:
-        state = prep.provider.replace_lost_nodes(store.load(prep.cluster.name), store, [node], progress)
+        state = prep.provider.replace_lost_nodes(store.load(prep.cluster.name), store, [node], progress, unhealthy)
         if state is None:
             return None
         new = next(n for n in state.nodes if n.name == node)

@@ -322,6 +322,19 @@ def after_run(
     return [verdict.line() for verdict in verdicts.values() if not verdict.ok]
 
 
+def node_reasons(
+    cluster: ClusterState,
+    node: str,
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    progress: Callable[[str], None],
+) -> str:
+    """The health query (no burn) on ``node`` of ``cluster``: why it is unhealthy, its reasons in one text;
+    "" where it is healthy (an elastic run's lost node, before it is replaced or started again)."""
+    [info] = [n for n in cluster.nodes if n.name == node]
+    verdict = run_health(replace(cluster, nodes=[info]), executor_for, progress, burn_s=0)[node]
+    return "" if verdict.ok else "; ".join(verdict.problems)
+
+
 def choose_healthy(
     cluster: str, verdicts: dict[str, NodeHealth], nodes: int | None, min_nodes: int
 ) -> tuple[tuple[str, ...], int, int]:

@@ -1,5 +1,7 @@
 """Spot that recovers, on the EC2 twin (tests/support/testbed/twin.py): a `--spot` cluster's instance
-taken back by EC2 in the middle of an elastic run is replaced, and the run finishes with every node.
+taken back by EC2 in the middle of an elastic run is replaced, and the run finishes with every node;
+so is a node lost from the run whose machine, still running, is unhealthy (issue 38: a stand-in
+nvidia-smi on it reports uncorrected ECC errors), its instance terminated.
 
 EC2 taking a spot instance back is modelled by a TerminateInstances that ddpctl did not send (through
 the twin, as the AWS console or an interruption would): moto marks the instance terminated and the
@@ -12,14 +14,21 @@ tests/unit/test_spot_plan.py.
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
+from ddpctl.infra.tools.procs import NODE_KEY, find_tagged
 from tests.support.cli import Output
 from tests.support.jobs import write_rounds
+from tests.support.sick_gpus import gpu, install
+from tests.support.testbed import twin as twin_hosts
 from tests.support.twin_env import TwinEnv
 
 
-def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: TwinEnv, tmp_path: Path) -> None:
+def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_it_back(
+    twin: TwinEnv, tmp_path: Path
+) -> None:
     twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "spot", "--spot")
     before = twin.state("spot")
     [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
@@ -54,8 +63,44 @@ def test_a_spot_instance_taken_back_is_replaced_and_the_run_takes_it_back(twin: 
     known = (twin.home / "clusters" / "spot" / "known_hosts").read_text()
     assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
 
+    unhealthy_node_is_replaced(twin, tmp_path)
     twin.ok("down", "--yes", "--name", "spot")
     twin.assert_nothing_left("spot")
+
+
+def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
+    """node1's processes killed mid-run (its ranks crashed on a GPU gone bad), its machine still running
+    with a GPU whose ECC errors nvidia-smi reports: before it is started again, the health query names
+    it unhealthy, its instance is terminated and a new one takes its place; the run ends with 3 nodes."""
+    before = twin.state("spot")
+    [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
+    old_id = instances["detail"]["nodes"]["node1"]
+    slot = int(before["nodes"][1]["host"].rsplit(".", 1)[1]) - twin_hosts.FIRST_HOST
+    home = twin_hosts.testbed_dir() / "nodes" / f"ec2-{slot}"
+    home = home / "home" / "ubuntu"
+    install(home / "bin", [gpu(0, ecc=2)], [])  # first on PATH for its SSH sessions (~/.bashrc)
+    (home / ".bashrc").write_text('PATH="$HOME/bin:$PATH"\n')
+    job = write_rounds(tmp_path / "second")
+    proc = twin.start("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    try:
+        out = Output(proc)
+        out.until("round 0: 3 ranks", timeout=300)
+        deadline = time.monotonic() + 60
+        while not (procs := find_tagged(NODE_KEY, "node1")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for each in procs:  # its agent and rank, as a GPU fault would take them
+            each.send_signal(signal.SIGKILL)
+        text = out.finish(timeout=900)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, text
+    assert "node1 lost" in text
+    reason = "GPU 0: 2 uncorrected ECC error(s) since the driver loaded"
+    assert f"node1: unhealthy: {reason}: terminating its instance {old_id}, launching a new one" in text
+    assert "node1 started again" in text and "done: 3 ranks" in text
+    [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
+    assert instances["detail"]["nodes"]["node1"] != old_id and old_id not in instances["detail"]["ids"]
+    assert old_id not in [i["InstanceId"] for i in twin.moto.alive_instances()]
 
 
 def instances_subnet(env: TwinEnv, instance_id: str) -> str:

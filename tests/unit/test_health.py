@@ -282,3 +282,16 @@ def test_runs_says_which_named_nodes_were_unhealthy() -> None:
     doc = {"result": {"cause": "", "slow": ["n0 (1.40x)"], "health": ["n1: unhealthy: GPU 0: Xid 79 (...)"]}}
     assert sickness(doc, "failed (exit 1)") == "failed (exit 1); slow: n0 (1.40x); unhealthy: n1"
     assert sickness({"result": {}}, "succeeded") == "succeeded"
+
+
+def test_a_lost_nodes_reasons_from_the_query_alone() -> None:
+    from ddpctl.infra.runs.health import node_reasons
+
+    q1 = [smi_line(0, ecc=2), smi_line(1), "GPUHEALTH done"]
+    Executor.said, Executor.plans = {"check-health": {"n1": q1, "n0": healthy(2)[0]}}, []
+    c = cluster((2, 2))
+    assert (
+        node_reasons(c, "n1", Executor, lambda _: None) == "GPU 0: 2 uncorrected ECC error(s) since the driver loaded"
+    )
+    assert [p.job for p in Executor.plans] == ["check-health"] and [n.node for n in Executor.plans[0].nodes] == ["n1"]
+    assert node_reasons(c, "n0", Executor, lambda _: None) == ""

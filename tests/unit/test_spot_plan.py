@@ -63,6 +63,26 @@ def test_states_of_an_instance_taken_back(state: str, lost: bool, terminate: boo
         assert ("no longer knows" in found[0].why) is (state == "")
 
 
+def test_an_unhealthy_node_still_running_is_replaced_and_its_instance_terminated() -> None:
+    """Health is asked only of the machines EC2 did not take back (and never of the head): a running
+    unhealthy one is replaced, its instance terminated first; a healthy one ("") is started again."""
+    states = {"i-0": "running", "i-1": "running", "i-2": "terminated"}
+    asked: list[str] = []
+
+    def unhealthy(node: str) -> str:
+        asked.append(node)
+        return "GPU 1: 4 uncorrected ECC error(s) since the driver loaded" if node == "node1" else ""
+
+    lost = taken_back(NODES, ["node0", "node1", "node2"], states, head="node0", unhealthy=unhealthy)
+    assert asked == ["node1"]
+    assert lost == [
+        Lost("node1", "i-1", "running", unhealthy="GPU 1: 4 uncorrected ECC error(s) since the driver loaded"),
+        Lost("node2", "i-2", "terminated"),
+    ]
+    assert lost[0].terminate and lost[0].why == "unhealthy: GPU 1: 4 uncorrected ECC error(s) since the driver loaded"
+    assert taken_back(NODES, ["node1"], {"i-1": "running"}, head="node0", unhealthy=lambda node: "") == []
+
+
 def test_a_node_without_a_recorded_instance_is_not_replaced() -> None:
     assert taken_back({"node0": "i-0"}, ["node1"], {}, head="node0") == []
 

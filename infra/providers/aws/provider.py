@@ -381,14 +381,20 @@ class AwsProvider(Provider):
     # ---- running jobs --------------------------------------------------------------------------
 
     def replace_lost_nodes(
-        self, state: ClusterState, store: StateStore, nodes: list[str], progress: Progress
+        self,
+        state: ClusterState,
+        store: StateStore,
+        nodes: list[str],
+        progress: Progress,
+        unhealthy: Callable[[str], str] | None = None,
     ) -> ClusterState | None:
-        """--spot: the nodes whose instances EC2 took back, each on a new instance (``spot.py``)."""
+        """--spot: the nodes whose instances EC2 took back, or that are unhealthy, each on a new instance
+        (``spot.py``)."""
         plan = self.aws_plan(state, store)
         if not plan.spot:
             return None
         with aws_errors(plan.region):
-            return spot.replace_lost(state, store, plan, nodes, progress)
+            return spot.replace_lost(state, store, plan, nodes, progress, unhealthy)
 
     def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
         return self.aws_plan(state, store).spot

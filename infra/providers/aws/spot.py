@@ -12,6 +12,7 @@ and one that failed after the launch was recorded configures the recorded instan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,20 +41,29 @@ from .steps import only, only_created
 
 
 def replace_lost(
-    state: ClusterState, store: StateStore, plan: AwsPlan, asked: list[str], progress: Progress
+    state: ClusterState,
+    store: StateStore,
+    plan: AwsPlan,
+    asked: list[str],
+    progress: Progress,
+    unhealthy: Callable[[str], str] | None = None,
 ) -> ClusterState | None:
-    """Replace those of the ``asked`` nodes whose instances EC2 took back; None: none was."""
+    """Replace those of the ``asked`` nodes whose instances EC2 took back, or (``unhealthy``, asked of
+    the others) that are unhealthy; None: none was."""
     aws = Aws(plan.region)
     inst = only(state, "instances")
     detail = InstancesDetail.of(inst)
     ids = [detail.nodes[n] for n in asked if n in detail.nodes]
     states = {i["InstanceId"]: i["State"]["Name"] for i in aws.instances_by_id(ids)}
-    lost = taken_back(detail.nodes, asked, states, state.nodes[0].name)
+    lost = taken_back(detail.nodes, asked, states, state.nodes[0].name, unhealthy)
     pending = unfinished(detail, asked, lost)
     if not lost and not pending:
         return None
     for each in lost:
-        progress(f"{each.node}: EC2 took its spot instance back ({each.why}): launching a new one in its place")
+        if each.unhealthy:
+            progress(f"{each.node}: {each.why}: terminating its instance {each.instance_id}, launching a new one")
+        else:
+            progress(f"{each.node}: EC2 took its spot instance back ({each.why}): launching a new one in its place")
     for node in pending:
         progress(f"{node}: its replacement {detail.nodes[node]} was launched but not configured: configuring it")
     stopped = [each.instance_id for each in lost if each.terminate]

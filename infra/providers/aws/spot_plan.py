@@ -11,7 +11,7 @@ lives on it, and every node's environment names its address.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,14 +30,18 @@ TERMINABLE = ("stopping", "stopped")
 
 @dataclass(frozen=True)
 class Lost:
-    """A node whose instance EC2 took back."""
+    """A node whose instance EC2 took back, or (``unhealthy``: the health query's reasons) one still
+    running on a machine found unhealthy."""
 
     node: str
     instance_id: str
     state: str  # EC2's state of it ("" where EC2 no longer knows it)
+    unhealthy: str = ""
 
     @property
     def why(self) -> str:
+        if self.unhealthy:
+            return f"unhealthy: {self.unhealthy}"
         return (
             f"its instance {self.instance_id} is {self.state}"
             if self.state
@@ -46,14 +50,23 @@ class Lost:
 
     @property
     def terminate(self) -> bool:
-        """The old instance is still there (stopped, not terminated): terminate it first."""
-        return self.state in TERMINABLE
+        """The old instance is still there (stopped, not terminated; or unhealthy, still running): terminate it
+        first."""
+        return self.state in TERMINABLE or bool(self.unhealthy) and self.state not in GONE_STATES
 
 
-def taken_back(nodes: Mapping[str, str], asked: Iterable[str], states: Mapping[str, str], head: str) -> list[Lost]:
+def taken_back(
+    nodes: Mapping[str, str],
+    asked: Iterable[str],
+    states: Mapping[str, str],
+    head: str,
+    unhealthy: Callable[[str], str] | None = None,
+) -> list[Lost]:
     """Of the ``asked`` nodes (node name -> instance id in ``nodes``), those whose instance EC2 took
     back, by ``states`` (instance id -> EC2 state, as described now; an id missing: EC2 no longer
-    knows it). The ``head`` and nodes without a recorded instance are never replaced."""
+    knows it), and, asked only of the others (a machine that answers), those ``unhealthy`` finds
+    unhealthy (node -> its reasons, "" where healthy). The ``head`` and nodes without a recorded instance
+    are never replaced."""
     lost = []
     for node in asked:
         instance = nodes.get(node, "")
@@ -62,6 +75,8 @@ def taken_back(nodes: Mapping[str, str], asked: Iterable[str], states: Mapping[s
         state = states.get(instance, "")
         if not state or state in GONE_STATES:
             lost.append(Lost(node, instance, state))
+        elif unhealthy is not None and (reasons := unhealthy(node)):
+            lost.append(Lost(node, instance, state, unhealthy=reasons))
     return lost
 
 
