@@ -9,8 +9,10 @@ machine's ddpctl (the local provider's processes, ``DDPCTL_SUPERVISOR=here``, an
 records no handle: it ends with its ddpctl; the same verbs for it, and for any run while its ddpctl
 here holds it, are ``runs/here.py``'s (``HereLauncher``: that process and the run's record here).
 
-``submit`` is each executor's first step (``Executor.run``'s ``submitted`` callback hands its handle
-over before the run is followed); what runs a plan and follows it to its end stays ``Executor.run``.
+Each launcher that keeps a run on the cluster's side submits it too (``HeadLauncher.submit``: the
+supervisor started on the head; ``SlurmLauncher.submit``: install, then sbatch), as its executor's
+first step: ``Executor.run`` submits through its launcher, hands the handle to its ``submitted``
+callback, then follows the run with the launcher's ``attach``.
 """
 
 from __future__ import annotations

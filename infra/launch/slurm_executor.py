@@ -98,46 +98,45 @@ class SlurmExecutor:
         left unused: an sbatch job is not elastic)."""
         conn = connect(self.login)
         try:
-            for line in self.install(conn, plan):
-                if progress is not None:
-                    progress(line)
-            job_id = self.submit(conn, plan)
-            handle = Handle("slurm", job_id, plan.output_dir, plan.run_id)
+            launcher = SlurmLauncher(conn, self.poll_s, self.pending_timeout_s)
+            handle = launcher.submit(plan, progress)
             if submitted is not None:
                 submitted(handle)
-            launcher = SlurmLauncher(conn, self.poll_s, self.pending_timeout_s)
             return launcher.attach(handle, self.sink, seen=[])
         finally:
             conn.close()
 
-    @staticmethod
-    def install(conn: fabric.Connection, plan: SbatchPlan) -> list[str]:
-        """A user's project, then the run's packages, on the login node, into the shared work
-        directory, before sbatch (a failed install: one line, and no job is submitted)."""
-        if plan.project is not None:  # once per content: a copy of the same files is reused
-            ship_project(conn, plan.project_dir, pack(plan.project))
-        return outcome(plan.deps, [run_step(conn, deps) for deps in plan.deps])
 
-    def submit(self, conn: fabric.Connection, plan: SbatchPlan) -> str:
-        nodes = len(set(_run(conn, "sinfo -h -N -o %N", check=False).split()))
-        if nodes and plan.nodes > nodes:
-            raise DdpctlError(
-                f"--nodes {plan.nodes} but Slurm on {conn.host} has {nodes} node(s): use --nodes {nodes} or fewer"
-            )
-        if plan.writable:  # as the compute nodes see it too, on a cluster's shared file systems
-            check_writable(plan.writable, {str(conn.host): conn})
-        _run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
-        conn.put(io.StringIO(plan.script), remote=plan.script_path)
-        if plan.secrets:
-            write_private(conn, plan.secrets_file, plan.secret_input())
-        out = _run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)
-        job_id = out.strip().split(";")[0]
-        if not job_id.isdigit():
-            if plan.secrets:  # no job will read them
-                _run(conn, f"rm -f {shlex.quote(plan.secrets_file)}", check=False)
-            reason = out.strip().splitlines()[-1] if out.strip() else "no answer"
-            raise DdpctlError(f"sbatch refused the job: {reason.removeprefix('sbatch: error: ')}")
-        return job_id
+def install(conn: fabric.Connection, plan: SbatchPlan) -> list[str]:
+    """A user's project, then the run's packages, on the login node, into the shared work
+    directory, before sbatch (a failed install: one line, and no job is submitted)."""
+    if plan.project is not None:  # once per content: a copy of the same files is reused
+        ship_project(conn, plan.project_dir, pack(plan.project))
+    return outcome(plan.deps, [run_step(conn, deps) for deps in plan.deps])
+
+
+def sbatch(conn: fabric.Connection, plan: SbatchPlan) -> str:
+    """The batch script (and its secrets, 0600) on the login node, given to sbatch: the job's id; a
+    refusal is one line, with no secret left behind."""
+    nodes = len(set(_run(conn, "sinfo -h -N -o %N", check=False).split()))
+    if nodes and plan.nodes > nodes:
+        raise DdpctlError(
+            f"--nodes {plan.nodes} but Slurm on {conn.host} has {nodes} node(s): use --nodes {nodes} or fewer"
+        )
+    if plan.writable:  # as the compute nodes see it too, on a cluster's shared file systems
+        check_writable(plan.writable, {str(conn.host): conn})
+    _run(conn, f"mkdir -p {shlex.quote(plan.output_dir)}")
+    conn.put(io.StringIO(plan.script), remote=plan.script_path)
+    if plan.secrets:
+        write_private(conn, plan.secrets_file, plan.secret_input())
+    out = _run(conn, f"sbatch --parsable {shlex.quote(plan.script_path)}", check=False, both=True)
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        if plan.secrets:  # no job will read them
+            _run(conn, f"rm -f {shlex.quote(plan.secrets_file)}", check=False)
+        reason = out.strip().splitlines()[-1] if out.strip() else "no answer"
+        raise DdpctlError(f"sbatch refused the job: {reason.removeprefix('sbatch: error: ')}")
+    return job_id
 
 
 def write_private(conn: fabric.Connection, path: str, data: bytes) -> None:
@@ -203,6 +202,13 @@ class SlurmLauncher:
 
     def close(self) -> None:
         self.conn.close()
+
+    def submit(self, plan: SbatchPlan, progress: Callable[[str], None] | None = None) -> Handle:
+        """The job submitted (``install``, then ``sbatch``): its handle; the install's lines to ``progress``."""
+        for line in install(self.conn, plan):
+            if progress is not None:
+                progress(line)
+        return Handle("slurm", sbatch(self.conn, plan), plan.output_dir, plan.run_id)
 
     def state(self, job_id: str) -> tuple[str, int | None]:
         """The job's state (ddpctl's word, or "gone") and its batch script's exit code."""

@@ -17,7 +17,7 @@ from ddpctl.infra import node_programs
 from ddpctl.infra.launch import deps
 from ddpctl.infra.launch.project import Project, scan
 from ddpctl.infra.launch.sbatch import SbatchPlan, plan_sbatch
-from ddpctl.infra.launch.slurm_executor import SlurmExecutor
+from ddpctl.infra.launch.slurm_executor import install
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.spec import RunSpec
@@ -146,12 +146,12 @@ class Login:
 
 @pytest.mark.parametrize("answer", ["123", "sbatch: error: Batch job submission failed: Invalid account"])
 def test_the_executor_writes_the_secrets_file_private_before_sbatch(answer: str) -> None:
-    from ddpctl.infra.launch.slurm_executor import SlurmExecutor
+    from ddpctl.infra.launch import slurm_executor
     from ddpctl.infra.model.errors import DdpctlError
 
     plan, login = secret_plan(), Login(answer)
     try:
-        assert SlurmExecutor.submit(None, login, plan) == "123"  # type: ignore[arg-type]
+        assert slurm_executor.sbatch(login, plan) == "123"  # type: ignore[arg-type]
     except DdpctlError as exc:
         assert "Invalid account" in str(exc) and answer != "123"
     made = ("run", "umask 077 && rm -f /o/ddpctl-rs1.secrets && (set -C; : > /o/ddpctl-rs1.secrets)")
@@ -311,11 +311,11 @@ def test_the_login_node_gets_the_project_once_per_content_before_its_packages(tm
     project = scan(root / "train.py", extra=req.files)
     plan = plan_slurm(slurm_cluster(), RunSpec(job="train", nodes=2, run_id="r1"), root / "train.py", req, project)
     conn = _Conn(there=False)
-    said = SlurmExecutor.install(conn, plan)
+    said = install(conn, plan)
     assert conn.ran[0] == f"test -d {plan.project_dir}" and conn.put_to == [conn.put_to[0]]
     assert conn.put_to[0].startswith(f"{plan.project_dir}.") and conn.put_to[0].endswith(".tmp.tar.gz")
     assert "mv -T " in conn.ran[2] and conn.ran[-1] == plan.deps[0].shell()  # the copy whole, then pip
     assert said == [f"login: the run's packages (requirements.txt) installed in {plan.deps[0].env_dir}"]
     again = _Conn(there=True)  # a copy of the same content is there: reused
-    SlurmExecutor.install(again, plan)
+    install(again, plan)
     assert again.put_to == [] and again.ran == [f"test -d {plan.project_dir}", plan.deps[0].shell()]
