@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ddpctl.infra.model.results import OutputLine, RunResult
-    from ddpctl.infra.runs.logs import LogLine
     from ddpctl.infra.runs.download import Downloaded
+    from ddpctl.infra.runs.logs import LogLine
     from ddpctl.infra.runs.records import RunRecord
 
 from .common import _checked, _env_pairs, _quiet, _store, _Terminal, print_line, print_progress
