@@ -36,6 +36,8 @@ from ..model.state import ClusterState, NodeInfo
 from . import nvidia_smi
 from .nvidia_smi import GpuStatus, QueryError, Xid
 
+#: a node's problem where its health query said nothing (it did not run, or the node did not answer)
+NO_ANSWER = "its health query said nothing (see the lines above)"
 #: a GPU whose burn reaches less than this share of the median of its kind is slow
 SLOW = 0.75
 BURN_S = 3.0
@@ -191,7 +193,7 @@ def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
     """The query's part of a node's verdict: GPU count, ECC, Xid, clocks event reasons."""
     health = NodeHealth(node.name, node.gpus)
     if probe is None or not probe.done:
-        health.problems.append("its health query said nothing (see the lines above)")
+        health.problems.append(NO_ANSWER)
         return health
     if probe.smi == "missing":
         if node.gpus:
@@ -319,7 +321,10 @@ def after_run(
         return []
     progress(f"health: looking at {', '.join(n.name for n in nodes)}, named by the run")
     verdicts = run_health(replace(cluster, nodes=nodes), executor_for, progress, burn_s=0)
-    return [verdict.line() for verdict in verdicts.values() if not verdict.ok]
+    for verdict in verdicts.values():
+        if verdict.problems == [NO_ANSWER]:  # not judged: a node that does not answer is not said unhealthy
+            progress(f"health: {verdict.node} did not answer the health query")
+    return [verdict.line() for verdict in verdicts.values() if not verdict.ok and verdict.problems != [NO_ANSWER]]
 
 
 def node_reasons(
@@ -329,10 +334,11 @@ def node_reasons(
     progress: Callable[[str], None],
 ) -> str:
     """The health query (no burn) on ``node`` of ``cluster``: why it is unhealthy, its reasons in one text;
-    "" where it is healthy (an elastic run's lost node, before it is replaced or started again)."""
+    "" where it is healthy, or did not answer (an elastic run's lost node, before it is replaced or started
+    again: replaced on what its query says, not on its silence)."""
     [info] = [n for n in cluster.nodes if n.name == node]
     verdict = run_health(replace(cluster, nodes=[info]), executor_for, progress, burn_s=0)[node]
-    return "" if verdict.ok else "; ".join(verdict.problems)
+    return "" if verdict.ok or verdict.problems == [NO_ANSWER] else "; ".join(verdict.problems)
 
 
 def choose_healthy(

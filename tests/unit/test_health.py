@@ -272,6 +272,10 @@ def test_after_a_run_only_the_named_nodes_are_asked_and_only_the_unhealthy_said(
         "GPU 0: Xid 79 (pid=1, name=python, GPU has fallen off the bus.)"
     ]
     assert said[0] == "health: looking at n0, n1, named by the run"
+    # a node that does not answer is said so, not named unhealthy
+    Executor.said, said[:] = {"check-health": {"n0": q0}}, []
+    assert after_run(_result(failed_node="n1", slow=["n0 (1.40x)"]), cluster((4, 4)), Executor, said.append) == []
+    assert "health: n1 did not answer the health query" in said
     Executor.plans = []
     assert after_run(_result(exit_code=0), cluster((4, 4)), Executor, said.append) == [] and Executor.plans == []
 
@@ -295,3 +299,5 @@ def test_a_lost_nodes_reasons_from_the_query_alone() -> None:
     )
     assert [p.job for p in Executor.plans] == ["check-health"] and [n.node for n in Executor.plans[0].nodes] == ["n1"]
     assert node_reasons(c, "n0", Executor, lambda _: None) == ""
+    Executor.said = {"check-health": {}}  # n1 did not answer: not replaced on its silence
+    assert node_reasons(c, "n1", Executor, lambda _: None) == ""
