@@ -18,7 +18,9 @@ import signal
 import time
 from pathlib import Path
 
-from ddpctl.infra.tools.procs import NODE_KEY, find_tagged
+import psutil
+
+from ddpctl.infra.tools.procs import NODE_KEY, RUN_KEY, find_tagged
 from tests.support.cli import Output
 from tests.support.jobs import write_rounds
 from tests.support.sick_gpus import gpu, install
@@ -81,12 +83,13 @@ def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
     install(home / "bin", [gpu(0, ecc=2)], [])  # first on PATH for its SSH sessions (~/.bashrc)
     (home / ".bashrc").write_text('PATH="$HOME/bin:$PATH"\n')
     job = write_rounds(tmp_path / "second")
-    proc = twin.start("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    args = ("--name", "spot", "--nodes", "2:3", "--run-id", "rspotsick1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    proc = twin.start("run", str(job), *args)
     try:
         out = Output(proc)
         out.until("round 0: 3 ranks", timeout=300)
         deadline = time.monotonic() + 60
-        while not (procs := find_tagged(NODE_KEY, "node1")) and time.monotonic() < deadline:
+        while not (procs := node_processes("rspotsick1", "node1")) and time.monotonic() < deadline:
             time.sleep(0.2)
         for each in procs:  # its agent and rank, as a GPU fault would take them
             each.send_signal(signal.SIGKILL)
@@ -107,3 +110,16 @@ def instances_subnet(env: TwinEnv, instance_id: str) -> str:
     """The subnet EC2 says an instance (terminated or not) was in."""
     reservations = env.moto.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
     return reservations[0]["Instances"][0]["SubnetId"]
+
+
+def node_processes(run_id: str, node: str) -> list[psutil.Process]:
+    """The run's processes on ``node`` (its run id and node name both: a local run beside this test has
+    nodes named node1 too)."""
+    found = []
+    for each in find_tagged(RUN_KEY, run_id):
+        try:
+            if each.environ().get(NODE_KEY) == node:
+                found.append(each)
+        except psutil.Error:
+            pass
+    return found
