@@ -299,7 +299,7 @@ def run_health(
 def suspects(result: RunResult, cluster: ClusterState) -> list[NodeInfo]:
     """The nodes a run named (pure): the one that failed or hung it, those it lost, those it named slow; only
     those where configure counted GPUs (a CPU node has no health to look at), in the cluster's order.
-    None for a run that succeeded with no node named, or that Ctrl-C ended."""
+    None (an empty list) for a run that succeeded with no node named, or that Ctrl-C ended."""
     if result.interrupted:
         return []
     named = {result.failed_node} if result.failed_node else set()

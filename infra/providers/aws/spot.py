@@ -1,5 +1,6 @@
 """Spot instances taken back, replaced (``AwsProvider.replace_lost_nodes``; the plan is
-``spot_plan.py``): an elastic run's lost node whose instance EC2 took back gets a new instance in
+``spot_plan.py``): an elastic run's lost node whose instance EC2 took back (or whose instance, still
+running, the health query finds unhealthy: terminated first) gets a new instance in
 the same subnet, zone and placement group, recorded as the node's, configured by site.yml limited
 to it (then the ``ssh_mesh`` role on every node, so that they all trust its new host key), and the
 run starts the node's agent there.

@@ -1,5 +1,6 @@
-"""Spot instances taken back, pure: which of an elastic run's lost nodes EC2 took back, and what
-replaces each (``spot.py`` carries it out).
+"""Spot instances taken back, pure: which of an elastic run's lost nodes EC2 took back (or, their
+machines still running, the health query finds unhealthy), and what replaces each (``spot.py`` carries
+it out).
 
 A node is taken back when its instance is shutting down, stopping, stopped or terminated (a spot
 interruption: AWS gives 2 minutes' notice on the node, then terminates it), or when EC2 no longer
