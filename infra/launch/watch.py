@@ -28,6 +28,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 BEAT_MARK = "DDPCTL_BEAT"  # training/metrics.py's
+#: the supervisor's note that names a slow node (``Watcher``'s "slow" alarm, as ``Supervisor._note`` says it)
+SLOW_NOTE = re.compile(r"^ddpctl: (?P<node>\S+) is slow: its ranks compute ")
 HANG_TIMEOUT_S = 600.0  # ranks that never beat: this long without a line from any node is a hang
 #: the least wait once ranks beat (an epoch's end: evaluation, a snapshot saved, print nothing)
 FLOOR_S = 120.0

@@ -20,6 +20,7 @@ from ..lifecycle import clusters
 from ..model import locks
 from ..model.errors import UsageError
 from ..model.host import Host
+from ..model.state import NodeInfo
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
 from . import health, metrics, on_cluster
@@ -191,12 +192,14 @@ def _execute(
     try:
         submitted = _record_start(prep, store, reattached, progress)
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        live = _live_look(prep, progress)
         with open(log_fd, "a", buffering=1) as log:
 
             def tee(line: OutputLine) -> None:
                 rank = "" if line.rank is None else f" r{line.rank}"
                 log.write(f"[{line.node}{rank}] {line.text}\n")
                 sink(line)
+                live.line(line)
 
             with metrics.Follower(prep.cluster, prep.run, run_dir / metrics.FILE):  # as the run goes
                 if reattached is not None:
@@ -209,12 +212,27 @@ def _execute(
                     renew = _renew(prep, store, progress)
                     executor = prep.executor(tee)
                     result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
+        live.wait()
         result = _health_after(prep, result, progress)
     finally:
         _after(prep, store, hold, progress)
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result
+
+
+def _live_look(prep: PreparedRun, progress: Progress) -> health.LiveLook:
+    """A slow node's health, looked at while the run goes (``health.LiveLook``)."""
+
+    def ask(nodes: list[NodeInfo]) -> list[str]:
+        targets, executor_for = clusters.job_nodes(prep.cluster, _quiet)
+        return health.look(targets, nodes, executor_for, _quiet)
+
+    return health.LiveLook(prep.cluster, ask, progress)
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def _health_after(prep: PreparedRun, result: RunResult, progress: Progress) -> RunResult:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import re
 import statistics
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .. import node_programs
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, NodeLaunch, node_layers
+from ..launch.watch import SLOW_NOTE
 from ..model.errors import DdpctlError
 from ..model.progress import step
 from ..model.results import NodeStatus, RunResult
@@ -320,11 +322,62 @@ def after_run(
     if not nodes:
         return []
     progress(f"health: looking at {', '.join(n.name for n in nodes)}, named by the run")
+    return look(cluster, nodes, executor_for, progress)
+
+
+def look(
+    cluster: ClusterState,
+    nodes: list[NodeInfo],
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    progress: Callable[[str], None],
+) -> list[str]:
+    """The health query (no burn) on ``nodes`` of ``cluster``: the unhealthy ones' lines. A node that does
+    not answer is said so (``progress``), not judged."""
     verdicts = run_health(replace(cluster, nodes=nodes), executor_for, progress, burn_s=0)
     for verdict in verdicts.values():
-        if verdict.problems == [NO_ANSWER]:  # not judged: a node that does not answer is not said unhealthy
+        if verdict.problems == [NO_ANSWER]:
             progress(f"health: {verdict.node} did not answer the health query")
     return [verdict.line() for verdict in verdicts.values() if not verdict.ok and verdict.problems != [NO_ANSWER]]
+
+
+class LiveLook:
+    """While a run goes (``execute.py`` hands it every line): a node with GPUs that the run's watcher names
+    slow (``watch.SLOW_NOTE``) is asked the health query at once, in the background, once a run; an
+    unhealthy one is said then (``health: node1: unhealthy: GPU 2: clocks held down: ...``), not only in
+    the run's summary. ``ask``: ``look`` on those nodes, its lines."""
+
+    def __init__(
+        self,
+        cluster: ClusterState,
+        ask: Callable[[list[NodeInfo]], list[str]],
+        progress: Callable[[str], None],
+    ) -> None:
+        self.cluster, self.ask, self.progress = cluster, ask, progress
+        self.asked: set[str] = set()
+        self.threads: list[threading.Thread] = []
+
+    def line(self, line: OutputLine) -> None:
+        found = SLOW_NOTE.match(line.text) if line.rank is None else None
+        if found is None or found["node"] in self.asked:
+            return
+        self.asked.add(found["node"])
+        nodes = [node for node in self.cluster.nodes if node.name == found["node"] and node.gpus]
+        if nodes:
+            thread = threading.Thread(target=self._look, args=(nodes,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _look(self, nodes: list[NodeInfo]) -> None:
+        try:
+            for text in self.ask(nodes):
+                self.progress(f"health: {text}")
+        except Exception as exc:  # the run goes on; its end looks again
+            self.progress(f"health: could not look at {', '.join(n.name for n in nodes)}: {exc}")
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Until the looks going on have said what they found (the run's summary comes after them)."""
+        for thread in self.threads:
+            thread.join(timeout)
 
 
 def node_reasons(

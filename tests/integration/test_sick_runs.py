@@ -16,21 +16,25 @@ import psutil
 import pytest
 
 from tests.support.cli import Output, ddpctl, start_ddpctl
+from tests.support.local_gpus import machine
 from tests.support.processes import assert_nothing_left, run_processes
 from tests.support.sick import ALL_REDUCE_LINE, SKIPPED_LINE, write_sick
+from tests.support.sick_gpus import THERMAL, gpu, install
 
 pytestmark = pytest.mark.slow
 
 BOUND_S = 240  # a hung run is named and ended well within this (gloo's own timeout: 30 minutes)
 
 
-def sick_run(run_id: str, tmp_path: Path, *env: str, nproc: int = 1, nodes: str = "2") -> Output:
+def sick_run(
+    run_id: str, tmp_path: Path, *env: str, nproc: int = 1, nodes: str = "2", machine_env: dict | None = None
+) -> Output:
     job = write_sick(tmp_path)
     args = ["run", str(job), "--nodes", nodes, "--nproc-per-node", str(nproc), "--run-id", run_id]
     args += ["--hang-timeout", "10", "-e", "DDPCTL_BEAT_EVERY_S=1", "-e", f"SICK_DONE={tmp_path / 'done'}"]
     for pair in env:
         args += ["-e", pair]
-    return Output(start_ddpctl(*args))
+    return Output(start_ddpctl(*args, env=machine_env))
 
 
 def finished(out: Output) -> str:
@@ -89,7 +93,11 @@ def test_a_rank_that_skips_a_collective_is_named(home: Path, tmp_path: Path) -> 
 
 
 def test_a_node_slowed_from_outside_is_named_once_and_recorded(home: Path, tmp_path: Path) -> None:
-    out = sick_run("slow", tmp_path)
+    """On a machine of 4 stand-in GPUs, node1's (2 and 3) one thermally held down: node1, slowed, is named
+    once; its GPUs' health is looked at then, while the run goes, and said; and at the run's end."""
+    env = machine(tmp_path, 4)
+    install(tmp_path / "bin", [gpu(0), gpu(1), gpu(2, reasons=THERMAL), gpu(3)], [])
+    out = sick_run("slow", tmp_path, machine_env=env)
     worker = wait_for_rank("slow", 1)
     stop = threading.Event()
     cycling = threading.Thread(target=duty_cycle, args=(worker, stop), daemon=True)
@@ -98,6 +106,8 @@ def test_a_node_slowed_from_outside_is_named_once_and_recorded(home: Path, tmp_p
         cycling.start()
         line = out.until("node1 is slow: its ranks compute", timeout=BOUND_S)
         assert "the other nodes' median" in line
+        sick = "node1: unhealthy: GPU 2: clocks held down: HW Thermal Slowdown"
+        out.until(f"health: {sick}", timeout=120)  # while the run goes
     finally:
         stop.set()
         cycling.join(timeout=10)
@@ -106,7 +116,8 @@ def test_a_node_slowed_from_outside_is_named_once_and_recorded(home: Path, tmp_p
     assert out.proc.returncode == 0, text
     assert text.count("node1 is slow") == 1, text  # named once, not a line a beat
     assert "slow: node1 (" in text  # the summary
-    assert "; slow: node1 (" in result_in_runs("slow")
+    assert text.count(f"health: {sick}") == 2, text  # while it went, and in the summary
+    assert "; slow: node1 (" in result_in_runs("slow") and result_in_runs("slow").endswith("; unhealthy: node1")
     shown = ddpctl("metrics", "slow")
     assert "run slow: slow while it ran: node1 (" in shown.stderr, shown.stderr
     assert json.loads(ddpctl("metrics", "slow", "--json").stdout)["slow"][0].startswith("node1 (")

@@ -301,3 +301,25 @@ def test_a_lost_nodes_reasons_from_the_query_alone() -> None:
     assert node_reasons(c, "n0", Executor, lambda _: None) == ""
     Executor.said = {"check-health": {}}  # n1 did not answer: not replaced on its silence
     assert node_reasons(c, "n1", Executor, lambda _: None) == ""
+
+
+def test_a_node_named_slow_while_the_run_goes_is_looked_at_once_in_the_background() -> None:
+    from ddpctl.infra.runs.health import LiveLook
+
+    asked: list[list[str]] = []
+    said: list[str] = []
+
+    def ask(nodes):
+        asked.append([n.name for n in nodes])
+        return [f"{nodes[0].name}: unhealthy: GPU 0: clocks held down: HW Thermal Slowdown"]
+
+    live = LiveLook(cluster((2, 2, 0)), ask, said.append)
+    slow = "ddpctl: {} is slow: its ranks compute 1.60x the other nodes' median (160 ms vs 100 ms a step), ..."
+    live.line(OutputLine("n1", 0, slow.format("n1")))  # a rank's own line: not the supervisor's note
+    live.line(OutputLine("n1", None, slow.format("n1")))
+    live.line(OutputLine("n1", None, slow.format("n1")))  # named again later: looked at once
+    live.line(OutputLine("n2", None, slow.format("n2")))  # no GPU: nothing to look at
+    live.line(OutputLine("n0", None, "ddpctl: n0 is back to the others' speed (1.01x)"))
+    live.wait()
+    assert asked == [["n1"]]
+    assert said == ["health: n1: unhealthy: GPU 0: clocks held down: HW Thermal Slowdown"]
