@@ -191,15 +191,22 @@ def _gpu_label(node: NodeInfo, cuda_index: int) -> str:
     return f"GPU {cuda_index}"
 
 
-def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
-    """The query's part of a node's verdict: GPU count, ECC, Xid, clocks event reasons."""
+def counted_by(cluster: ClusterState) -> str:
+    """Who counted the nodes' GPUs, in words: configure (``nvidia-smi -L`` at up/configure), or, for
+    ParallelCluster's compute nodes (which ddpctl never configures one by one), their instance type."""
+    return "its instance type has" if cluster.spec.provider == "pcluster" else "configure counted"
+
+
+def judge_probe(node: NodeInfo, probe: Probe | None, counted: str = "configure counted") -> NodeHealth:
+    """The query's part of a node's verdict: GPU count, ECC, Xid, clocks event reasons (``counted``: who
+    counted its GPUs, ``counted_by``)."""
     health = NodeHealth(node.name, node.gpus)
     if probe is None or not probe.done:
         health.problems.append(NO_ANSWER)
         return health
     if probe.smi == "missing":
         if node.gpus:
-            health.problems.append(f"no nvidia-smi, but configure counted {node.gpus} GPU(s)")
+            health.problems.append(f"no nvidia-smi, but {counted} {node.gpus} GPU(s)")
         else:
             health.notes.append("no GPU")
         return health
@@ -207,18 +214,18 @@ def judge_probe(node: NodeInfo, probe: Probe | None) -> NodeHealth:
         health.notes.append(f"no GPU (nvidia-smi {probe.smi})")
         return health
     if probe.smi:
-        health.problems.append(f"nvidia-smi {probe.smi} (configure counted {node.gpus} GPU(s))")
+        health.problems.append(f"nvidia-smi {probe.smi} ({counted} {node.gpus} GPU(s))")
         return health
     if probe.unreadable:
         health.problems.append(f"nvidia-smi's query unreadable: {probe.unreadable}")
         return health
     health.found = len(probe.gpus)
     if health.found < node.gpus:
-        health.problems.append(f"nvidia-smi lists {health.found} GPU(s), configure counted {node.gpus}")
+        health.problems.append(f"nvidia-smi lists {health.found} GPU(s), {counted} {node.gpus}")
     elif health.found > node.gpus:
         health.notes.append(
-            f"nvidia-smi lists {health.found} GPU(s), configure counted {node.gpus}: "
-            "`ddpctl configure --tags nvidia` counts them again"
+            f"nvidia-smi lists {health.found} GPU(s), {counted} {node.gpus}"
+            + (": `ddpctl configure --tags nvidia` counts them again" if counted == "configure counted" else "")
         )
     for gpu in probe.gpus:
         if gpu.ecc_volatile:
@@ -286,7 +293,7 @@ def run_health(
     with step(progress, f"health query ({len(nodes)} nodes)"):
         executor_for(lines.append).run(plan_query(cluster))
     probes = read_probes(lines)
-    verdicts = {node.name: judge_probe(node, probes.get(node.name)) for node in nodes}
+    verdicts = {node.name: judge_probe(node, probes.get(node.name), counted_by(cluster)) for node in nodes}
     burning = [node for node in nodes if verdicts[node.name].found]
     if burning and burn_s > 0:
         progress(f"health: a {burn_s:g} s matmul burn on every GPU of {len(burning)} node(s) at once")

@@ -323,3 +323,17 @@ def test_a_node_named_slow_while_the_run_goes_is_looked_at_once_in_the_backgroun
     live.wait()
     assert asked == [["n1"]]
     assert said == ["health: n1: unhealthy: GPU 0: clocks held down: HW Thermal Slowdown"]
+
+
+def test_parallelclusters_compute_nodes_are_counted_by_their_instance_type() -> None:
+    """pcluster's compute nodes are never configured one by one: their GPU count is the instance type's."""
+    from dataclasses import replace
+
+    c = cluster((4,))
+    pc = replace(c, spec=cluster_spec(name="c", provider="pcluster", nodes=1))
+    q = [smi_line(0), smi_line(1), "GPUHEALTH done"]
+    Executor.said = {"check-health": {"n0": q}, "check-burn": {}}
+    [onprem] = run_health(c, Executor, lambda _: None, burn_s=0).values()
+    [compute] = run_health(pc, Executor, lambda _: None, burn_s=0).values()
+    assert onprem.problems == ["nvidia-smi lists 2 GPU(s), configure counted 4"]
+    assert compute.problems == ["nvidia-smi lists 2 GPU(s), its instance type has 4"]
