@@ -47,7 +47,7 @@ class RunResult:
     cause: str = ""  # that cause's name (launch/diagnose.py's CAUSES, or "hung": launch/watch.py)
     slow: list[str] = field(default_factory=list)  # the nodes named slow while it ran: "node1 (1.60x)"
     #: the health of the nodes the run named (failed, hung, lost, slow) looked at after it: each unhealthy
-    #: one's line, "node1: unhealthy: GPU 0: Xid 79 (...)" (runs/health.py ``after_run``)
+    #: one's line, "node1: unhealthy: GPU 0: Xid 79 (...)" (runs/health_in_runs.py ``after_run``)
     health: list[str] = field(default_factory=list)
 
     @property

@@ -23,7 +23,7 @@ from ..model.host import Host
 from ..model.state import NodeInfo
 from ..model.store import DownStore, StateStore, atomic_write
 from ..providers.base import Progress
-from . import health, metrics, on_cluster
+from . import health_in_runs, metrics, on_cluster
 from .jobs import resolve_job
 from .prepare import PreparedRun
 from .records import OUTPUTS, QUEUED
@@ -144,7 +144,7 @@ def _remove_if_empty(run_dir: Path) -> None:
 def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | None:
     """An elastic run's lost node, before it is started again: replaced on a new machine where the
     provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance) or where the
-    machine, still there, is unhealthy (``health.node_reasons``), its new host and its launch there;
+    machine, still there, is unhealthy (``health_in_runs.node_reasons``), its new host and its launch there;
     None: not replaced (started again where it was)."""
     replan = prep.replan
     if replan is None or not prep.run.elastic or not prep.provider.replaces_lost_nodes(prep.cluster, store):
@@ -153,7 +153,7 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
     def unhealthy(node: str) -> str:
         try:
             targets, executor_for = clusters.job_nodes(store.load(prep.cluster.name), progress)
-            return health.node_reasons(targets, node, executor_for, progress)
+            return health_in_runs.node_reasons(targets, node, executor_for, progress)
         except Exception as exc:  # a health query that cannot run: the node is started again as it is
             progress(f"health: could not look at {node}: {exc}")
             return ""
@@ -221,14 +221,14 @@ def _execute(
     return result
 
 
-def _live_look(prep: PreparedRun, progress: Progress) -> health.LiveLook:
-    """A slow node's health, looked at while the run goes (``health.LiveLook``)."""
+def _live_look(prep: PreparedRun, progress: Progress) -> health_in_runs.LiveLook:
+    """A slow node's health, looked at while the run goes (``health_in_runs.LiveLook``)."""
 
     def ask(nodes: list[NodeInfo]) -> list[str]:
         targets, executor_for = clusters.job_nodes(prep.cluster, _quiet)
-        return health.look(targets, nodes, executor_for, _quiet)
+        return health_in_runs.look(targets, nodes, executor_for, _quiet)
 
-    return health.LiveLook(prep.cluster, ask, progress)
+    return health_in_runs.LiveLook(prep.cluster, ask, progress)
 
 
 def _quiet(_: str) -> None:
@@ -237,12 +237,12 @@ def _quiet(_: str) -> None:
 
 def _health_after(prep: PreparedRun, result: RunResult, progress: Progress) -> RunResult:
     """The health of the nodes with GPUs that the run named (failed, hung, lost, slow), looked at while they
-    are still up (``health.after_run``); a look that fails, or Ctrl-C during it, leaves the result as it was."""
-    if not health.suspects(result, prep.cluster):
+    are still up (``health_in_runs.after_run``); a look that fails, or Ctrl-C during it, leaves the result as it was."""
+    if not health_in_runs.suspects(result, prep.cluster):
         return result
     try:
         targets, executor_for = clusters.job_nodes(prep.cluster, progress)
-        lines = health.after_run(result, targets, executor_for, progress)
+        lines = health_in_runs.after_run(result, targets, executor_for, progress)
     except Exception as exc:  # the run's own result still counts
         progress(f"warning: could not look at the health of the nodes the run named: {exc}")
         return result

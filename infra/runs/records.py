@@ -294,7 +294,7 @@ def read_result(data: object) -> tuple[int | None, float | None, bool]:
 def sickness(data: object, said: str) -> str:
     """``said`` (a run's result in words) with what its watching found (launch/watch.py): a hung run's
     cause in place of "failed (exit 1)", its first clause (``hung: no progress for 61 s: rank 1 on node1
-    is stopped (T)``); the nodes named slow after it; the named nodes found unhealthy after it (runs/health.py
+    is stopped (T)``); the nodes named slow after it; the named nodes found unhealthy after it (runs/health_in_runs.py
     ``after_run``), by name (pure; ``SchemaError`` names a damaged field)."""
     result = Doc(data).doc("result")
     if result.text("cause", "") == "hung":

@@ -244,7 +244,7 @@ def _result(**kw):
 def test_after_a_run_the_nodes_it_named_are_the_ones_looked_at() -> None:
     """failed (or hung: failed_node), lost and slow nodes, only those with GPUs, in the cluster's order;
     none for a run that ended well with none named, or that Ctrl-C ended."""
-    from ddpctl.infra.runs.health import suspects
+    from ddpctl.infra.runs.health_in_runs import suspects
 
     c = cluster((4, 4, 0, 4))
     named = suspects(_result(failed_node="n3", lost=["n1"], slow=["n2 (1.60x)", "n0 (1.30x)"]), c)
@@ -254,7 +254,7 @@ def test_after_a_run_the_nodes_it_named_are_the_ones_looked_at() -> None:
 
 
 def test_after_a_run_only_the_named_nodes_are_asked_and_only_the_unhealthy_said() -> None:
-    from ddpctl.infra.runs.health import after_run
+    from ddpctl.infra.runs.health_in_runs import after_run
 
     q0, _ = healthy(4)
     q1 = [
@@ -289,7 +289,7 @@ def test_runs_says_which_named_nodes_were_unhealthy() -> None:
 
 
 def test_a_lost_nodes_reasons_from_the_query_alone() -> None:
-    from ddpctl.infra.runs.health import node_reasons
+    from ddpctl.infra.runs.health_in_runs import node_reasons
 
     q1 = [smi_line(0, ecc=2), smi_line(1), "GPUHEALTH done"]
     Executor.said, Executor.plans = {"check-health": {"n1": q1, "n0": healthy(2)[0]}}, []
@@ -304,7 +304,7 @@ def test_a_lost_nodes_reasons_from_the_query_alone() -> None:
 
 
 def test_a_node_named_slow_while_the_run_goes_is_looked_at_once_in_the_background() -> None:
-    from ddpctl.infra.runs.health import LiveLook
+    from ddpctl.infra.runs.health_in_runs import LiveLook
 
     asked: list[list[str]] = []
     said: list[str] = []
