@@ -123,6 +123,9 @@ class Provider:
     autodown: ClassVar[bool] = False
     #: Why not, where it cannot: the end of ``--autodown``'s refusal.
     no_autodown_why: ClassVar[str] = "nothing of it is billed by the hour"
+    #: Who counted its job nodes' GPUs (``NodeInfo.gpus``), in the words of ``check``'s health:
+    #: configure (``nvidia-smi -L`` at up/configure), or a node's instance type where none configures them.
+    gpus_counted_by: ClassVar[str] = "configure counted"
 
     @classmethod
     def option_names(cls) -> set[str]:

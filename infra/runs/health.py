@@ -189,9 +189,11 @@ def _gpu_label(node: NodeInfo, cuda_index: int) -> str:
 
 
 def counted_by(cluster: ClusterState) -> str:
-    """Who counted the nodes' GPUs, in words: configure (``nvidia-smi -L`` at up/configure), or, for
+    """Who counted the nodes' GPUs, in words (``Provider.gpus_counted_by``): configure, or, for
     ParallelCluster's compute nodes (which ddpctl never configures one by one), their instance type."""
-    return "its instance type has" if cluster.spec.provider == "pcluster" else "configure counted"
+    from ..providers import get_provider
+
+    return get_provider(cluster.spec.provider).gpus_counted_by
 
 
 def judge_probe(node: NodeInfo, probe: Probe | None, counted: str = "configure counted") -> NodeHealth:

@@ -64,6 +64,7 @@ class PclusterProvider(Waits, Provider):
     runs_playbooks = True
     billed = True
     disks_go_with_down = True
+    gpus_counted_by = "its instance type has"  # its compute nodes: configured by ParallelCluster, not one by one
     #: its head node cannot delete its CloudFormation stack; ParallelCluster stops idle compute nodes itself
     no_autodown_why = (
         "ParallelCluster stops idle compute nodes itself (ScaledownIdletime), and its head node cannot delete its stack"
