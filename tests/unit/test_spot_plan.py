@@ -73,14 +73,29 @@ def test_an_unhealthy_node_still_running_is_replaced_and_its_instance_terminated
         asked.append(node)
         return "GPU 1: 4 uncorrected ECC error(s) since the driver loaded" if node == "node1" else ""
 
-    lost = taken_back(NODES, ["node0", "node1", "node2"], states, head="node0", unhealthy=unhealthy)
+    lost = taken_back(NODES, ["node0", "node1", "node2"], states, head="node0", unhealthy=unhealthy, owned={"i-1"})
     assert asked == ["node1"]
     assert lost == [
         Lost("node1", "i-1", "running", unhealthy="GPU 1: 4 uncorrected ECC error(s) since the driver loaded"),
         Lost("node2", "i-2", "terminated"),
     ]
     assert lost[0].terminate and lost[0].why == "unhealthy: GPU 1: 4 uncorrected ECC error(s) since the driver loaded"
-    assert taken_back(NODES, ["node1"], {"i-1": "running"}, head="node0", unhealthy=lambda node: "") == []
+    assert (
+        taken_back(NODES, ["node1"], {"i-1": "running"}, head="node0", unhealthy=lambda node: "", owned={"i-1"}) == []
+    )
+    # an instance not proven this cluster's (a damaged or edited state names another): never terminated
+    assert taken_back(NODES, ["node1"], {"i-1": "running"}, head="node0", unhealthy=lambda node: "sick") == []
+
+
+def test_an_instance_is_ours_by_its_cluster_id_and_home_tags(tmp_path: Path) -> None:
+    from ddpctl.infra.providers.aws.spot_plan import ours
+
+    plan = _plan(tmp_path)
+    tags = [{"Key": "ddpctl:cluster-id", "Value": plan.cluster_id}, {"Key": "ddpctl:home", "Value": plan.home_id}]
+    assert ours({"InstanceId": "i-1", "Tags": tags}, plan)
+    assert not ours({"InstanceId": "i-1", "Tags": tags[:1]}, plan)  # another home's, or none
+    assert not ours({"InstanceId": "i-1", "Tags": [{"Key": "ddpctl:cluster-id", "Value": "x"}, tags[1]]}, plan)
+    assert not ours({"InstanceId": "i-1"}, plan)
 
 
 def test_a_node_without_a_recorded_instance_is_not_replaced() -> None:

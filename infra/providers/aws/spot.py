@@ -31,6 +31,7 @@ from .spot_plan import (
     configured,
     known_host_keys,
     launched_nodes,
+    ours,
     replaced,
     replacement_request,
     subnet_of,
@@ -55,8 +56,10 @@ def replace_lost(
     inst = only(state, "instances")
     detail = InstancesDetail.of(inst)
     ids = [detail.nodes[n] for n in asked if n in detail.nodes]
-    states = {i["InstanceId"]: i["State"]["Name"] for i in aws.instances_by_id(ids)}
-    lost = taken_back(detail.nodes, asked, states, state.nodes[0].name, unhealthy)
+    described = aws.instances_by_id(ids)
+    states = {i["InstanceId"]: i["State"]["Name"] for i in described}
+    owned = {i["InstanceId"] for i in described if ours(i, plan)}
+    lost = taken_back(detail.nodes, asked, states, state.nodes[0].name, unhealthy, owned)
     pending = unfinished(detail, asked, lost)
     if not lost and not pending:
         return None

@@ -12,7 +12,7 @@ lives on it, and every node's environment names its address.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from ...model.state import ClusterState, NodeInfo, Resource, ResourcePhase
 from .configure import Launched
 from .details import InstancesDetail, SubnetDetail
 from .ec2_requests import run_instances_request
-from .plan import AwsPlan
+from .plan import TAG_CLUSTER_ID, TAG_HOME, AwsPlan
 
 #: EC2 instance states of an instance taken back (or on its way out)
 GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
@@ -53,7 +53,7 @@ class Lost:
     def terminate(self) -> bool:
         """The old instance is still there (stopped, not terminated; or unhealthy, still running): terminate it
         first."""
-        return self.state in TERMINABLE or bool(self.unhealthy) and self.state not in GONE_STATES
+        return self.state in TERMINABLE or (bool(self.unhealthy) and self.state not in GONE_STATES)
 
 
 def taken_back(
@@ -62,12 +62,14 @@ def taken_back(
     states: Mapping[str, str],
     head: str,
     unhealthy: Callable[[str], str] | None = None,
+    owned: Collection[str] = (),
 ) -> list[Lost]:
     """Of the ``asked`` nodes (node name -> instance id in ``nodes``), those whose instance EC2 took
     back, by ``states`` (instance id -> EC2 state, as described now; an id missing: EC2 no longer
-    knows it), and, asked only of the others (a machine that answers), those ``unhealthy`` finds
-    unhealthy (node -> its reasons, "" where healthy). The ``head`` and nodes without a recorded instance
-    are never replaced."""
+    knows it), and, asked only of the others (a machine that answers) whose instance is proven this
+    cluster's (``owned``: its tags, ``ours``), those ``unhealthy`` finds unhealthy (node -> its reasons,
+    "" where healthy): a running instance is terminated only then. The ``head`` and nodes without a
+    recorded instance are never replaced."""
     lost = []
     for node in asked:
         instance = nodes.get(node, "")
@@ -76,9 +78,16 @@ def taken_back(
         state = states.get(instance, "")
         if not state or state in GONE_STATES:
             lost.append(Lost(node, instance, state))
-        elif unhealthy is not None and (reasons := unhealthy(node)):
+        elif unhealthy is not None and instance in owned and (reasons := unhealthy(node)):
             lost.append(Lost(node, instance, state, unhealthy=reasons))
     return lost
+
+
+def ours(instance: Mapping[str, Any], plan: AwsPlan) -> bool:
+    """An instance, as DescribeInstances gives it, carries this cluster's id and this state home's id in
+    its tags (what ``up`` tagged it with): one a damaged or edited state names is never terminated."""
+    tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags", [])}
+    return tags.get(TAG_CLUSTER_ID) == plan.cluster_id and tags.get(TAG_HOME, "") == plan.home_id
 
 
 def replacement_token(cluster_id: str, node: str, old_instance: str) -> str:
