@@ -9,6 +9,9 @@ machine's ddpctl (the local provider's processes, ``DDPCTL_SUPERVISOR=here``, an
 records no handle: it ends with its ddpctl; the same verbs for it, and for any run while its ddpctl
 here holds it, are ``runs/here.py``'s (``HereLauncher``: that process and the run's record here).
 
+Which of the three keeps a run (``Supervisor``: here, head, slurm) is chosen in one place, ``choose``,
+when the run is prepared (``runs/prepare.py``); the plan carries it to its executor.
+
 Each launcher that keeps a run on the cluster's side submits it too (``HeadLauncher.submit``: the
 supervisor started on the head; ``SlurmLauncher.submit``: install, then sbatch), as its executor's
 first step: ``Executor.run`` submits through its launcher, hands the handle to its ``submitted``
@@ -18,10 +21,11 @@ callback, then follows the run with the launcher's ``attach``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ..model.state import LaunchKind
 from ..model.words import Word
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +39,34 @@ class Phase(Word):
     RUNNING = "running"  # (or pending: waiting for Slurm's nodes)
     ENDED = "ended"  # its record is there
     GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
+
+
+class Supervisor(Word):
+    """Who keeps a run going, from its start to its record."""
+
+    HERE = "here"  # this machine's ddpctl: the run ends with it (no handle recorded)
+    HEAD = "head"  # the run's supervisor on the head node (``launch/head.py``): it outlives this ddpctl
+    SLURM = "slurm"  # Slurm, through sbatch on the login node (``launch/slurm_executor.py``)
+
+
+#: ``DDPCTL_SUPERVISOR=here``: a torchrun launch that would be supervised on the head node is supervised here
+SUPERVISOR_ENV = "DDPCTL_SUPERVISOR"
+
+
+def choose(
+    launch: LaunchKind, *, head_supervises: bool, replaces_nodes: bool, environ: Mapping[str, str]
+) -> Supervisor:
+    """The one place the launcher kind is chosen. ``launch``: the run's ``--launcher`` or its
+    cluster's (sbatch: Slurm). A torchrun launch is supervised on the head node where the provider's
+    nodes have ddpctl's SSH mesh from there (``head_supervises``: aws, onprem; not pcluster's compute
+    nodes, nor this machine's processes), unless a lost node may be replaced by a new machine
+    (``replaces_nodes``: an elastic spot run; the cloud's credentials stay on this machine) or
+    ``DDPCTL_SUPERVISOR=here`` says so; else here."""
+    if launch == LaunchKind.SBATCH:
+        return Supervisor.SLURM
+    if head_supervises and not replaces_nodes and environ.get(SUPERVISOR_ENV, "head") != "here":
+        return Supervisor.HEAD
+    return Supervisor.HERE
 
 
 #: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits (an array task's with _N; it goes into commands run on

@@ -26,6 +26,7 @@ from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
 from . import head
 from .deps import DepsStep, outcome
 from .diagnose import Agent
+from .launcher import Supervisor
 from .plan import LaunchPlan, NodeLaunch
 from .project import pack
 from .reach_plan import REACH_LINE, raise_if_head_unreachable
@@ -115,13 +116,6 @@ class SshExecutor:
         self.sink = sink
         self.grace_s = grace_s
 
-    def on_head(self, renew: Renew | None = None) -> bool:
-        """The run's supervisor runs on the head node (``head.py``): the run outlives this process
-        (a closed laptop, a SIGKILL). Here instead where lost nodes may be replaced (``renew``: the
-        cloud's credentials stay on this machine), where the nodes have no SSH mesh of ddpctl's
-        (``head_node`` None: pcluster's compute nodes), or with ``DDPCTL_SUPERVISOR=here``."""
-        return renew is None and self.head_node is not None and os.environ.get("DDPCTL_SUPERVISOR", "head") != "here"
-
     def run(
         self,
         plan: LaunchPlan,
@@ -131,13 +125,14 @@ class SshExecutor:
     ) -> RunResult:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
         was replaced (a spot instance taken back), and then for its new host and launch. Supervised
-        on the head node where ``on_head(renew)``: its handle to ``submitted`` once it runs there."""
+        where the plan says (``plan.supervisor``, ``launcher.choose``): on the head node, its handle
+        to ``submitted`` once it runs there."""
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
             archive = self._ready_nodes(plan, conns, progress)
             commands, sink, checked = self._with_precheck(plan)
-            if self.on_head(renew):  # the supervisor on the head node; this process attaches to it
+            if plan.supervisor == Supervisor.HEAD:  # the supervisor on the head node; this process attaches to it
                 result = self._run_on_head(plan, conns[0], commands, sink, progress, submitted)
             else:
                 result = self._run_here(plan, conns, commands, sink, renew, archive)
@@ -208,7 +203,7 @@ class SshExecutor:
         """The run submitted to its supervisor on the head node (``head.py``), then attached to."""
         names = [self.hosts[n.node].name for n in plan.nodes]
         node = self.head_node
-        assert node is not None  # on_head
+        assert node is not None  # the providers whose nodes it runs on (``Provider.head_supervises``) give it
         doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
         first = plan.nodes[0].node
         # a lost connection: made again, the run goes on there

@@ -203,7 +203,8 @@ class Watcher:
                 text = (
                     f"{node} is slow: its ranks compute {ratio:.2f}x the other nodes' median "
                     f"({_ms(means[node])} vs {_ms(median)} a step), and every rank waits for it: "
-                    f"`ddpctl check` looks at its health; leave it out with --nodes"
+                    "where it has GPUs, ddpctl looks at their health now (`ddpctl check` at any time); "
+                    "leave it out with --nodes"
                 )
                 alarms.append(Alarm("slow", text, node, ratio=round(ratio, 2)))
             elif node in self.slow_now and ratio >= self.rules.recovered_ratio:

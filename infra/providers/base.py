@@ -126,6 +126,9 @@ class Provider:
     #: Who counted its job nodes' GPUs (``NodeInfo.gpus``), in the words of ``check``'s health:
     #: configure (``nvidia-smi -L`` at up/configure), or a node's instance type where none configures them.
     gpus_counted_by: ClassVar[str] = "configure counted"
+    #: A torchrun launch on its nodes may be supervised on the head node (``launch/head.py``): ddpctl's
+    #: SSH mesh from the head reaches every node; where, is ``launch.launcher.choose``'s.
+    head_supervises: ClassVar[bool] = False
 
     @classmethod
     def option_names(cls) -> set[str]:

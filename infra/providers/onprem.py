@@ -44,6 +44,7 @@ class OnpremProvider(Provider):
     name = "onprem"
     no_autodown_why = "its hosts are your own machines, which ddpctl never shuts down"
     runs_playbooks = True
+    head_supervises = True
     takes_inventory = True
 
     def default_nodes(self, inventory: str) -> int:

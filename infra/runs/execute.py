@@ -147,7 +147,7 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
     machine, still there, is unhealthy (``health_in_runs.node_reasons``), its new host and its launch there;
     None: not replaced (started again where it was)."""
     replan = prep.replan
-    if replan is None or not prep.run.elastic or not prep.provider.replaces_lost_nodes(prep.cluster, store):
+    if replan is None or not prep.replaces_nodes:
         return None
 
     def unhealthy(node: str) -> str:

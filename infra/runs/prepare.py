@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
 from ..launch import deps
+from ..launch.launcher import Supervisor, choose
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.project import Project, locate, scan
@@ -48,6 +50,8 @@ class PreparedRun:
     resumed: bool = False
     #: a resumed run that has ended may start again from its snapshot (False: sbatch, only attached to)
     restartable: bool = True
+    #: an elastic run's lost node may be replaced by a new machine (``Provider.replaces_lost_nodes``)
+    replaces_nodes: bool = False
     #: what carries the plan out, given where the run's lines go: the provider's executor (torchrun),
     #: or Slurm's on the login node (sbatch); nothing above ``launch/`` asks which
     executor_for: ExecutorFor | None = None
@@ -123,9 +127,19 @@ def prepare(
     )
     _check_run(provider, cluster, run, job, opts, store)
     summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))
-    if (opts.launcher or cluster.launcher) == LaunchKind.SBATCH:
+    replaces = run.elastic and provider.replaces_lost_nodes(cluster, store)
+    kind = choose(
+        LaunchKind(opts.launcher or cluster.launcher),
+        head_supervises=provider.head_supervises,
+        replaces_nodes=replaces,
+        environ=os.environ,
+    )
+    if kind == Supervisor.SLURM:
         return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
-    return _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
+    prep = _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
+    prep.plan = replace(prep.plan, supervisor=kind)
+    prep.replaces_nodes = replaces
+    return prep
 
 
 def _cluster_for(

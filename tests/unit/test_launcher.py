@@ -211,3 +211,46 @@ def test_an_unreachable_head_is_tried_once_per_cluster(recorded, monkeypatch) ->
     on_cluster.bring_all_up_to_date(recorded.store)
     assert tries == ["r1"]
     assert not (recorded.dir / "run.json").exists()
+
+
+@pytest.mark.parametrize(
+    "launch, head_supervises, replaces, environ, kind",
+    [
+        ("sbatch", True, False, {}, "slurm"),  # Slurm keeps it, whatever the provider
+        ("sbatch", False, True, {"DDPCTL_SUPERVISOR": "here"}, "slurm"),
+        ("torchrun", True, False, {}, "head"),  # aws, onprem: the head's supervisor, outliving this ddpctl
+        ("torchrun", True, False, {"DDPCTL_SUPERVISOR": "head"}, "head"),
+        ("torchrun", True, True, {}, "here"),  # an elastic spot run: the cloud's credentials are here
+        ("torchrun", True, False, {"DDPCTL_SUPERVISOR": "here"}, "here"),
+        ("torchrun", False, False, {}, "here"),  # local processes, pcluster's compute nodes: no mesh from a head
+    ],
+)
+def test_the_launcher_kind_is_chosen_in_one_place(launch, head_supervises, replaces, environ, kind) -> None:
+    from ddpctl.infra.launch.launcher import choose
+    from ddpctl.infra.model.state import LaunchKind
+
+    assert choose(LaunchKind(launch), head_supervises=head_supervises, replaces_nodes=replaces, environ=environ) == kind
+
+
+def test_a_prepared_plan_carries_its_supervisor(home, monkeypatch) -> None:
+    """``prepare`` asks ``choose`` and the plan carries its answer to the executor (and its record)."""
+    from ddpctl.infra.model.host import Host
+    from ddpctl.infra.model.state import ClusterState, NodeInfo
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs.prepare import prepare
+    from ddpctl.infra.runs.records import RunOptions
+    from tests.support.specs import cluster_spec
+
+    store = StateStore(home)
+    nodes = [
+        NodeInfo(f"node{i}", f"10.0.0.{i + 1}", "/w", ssh=Host(name=f"node{i}", address=f"10.0.0.{i + 1}"))
+        for i in range(2)
+    ]
+    spec = cluster_spec(name="c", provider="onprem", inventory="/dev/null", nodes=2)
+    store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes))
+    monkeypatch.delenv("DDPCTL_SUPERVISOR", raising=False)
+    plan = prepare(RunOptions(job="message-passing", name="c"), store).plan
+    assert plan.supervisor == "head" and plan.to_dict()["supervisor"] == "head"
+    assert prepare(RunOptions(job="message-passing"), StateStore(home / "empty")).plan.supervisor == "here"  # local
+    monkeypatch.setenv("DDPCTL_SUPERVISOR", "here")
+    assert prepare(RunOptions(job="message-passing", name="c"), store).plan.supervisor == "here"

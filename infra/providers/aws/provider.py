@@ -60,6 +60,7 @@ class AwsProvider(Provider):
     name = "aws"
     runs_playbooks = True
     billed = True
+    head_supervises = True
     disks_go_with_down = True
     options = OPTIONS
     autodown = True  # instances terminate when they shut down, but the head, which stops (kept_head.py)
