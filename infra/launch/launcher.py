@@ -9,7 +9,7 @@ machine's ddpctl (the local provider's processes, ``DDPCTL_SUPERVISOR=here``, an
 records no handle: it ends with its ddpctl; the same verbs for it, and for any run while its ddpctl
 here holds it, are ``runs/here.py``'s (``HereLauncher``: that process and the run's record here).
 
-Which of the three keeps a run (``Supervisor``: here, head, slurm) is chosen in one place, ``choose``,
+Which of the three keeps a run (``Supervision``: here, head, slurm) is chosen in one place, ``choose``,
 when the run is prepared (``runs/prepare.py``); the plan carries it to its executor.
 
 Each launcher that keeps a run on the cluster's side submits it too (``HeadLauncher.submit``: the
@@ -41,7 +41,7 @@ class Phase(Word):
     GONE = "gone"  # the launcher knows nothing of it any more (Slurm forgot the job; a head node wiped)
 
 
-class Supervisor(Word):
+class Supervision(Word):
     """Who keeps a run going, from its start to its record."""
 
     HERE = "here"  # this machine's ddpctl: the run ends with it (no handle recorded)
@@ -55,7 +55,7 @@ SUPERVISOR_ENV = "DDPCTL_SUPERVISOR"
 
 def choose(
     launch: LaunchKind, *, head_supervises: bool, replaces_nodes: bool, environ: Mapping[str, str]
-) -> Supervisor:
+) -> Supervision:
     """The one place the launcher kind is chosen. ``launch``: the run's ``--launcher`` or its
     cluster's (sbatch: Slurm). A torchrun launch is supervised on the head node where the provider's
     nodes have ddpctl's SSH mesh from there (``head_supervises``: aws, onprem; not pcluster's compute
@@ -63,10 +63,10 @@ def choose(
     (``replaces_nodes``: an elastic spot run; the cloud's credentials stay on this machine) or
     ``DDPCTL_SUPERVISOR=here`` says so; else here."""
     if launch == LaunchKind.SBATCH:
-        return Supervisor.SLURM
+        return Supervision.SLURM
     if head_supervises and not replaces_nodes and environ.get(SUPERVISOR_ENV, "head") != "here":
-        return Supervisor.HEAD
-    return Supervisor.HERE
+        return Supervision.HEAD
+    return Supervision.HERE
 
 
 #: a handle's ``ref``: a supervisor's pid or a Slurm job id, digits (an array task's with _N; it goes into commands run on

@@ -19,7 +19,7 @@ from ..node_programs import argv as program_argv
 from ..node_programs import shown
 from ..tools.procs import NODE_KEY, STORE_KEY
 from .deps import DepsStep, Requirements, step
-from .launcher import Supervisor
+from .launcher import Supervision
 from .project import Project
 from .torchrun import RankEnv, literal, rank_env, run_markers, snapshot_from_workdir, torchrun_argv
 
@@ -107,7 +107,7 @@ class LaunchPlan:
     #: the supervisor's hang timeout (``run --hang-timeout``; launch/watch.py); 0: off
     hang_timeout_s: int = HANG_TIMEOUT_S
     #: who keeps the run going: this machine's ddpctl, or the head node's supervisor (``launcher.choose``)
-    supervisor: Supervisor = Supervisor.HERE
+    supervision: Supervision = Supervision.HERE
 
     @property
     def where(self) -> str:

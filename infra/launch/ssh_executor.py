@@ -26,7 +26,7 @@ from ..tools.procs import NODE_KEY, RUN_KEY, STORE_KEY
 from . import head
 from .deps import DepsStep, outcome
 from .diagnose import Agent
-from .launcher import Supervisor
+from .launcher import Supervision
 from .plan import LaunchPlan, NodeLaunch
 from .project import pack
 from .reach_plan import REACH_LINE, raise_if_head_unreachable
@@ -125,14 +125,14 @@ class SshExecutor:
     ) -> RunResult:
         """``renew``: asked, before a lost node (not the head) is started again, whether its machine
         was replaced (a spot instance taken back), and then for its new host and launch. Supervised
-        where the plan says (``plan.supervisor``, ``launcher.choose``): on the head node, its handle
+        where the plan says (``plan.supervision``, ``launcher.choose``): on the head node, its handle
         to ``submitted`` once it runs there."""
         with ThreadPoolExecutor(max_workers=min(16, len(plan.nodes))) as pool:
             conns = list(pool.map(lambda n: connect(self.hosts[n.node]), plan.nodes))
         try:
             archive = self._ready_nodes(plan, conns, progress)
             commands, sink, checked = self._with_precheck(plan)
-            if plan.supervisor == Supervisor.HEAD:  # the supervisor on the head node; this process attaches to it
+            if plan.supervision == Supervision.HEAD:  # the supervisor on the head node; this process attaches to it
                 result = self._run_on_head(plan, conns[0], commands, sink, progress, submitted)
             else:
                 result = self._run_here(plan, conns, commands, sink, renew, archive)

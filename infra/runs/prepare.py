@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from ..launch import deps
-from ..launch.launcher import Supervisor, choose
+from ..launch.launcher import Supervision, choose
 from ..launch.nodes import OutputLine
 from ..launch.plan import LaunchPlan, plan_torchrun
 from ..launch.project import Project, locate, scan
@@ -134,10 +134,10 @@ def prepare(
         replaces_nodes=replaces,
         environ=os.environ,
     )
-    if kind == Supervisor.SLURM:
+    if kind == Supervision.SLURM:
         return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
     prep = _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
-    prep.plan = replace(prep.plan, supervisor=kind)
+    prep.plan = replace(prep.plan, supervision=kind)
     prep.replaces_nodes = replaces
     return prep
 

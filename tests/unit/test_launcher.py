@@ -250,7 +250,7 @@ def test_a_prepared_plan_carries_its_supervisor(home, monkeypatch) -> None:
     store.save(ClusterState(spec=spec, cluster_id="abc", status="up", nodes=nodes))
     monkeypatch.delenv("DDPCTL_SUPERVISOR", raising=False)
     plan = prepare(RunOptions(job="message-passing", name="c"), store).plan
-    assert plan.supervisor == "head" and plan.to_dict()["supervisor"] == "head"
-    assert prepare(RunOptions(job="message-passing"), StateStore(home / "empty")).plan.supervisor == "here"  # local
+    assert plan.supervision == "head" and plan.to_dict()["supervision"] == "head"
+    assert prepare(RunOptions(job="message-passing"), StateStore(home / "empty")).plan.supervision == "here"  # local
     monkeypatch.setenv("DDPCTL_SUPERVISOR", "here")
-    assert prepare(RunOptions(job="message-passing", name="c"), store).plan.supervisor == "here"
+    assert prepare(RunOptions(job="message-passing", name="c"), store).plan.supervision == "here"
