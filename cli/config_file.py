@@ -75,6 +75,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "snapshot_dir": STR,
     "requirements": STR,
     "hang_timeout": INT,
+    "health_every": INT,
     "all_lines": BOOL,
 }
 CLUSTER_KEYS, RUN_KEYS = set(CLUSTER_TYPES), set(RUN_TYPES)

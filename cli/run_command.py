@@ -117,6 +117,15 @@ from .plans import print_cluster_plan, print_launch_plan
     "are judged by their own pace instead: 20 steps, at least 2 min (or SECONDS, if shorter). [default: 600]",
 )
 @click.option(
+    "--health-every",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="While the run goes, ask its nodes with GPUs the health query (nvidia-smi: GPUs missing, ECC and XID "
+    "errors, throttling; seconds, no burn) this often; an unhealthy node is named then, and in the run's "
+    "summary and `ddpctl runs` (0: off). [default: 600]",
+)
+@click.option(
     "--detach",
     is_flag=True,
     help="Run in the background: the command returns once the run has started, and the run goes on after "
@@ -167,6 +176,7 @@ def run(
     env_files,
     python,
     hang_timeout,
+    health_every,
     detach,
     all_lines,
     no_wait,
@@ -241,6 +251,7 @@ def run(
             workdir=workdir,
             requirements=requirements,
             hang_timeout_s=hang_timeout,
+            health_every_s=health_every,
         )
         from ddpctl.infra.runs.check import prepare_run
 

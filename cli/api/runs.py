@@ -102,6 +102,7 @@ def run(
     env_files: Sequence[str | Path] = (),
     python: str | None = None,
     hang_timeout: int | None = None,
+    health_every: int | None = None,
     on_line: Callable[[OutputLine], None] | None = print_line,
     progress: Callable[[str], None] | None = print_progress,
     all_lines: bool = False,
@@ -149,6 +150,7 @@ def run(
         workdir=given["workdir"],
         requirements=given["requirements"],
         hang_timeout_s=given["hang_timeout"],
+        health_every_s=given["health_every"],
     )
     store = _store(home)
     from ddpctl.infra.runs.check import prepare_run
@@ -182,6 +184,7 @@ _RUN_OPTIONS = (
     "env_files",
     "python",
     "hang_timeout",
+    "health_every",
 )
 
 

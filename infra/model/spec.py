@@ -90,6 +90,20 @@ def check_hang_timeout(seconds: object) -> None:
         )
 
 
+#: ``run --health-every``'s default, in seconds: the health query (nvidia-smi, seconds) on the run's nodes
+#: with GPUs this often while it goes (``runs/health_in_runs.LiveLook``)
+HEALTH_EVERY_S = 600
+MIN_HEALTH_EVERY_S = 10
+
+
+def check_health_every(seconds: object) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or (0 < seconds < MIN_HEALTH_EVERY_S) or seconds < 0:
+        raise UsageError(
+            f"--health-every {seconds!r} is not a time in seconds: give {MIN_HEALTH_EVERY_S} or more (e.g. 600), "
+            "or 0 for off"
+        )
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One launch of a job on a cluster."""
@@ -115,11 +129,14 @@ class RunSpec:
     #: no progress (a heartbeat or a line) from any rank for this long is a hang (launch/watch.py): the
     #: ranks are looked at and the run ended; ranks that beat are judged by their own pace. 0: off
     hang_timeout_s: int = HANG_TIMEOUT_S
+    #: the health query on the run's nodes with GPUs this often while it goes (``health_in_runs.LiveLook``); 0: off
+    health_every_s: int = HEALTH_EVERY_S
 
     def __post_init__(self) -> None:
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         check_snapshot_dir(self.snapshot_dir)
         check_hang_timeout(self.hang_timeout_s)
+        check_health_every(self.health_every_s)
         check_env_names(self.env)
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
             raise UsageError(

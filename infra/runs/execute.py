@@ -5,10 +5,11 @@ the run goes, and whole at its end), take the cluster down again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def _execute(
         submitted = _record_start(prep, store, reattached, progress)
         log_fd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         live = _live_look(prep, progress)
-        with open(log_fd, "a", buffering=1) as log:
+        with open(log_fd, "a", buffering=1) as log, _stopped(live):
 
             def tee(line: OutputLine) -> None:
                 rank = "" if line.rank is None else f" r{line.rank}"
@@ -213,7 +214,7 @@ def _execute(
                     executor = prep.executor(tee)
                     result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
         live.wait()
-        result = _health_after(prep, result, progress)
+        result = _health_after(prep, result, progress, live.found)
     finally:
         _after(prep, store, hold, progress)
     doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
@@ -222,22 +223,37 @@ def _execute(
 
 
 def _live_look(prep: PreparedRun, progress: Progress) -> health_in_runs.LiveLook:
-    """A slow node's health, looked at while the run goes (``health_in_runs.LiveLook``)."""
+    """The run's nodes' health, looked at while the run goes (``health_in_runs.LiveLook``): on its timer
+    (``run --health-every``), and a slow node's."""
 
     def ask(nodes: list[NodeInfo]) -> list[str]:
         targets, executor_for = clusters.job_nodes(prep.cluster, _quiet)
         return health_in_runs.look(targets, nodes, executor_for, _quiet)
 
-    return health_in_runs.LiveLook(prep.cluster, ask, progress)
+    run_nodes = replace(prep.cluster, nodes=prep.cluster.nodes[: prep.run.nodes])
+    return health_in_runs.LiveLook(run_nodes, ask, progress, every_s=prep.run.health_every_s)
+
+
+@contextlib.contextmanager
+def _stopped(live: health_in_runs.LiveLook) -> Iterator[None]:
+    """The live look's timer stopped however the run ends (an error, Ctrl-C), not only at its end."""
+    try:
+        yield
+    finally:
+        live.done.set()
 
 
 def _quiet(_: str) -> None:
     pass
 
 
-def _health_after(prep: PreparedRun, result: RunResult, progress: Progress) -> RunResult:
+def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, found: dict[str, str]) -> RunResult:
     """The health of the nodes with GPUs that the run named (failed, hung, lost, slow), looked at while they
-    are still up (``health_in_runs.after_run``); a look that fails, or Ctrl-C during it, leaves the result as it was."""
+    are still up (``health_in_runs.after_run``), and of those found unhealthy while it went (``found``: node ->
+    its line, ``LiveLook``; what the look at its end says of a node comes first); a look that fails, or Ctrl-C
+    during it, leaves what was found."""
+    during = [line for _, line in sorted(found.items())]
+    result = replace(result, health=during) if during else result
     if not health_in_runs.suspects(result, prep.cluster):
         return result
     try:
@@ -249,7 +265,8 @@ def _health_after(prep: PreparedRun, result: RunResult, progress: Progress) -> R
     except KeyboardInterrupt:  # the run has ended: Ctrl-C ends only the look
         progress("health: the look at the nodes the run named was interrupted")
         return result
-    return replace(result, health=lines)
+    looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
+    return replace(result, health=lines + [line for node, line in sorted(found.items()) if node not in looked])
 
 
 def _record_start(

@@ -1,5 +1,5 @@
-"""The health query (``health.py``) asked by a run, no burn (seconds): of a node with GPUs that the watcher
-names slow while the run goes (``LiveLook``), of an elastic run's lost node before it starts again
+"""The health query (``health.py``) asked by a run, no burn (seconds): while the run goes, of its nodes with
+GPUs on a timer (``run --health-every``) and of one that the watcher names slow (``LiveLook``), of an elastic run's lost node before it starts again
 (``node_reasons``: a provider that replaces lost nodes replaces an unhealthy one), and of the nodes a run
 named (failed, hung, lost, slow) at its end (``after_run``). A node that does not answer is said so,
 never named unhealthy."""
@@ -60,20 +60,33 @@ def look(
 
 
 class LiveLook:
-    """While a run goes (``execute.py`` hands it every line): a node with GPUs that the run's watcher names
-    slow (``watch.SLOW_NOTE``) is asked the health query at once, in the background, once a run; an
-    unhealthy one is said then (``health: node1: unhealthy: GPU 2: clocks held down: ...``), not only in
-    the run's summary. ``ask``: ``look`` on those nodes, its lines."""
+    """While a run goes (``execute.py`` hands it every line): the health query, in the background, of the
+    run's nodes with GPUs every ``every_s`` seconds (0: never), and at once of one that the run's watcher
+    names slow (``watch.SLOW_NOTE``), once a run. An unhealthy node is said then (``health: node1: unhealthy:
+    GPU 2: clocks held down: ...``), again only if what it says changes, and kept (``found``) for the run's
+    summary. ``ask``: ``look`` on those nodes, its lines."""
 
     def __init__(
         self,
         cluster: ClusterState,
         ask: Callable[[list[NodeInfo]], list[str]],
         progress: Callable[[str], None],
+        every_s: float = 0,
     ) -> None:
-        self.cluster, self.ask, self.progress = cluster, ask, progress
+        self.cluster, self.ask, self.progress, self.every_s = cluster, ask, progress, every_s
         self.asked: set[str] = set()
         self.threads: list[threading.Thread] = []
+        self.found: dict[str, str] = {}  # node -> its last unhealthy line
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        gpus = [node for node in cluster.nodes if node.gpus]
+        if every_s and gpus:
+            self._start(self._every, gpus)
+
+    def _start(self, target: Callable[[list[NodeInfo]], None], nodes: list[NodeInfo]) -> None:
+        thread = threading.Thread(target=target, args=(nodes,), daemon=True)
+        self.threads.append(thread)
+        thread.start()
 
     def line(self, line: OutputLine) -> None:
         found = SLOW_NOTE.match(line.text) if line.rank is None else None
@@ -82,19 +95,30 @@ class LiveLook:
         self.asked.add(found["node"])
         nodes = [node for node in self.cluster.nodes if node.name == found["node"] and node.gpus]
         if nodes:
-            thread = threading.Thread(target=self._look, args=(nodes,), daemon=True)
-            self.threads.append(thread)
-            thread.start()
+            self._start(self._look, nodes)
+
+    def _every(self, nodes: list[NodeInfo]) -> None:
+        while not self.done.wait(self.every_s):
+            self._look(nodes)
 
     def _look(self, nodes: list[NodeInfo]) -> None:
         try:
-            for text in self.ask(nodes):
-                self.progress(f"health: {text}")
-        except Exception as exc:  # the run goes on; its end looks again
+            lines = self.ask(nodes)
+        except Exception as exc:  # the run goes on; the next look, or its end, looks again
             self.progress(f"health: could not look at {', '.join(n.name for n in nodes)}: {exc}")
+            return
+        for text in lines:
+            node = text.split(":", 1)[0]
+            with self.lock:
+                new = self.found.get(node) != text
+                self.found[node] = text
+            if new:
+                self.progress(f"health: {text}")
 
     def wait(self, timeout: float = 60.0) -> None:
-        """Until the looks going on have said what they found (the run's summary comes after them)."""
+        """The timer stopped, and the looks going on given ``timeout`` to say what they found (the run's
+        summary comes after them)."""
+        self.done.set()
         for thread in self.threads:
             thread.join(timeout)
 

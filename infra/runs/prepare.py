@@ -124,6 +124,7 @@ def prepare(
         snapshot_dir=opts.snapshot_dir,
         resume_from=resume_source(source, store, cluster, provider) if source else "",
         **({} if opts.hang_timeout_s is None else {"hang_timeout_s": opts.hang_timeout_s}),
+        **({} if opts.health_every_s is None else {"health_every_s": opts.health_every_s}),
     )
     _check_run(provider, cluster, run, job, opts, store)
     summary = run_summary(cluster, run, opts, ephemeral=ephemeral and not store.exists(cluster.name))

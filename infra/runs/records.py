@@ -57,6 +57,7 @@ class RunOptions:
     #: the run's own packages (launch/deps.py): a requirements file; "": the project's requirements.txt; none: no packages
     requirements: str = ""
     hang_timeout_s: int | None = None  # None: the default (model/spec.py's HANG_TIMEOUT_S); 0: off
+    health_every_s: int | None = None  # None: the default (model/spec.py's HEALTH_EVERY_S); 0: off
 
     @classmethod
     def given(
@@ -138,6 +139,7 @@ class RunOptions:
             requirements=doc.text("requirements", ""),
             resume_from=doc.text("resume_from", ""),
             hang_timeout_s=doc.count("hang_timeout_s", None, high=30 * 86400),
+            health_every_s=doc.count("health_every_s", None, high=30 * 86400),
         )
         doc.done()
         return options

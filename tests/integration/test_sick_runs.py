@@ -27,10 +27,16 @@ BOUND_S = 240  # a hung run is named and ended well within this (gloo's own time
 
 
 def sick_run(
-    run_id: str, tmp_path: Path, *env: str, nproc: int = 1, nodes: str = "2", machine_env: dict | None = None
+    run_id: str,
+    tmp_path: Path,
+    *env: str,
+    nproc: int = 1,
+    nodes: str = "2",
+    machine_env: dict | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Output:
     job = write_sick(tmp_path)
-    args = ["run", str(job), "--nodes", nodes, "--nproc-per-node", str(nproc), "--run-id", run_id]
+    args = ["run", str(job), "--nodes", nodes, "--nproc-per-node", str(nproc), "--run-id", run_id, *flags]
     args += ["--hang-timeout", "10", "-e", "DDPCTL_BEAT_EVERY_S=1", "-e", f"SICK_DONE={tmp_path / 'done'}"]
     for pair in env:
         args += ["-e", pair]
@@ -122,6 +128,26 @@ def test_a_node_slowed_from_outside_is_named_once_and_recorded(home: Path, tmp_p
     assert "run slow: slow while it ran: node1 (" in shown.stderr, shown.stderr
     assert json.loads(ddpctl("metrics", "slow", "--json").stdout)["slow"][0].startswith("node1 (")
     assert_nothing_left("slow", home)
+
+
+def test_a_gpu_that_falls_sick_while_the_run_goes_is_named(home: Path, tmp_path: Path) -> None:
+    """--health-every: on a machine of 2 stand-in GPUs, node1's (GPU 1) healthy when the run starts, then
+    with uncorrected ECC errors: named while the run goes, once, and in the summary and `runs`."""
+    env = machine(tmp_path, 2)
+    install(tmp_path / "bin", [gpu(0), gpu(1)], [])
+    out = sick_run("gpusick", tmp_path, machine_env=env, flags=("--health-every", "10"))
+    sick = "node1: unhealthy: GPU 1: 4 uncorrected ECC error(s) since the driver loaded"
+    try:
+        out.until("training", timeout=120)
+        install(tmp_path / "bin", [gpu(0), gpu(1, ecc=4)], [])
+        out.until(f"health: {sick}", timeout=120)  # within a look or two, the run going on
+    finally:
+        (tmp_path / "done").touch()  # every rank ends at the next step
+    text = finished(out)
+    assert out.proc.returncode == 0, text
+    assert text.count(f"health: {sick}") == 2, text  # once while it went (not at every look), once in the summary
+    assert result_in_runs("gpusick") == "succeeded; unhealthy: node1"
+    assert_nothing_left("gpusick", home)
 
 
 def wait_for_rank(run_id: str, rank: int, timeout: float = 120) -> psutil.Process:

@@ -4,6 +4,8 @@ tests/integration/test_check_health.py (the test cluster), test_check_in_node.py
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ddpctl.infra import node_programs
@@ -323,6 +325,41 @@ def test_a_node_named_slow_while_the_run_goes_is_looked_at_once_in_the_backgroun
     live.wait()
     assert asked == [["n1"]]
     assert said == ["health: n1: unhealthy: GPU 0: clocks held down: HW Thermal Slowdown"]
+
+
+def test_the_live_look_asks_on_its_timer_and_says_what_changed() -> None:
+    """``run --health-every``: the run's nodes with GPUs asked on a timer; a node's line said when it first
+    comes and when it changes, not at every look; what was found kept for the summary; stopped by ``wait``."""
+    import threading
+
+    from ddpctl.infra.runs.health_in_runs import LiveLook
+
+    answers = [[], ["n1: unhealthy: GPU 0: 2 uncorrected ECC error(s) since the driver loaded"]] * 2
+    answers += [["n1: unhealthy: GPU 0: 4 uncorrected ECC error(s) since the driver loaded"]] * 50
+    asked: list[list[str]] = []
+    said: list[str] = []
+    enough = threading.Event()
+
+    def ask(nodes):
+        asked.append([n.name for n in nodes])
+        if len(asked) >= 6:
+            enough.set()
+        return answers[len(asked) - 1]
+
+    live = LiveLook(cluster((2, 2, 0)), ask, said.append, every_s=0.01)
+    assert enough.wait(30)
+    live.wait()
+    looks = len(asked)
+    assert asked[0] == ["n0", "n1"]  # the nodes with GPUs, not n2
+    assert said == [
+        "health: n1: unhealthy: GPU 0: 2 uncorrected ECC error(s) since the driver loaded",
+        "health: n1: unhealthy: GPU 0: 4 uncorrected ECC error(s) since the driver loaded",
+    ]
+    assert live.found == {"n1": "n1: unhealthy: GPU 0: 4 uncorrected ECC error(s) since the driver loaded"}
+    time.sleep(0.1)
+    assert len(asked) == looks  # stopped
+    assert LiveLook(cluster((2, 2)), ask, said.append, every_s=0).threads == []  # --health-every 0: off
+    assert LiveLook(cluster((0, 0)), ask, said.append, every_s=5).threads == []  # no GPUs: nothing to ask
 
 
 def test_parallelclusters_compute_nodes_are_counted_by_their_instance_type() -> None:
