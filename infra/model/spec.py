@@ -81,27 +81,16 @@ class ClusterSpec:
 #: ``run --hang-timeout``'s default, in seconds: a script that prints nothing for 10 minutes is hung
 HANG_TIMEOUT_S = 600
 MIN_HANG_TIMEOUT_S = 5
-
-
-def check_hang_timeout(seconds: object) -> None:
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or (0 < seconds < MIN_HANG_TIMEOUT_S) or seconds < 0:
-        raise UsageError(
-            f"--hang-timeout {seconds!r} is not a time in seconds: give {MIN_HANG_TIMEOUT_S} or more (e.g. 600), or 0 for off"
-        )
-
-
 #: ``run --health-every``'s default, in seconds: the health query (nvidia-smi, seconds) on the run's nodes
 #: with GPUs this often while it goes (``runs/health_in_runs.LiveLook``)
 HEALTH_EVERY_S = 600
 MIN_HEALTH_EVERY_S = 10
 
 
-def check_health_every(seconds: object) -> None:
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or (0 < seconds < MIN_HEALTH_EVERY_S) or seconds < 0:
-        raise UsageError(
-            f"--health-every {seconds!r} is not a time in seconds: give {MIN_HEALTH_EVERY_S} or more (e.g. 600), "
-            "or 0 for off"
-        )
+def check_seconds(flag: str, seconds: object, least: int) -> None:
+    """A run's period or timeout in whole seconds: ``least`` or more, or 0 for off."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or (0 < seconds < least) or seconds < 0:
+        raise UsageError(f"{flag} {seconds!r} is not a time in seconds: give {least} or more (e.g. 600), or 0 for off")
 
 
 @dataclass(frozen=True)
@@ -135,8 +124,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         check_count("--nodes", self.nodes, MAX_NODES, MAX_NODES_WHY)
         check_snapshot_dir(self.snapshot_dir)
-        check_hang_timeout(self.hang_timeout_s)
-        check_health_every(self.health_every_s)
+        check_seconds("--hang-timeout", self.hang_timeout_s, MIN_HANG_TIMEOUT_S)
+        check_seconds("--health-every", self.health_every_s, MIN_HEALTH_EVERY_S)
         check_env_names(self.env)
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
             raise UsageError(

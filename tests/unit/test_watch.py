@@ -244,6 +244,12 @@ def test_the_hang_timeout_is_checked_once_for_the_cli_and_the_api() -> None:
     assert RunSpec("mnist").hang_timeout_s == 600
     with pytest.raises(UsageError, match="--hang-timeout"):
         ddpctl.run("message-passing", hang_timeout=-1)
+    # --health-every: the same rule, its own least
+    with pytest.raises(UsageError, match=r"--health-every 5 is not a time in seconds: give 10 or more"):
+        RunSpec("mnist", health_every_s=5)
+    assert RunSpec("mnist", health_every_s=0).health_every_s == 0 and RunSpec("mnist").health_every_s == 600
+    with pytest.raises(UsageError, match="--health-every"):
+        ddpctl.run("message-passing", health_every=-1)
 
 
 def test_a_compute_time_function_is_read_only_when_a_line_goes_out(monkeypatch) -> None:
