@@ -233,26 +233,7 @@ def run(
     else:
         if not job:
             raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
-        opts = RunOptions.given(
-            job,
-            job_args,
-            nodes=nodes,
-            nproc_per_node=nproc_per_node,
-            max_restarts=max_restarts,
-            name=name,
-            port=port,
-            run_id=run_id or "",
-            env=env,
-            env_files=env_files,
-            python=python,
-            launcher=launcher,
-            snapshot_dir=snapshot_dir,
-            resume_from=resume_from,
-            workdir=workdir,
-            requirements=requirements,
-            hang_timeout_s=hang_timeout,
-            health_every_s=health_every,
-        )
+        opts = RunOptions.of_flags(job, job_args, env, ctx.params)
         from ddpctl.infra.runs.check import prepare_run
 
         prep = prepare_run(opts, store, out.progress, healthy_only=healthy_only, dry_run=dry_run)

@@ -132,25 +132,8 @@ def run(
     given = {k: _checked(command, k, v) for k, v in _given_run(locals()).items()}
     if not given["job"]:
         raise UsageError("missing JOB: give a bundled job (message-passing, mnist, mingpt) or a script path")
-    opts = RunOptions.given(
-        given["job"],
-        _checked(command, "job_args", args, "args"),
-        nodes=given["nodes"],
-        nproc_per_node=given["nproc_per_node"],
-        max_restarts=given["max_restarts"],
-        name=given["name"],
-        port=given["port"],
-        run_id=given["run_id"] or "",
-        env=_env_pairs(env, env_from),
-        env_files=given["env_files"] or (),
-        python=given["python"],
-        launcher=given["launcher"],
-        snapshot_dir=given["snapshot_dir"],
-        resume_from=given["resume_from"],
-        workdir=given["workdir"],
-        requirements=given["requirements"],
-        hang_timeout_s=given["hang_timeout"],
-        health_every_s=given["health_every"],
+    opts = RunOptions.of_flags(
+        given["job"], _checked(command, "job_args", args, "args"), _env_pairs(env, env_from), given
     )
     store = _store(home)
     from ddpctl.infra.runs.check import prepare_run
@@ -167,29 +150,11 @@ def run(
     return RunOutcome.of(result, store.run_dir(result.run_id))
 
 
-#: ``run``'s keywords that are its command's options, checked by their Click types (``_checked``)
-_RUN_OPTIONS = (
-    "job",
-    "nodes",
-    "nproc_per_node",
-    "max_restarts",
-    "name",
-    "port",
-    "run_id",
-    "launcher",
-    "snapshot_dir",
-    "workdir",
-    "requirements",
-    "resume_from",
-    "env_files",
-    "python",
-    "hang_timeout",
-    "health_every",
-)
-
-
 def _given_run(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: values[k] for k in _RUN_OPTIONS}
+    """``run``'s keywords that are its command's options (``RUN_FLAGS``, and the job), checked by their Click types."""
+    from ddpctl.infra.runs.records import RUN_FLAGS
+
+    return {k: values[k] for k in ("job", *RUN_FLAGS)}
 
 
 def runs(*, home: str | Path | None = None) -> list[RunRecord]:

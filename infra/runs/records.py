@@ -34,6 +34,26 @@ ON_CLUSTER = "on-cluster"
 NPROC_WORDS = ("gpu", "auto")
 
 
+#: ``run``'s flags that are its options (the command's parameter names, the API's keywords) -> ``RunOptions``' fields
+RUN_FLAGS = {
+    "nodes": "nodes",
+    "nproc_per_node": "nproc_per_node",
+    "max_restarts": "max_restarts",
+    "name": "name",
+    "port": "port",
+    "run_id": "run_id",
+    "launcher": "launcher",
+    "snapshot_dir": "snapshot_dir",
+    "workdir": "workdir",
+    "requirements": "requirements",
+    "resume_from": "resume_from",
+    "env_files": "env_files",
+    "python": "python",
+    "hang_timeout": "hang_timeout_s",
+    "health_every": "health_every_s",
+}
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """``ddpctl run``'s options as given (None: not given)."""
@@ -58,6 +78,15 @@ class RunOptions:
     requirements: str = ""
     hang_timeout_s: int | None = None  # None: the default (model/spec.py's HANG_TIMEOUT_S); 0: off
     health_every_s: int | None = None  # None: the default (model/spec.py's HEALTH_EVERY_S); 0: off
+
+    @classmethod
+    def of_flags(cls, job: str, args: tuple[str, ...] | list[str], env: tuple[str, ...] | list[str], flags: dict):
+        """The options from ``run``'s flags by their parameter names (``RUN_FLAGS``), as the CLI's command
+        and the Python API's ``run`` both hold them: one mapping for both faces."""
+        given = {field: flags[flag] for flag, field in RUN_FLAGS.items()}
+        return cls.given(
+            job, args, env=env, **{**given, "run_id": given["run_id"] or "", "env_files": given["env_files"] or ()}
+        )
 
     @classmethod
     def given(

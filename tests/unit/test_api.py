@@ -60,3 +60,21 @@ def test_up_is_composed_once_for_the_cli_and_the_api(home: Path, monkeypatch: py
     assert question in cli_said.output and cli_said.exit_code == 2
     assert str(api_said.value) == f"{question}: pass yes=True to confirm"
     assert not list((home / "clusters").glob("*.json")) if home.exists() else True
+
+
+def test_run_options_are_mapped_once_for_the_cli_and_the_api() -> None:
+    """``RUN_FLAGS``: every one is a parameter of the `run` command and a keyword of ``ddpctl.run``, and
+    together with the job, its arguments and its variables they fill every field of ``RunOptions``."""
+    import dataclasses
+    import inspect
+
+    from ddpctl.run_command import run as command
+    from ddpctl.infra.runs.records import RUN_FLAGS, RunOptions
+
+    params = {p.name for p in command.params}
+    keywords = set(inspect.signature(ddpctl.run).parameters)
+    assert set(RUN_FLAGS) <= params and set(RUN_FLAGS) <= keywords
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    assert set(RUN_FLAGS.values()) | {"job", "args", "env", "min_nodes"} == fields
+    opts = RunOptions.of_flags("mnist", ["--epochs", "1"], ["A=1"], {**dict.fromkeys(RUN_FLAGS), "nodes": (2, 3)})
+    assert (opts.nodes, opts.min_nodes, opts.run_id, opts.env_files, opts.env) == (3, 2, "", (), ("A=1",))
