@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -30,25 +29,10 @@ from ..model.errors import DdpctlError
 from ..tools.trace import ENV as TRACE_ENV
 from ..tools.trace import traced
 from .diagnose import Agent
-from .nodes import Elastic, NodeResult, OutputLine, RunResult
+from .nodes import Elastic, NodeResult, OutputLine, RunResult, log_line
 from .store import RdzvStore
 from .supervise import supervise
 from .watch import HANG_TIMEOUT_S, Rules
-
-#: a line of ``output.log``, as ``runs/<id>/output.log`` has them (``runs/logs.py``)
-LOG_LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
-
-
-def log_line(line: OutputLine) -> str:
-    rank = "" if line.rank is None else f" r{line.rank}"
-    return f"[{line.node}{rank}] {line.text}\n"
-
-
-def read_log_line(raw: str) -> OutputLine:
-    m = LOG_LINE.fullmatch(raw.rstrip("\n"))
-    if m is None:
-        return OutputLine("?", None, raw.rstrip("\n"))
-    return OutputLine(m["node"], int(m["rank"]) if m["rank"] else None, m["text"])
 
 
 class MeshProcess:

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from ..model.errors import DdpctlError
 from ..tools.signals import sigint_deferred
 from ..tools.trace import ENV as TRACE_ENV
-from .head_agent import read_log_line
-from .nodes import OutputLine, RunResult, result_of
+from .nodes import OutputLine, RunResult, read_log_line, result_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric

@@ -14,6 +14,22 @@ from ..model.results import OutputLine
 from ..model.results import RunResult as RunResult
 from ..model.results import result_of as result_of
 
+#: a line of ``output.log``, as ``runs/<id>/output.log`` has them (``runs/logs.py``)
+LOG_LINE = re.compile(r"\[(?P<node>[^\] ]+)(?: r(?P<rank>\d+))?\] (?P<text>.*)")
+
+
+def log_line(line: OutputLine) -> str:
+    rank = "" if line.rank is None else f" r{line.rank}"
+    return f"[{line.node}{rank}] {line.text}\n"
+
+
+def read_log_line(raw: str) -> OutputLine:
+    m = LOG_LINE.fullmatch(raw.rstrip("\n"))
+    if m is None:
+        return OutputLine("?", None, raw.rstrip("\n"))
+    return OutputLine(m["node"], int(m["rank"]) if m["rank"] else None, m["text"])
+
+
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
 
 

@@ -24,9 +24,8 @@ from ..node_programs import argv as program_argv
 from ..node_programs import command
 from ..tools.procs import RUN_KEY
 from .deps import outcome
-from .head_agent import log_line, read_log_line
 from .launcher import Described, Handle, Phase
-from .nodes import NodeStatus
+from .nodes import NodeStatus, log_line, read_log_line
 from .project import pack
 from .sbatch import SbatchPlan, secrets_path
 from .ssh_executor import check_writable, run_step, ship_project

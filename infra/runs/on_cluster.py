@@ -11,11 +11,8 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ..launch.head_agent import read_log_line
 from ..launch.launcher import Handle, Launcher, Phase, reopen
-from ..launch.nodes import result_of
-from ..launch.reach_plan import REACH_LINE
-from ..launch.supervise import OutputLine, RunResult
+from ..launch.nodes import OutputLine, RunResult, read_log_line, result_of
 from ..model import locks
 from ..model.errors import DdpctlError
 from ..model.store import StateStore, atomic_write
@@ -257,6 +254,8 @@ def first_unseen(here: list[str], lines: list[str]) -> int:
 
 
 def _reach_line(raw: str) -> bool:
+    from ..launch.reach_plan import REACH_LINE  # (its planning imports, only where a line is asked)
+
     line = read_log_line(raw)
     return line.rank is None and REACH_LINE.match(line.text.strip()) is not None
 

@@ -68,8 +68,8 @@ def test_run_options_are_mapped_once_for_the_cli_and_the_api() -> None:
     import dataclasses
     import inspect
 
-    from ddpctl.run_command import run as command
     from ddpctl.infra.runs.records import RUN_FLAGS, RunOptions
+    from ddpctl.run_command import run as command
 
     params = {p.name for p in command.params}
     keywords = set(inspect.signature(ddpctl.run).parameters)
