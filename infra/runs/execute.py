@@ -254,7 +254,8 @@ def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, foun
     during it, leaves what was found."""
     during = [line for _, line in sorted(found.items())]
     result = replace(result, health=during) if during else result
-    if not health_in_runs.suspects(result, prep.cluster):
+    looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
+    if not looked:
         return result
     try:
         targets, executor_for = clusters.job_nodes(prep.cluster, progress)
@@ -265,7 +266,6 @@ def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, foun
     except KeyboardInterrupt:  # the run has ended: Ctrl-C ends only the look
         progress("health: the look at the nodes the run named was interrupted")
         return result
-    looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
     return replace(result, health=lines + [line for node, line in sorted(found.items()) if node not in looked])
 
 

@@ -36,19 +36,8 @@ NPROC_WORDS = ("gpu", "auto")
 
 #: ``run``'s flags that are its options (the command's parameter names, the API's keywords) -> ``RunOptions``' fields
 RUN_FLAGS = {
-    "nodes": "nodes",
-    "nproc_per_node": "nproc_per_node",
-    "max_restarts": "max_restarts",
-    "name": "name",
-    "port": "port",
-    "run_id": "run_id",
-    "launcher": "launcher",
-    "snapshot_dir": "snapshot_dir",
-    "workdir": "workdir",
-    "requirements": "requirements",
-    "resume_from": "resume_from",
-    "env_files": "env_files",
-    "python": "python",
+    **{same: same for same in ("nodes", "nproc_per_node", "max_restarts", "name", "port", "run_id", "launcher")},
+    **{same: same for same in ("snapshot_dir", "workdir", "requirements", "resume_from", "env_files", "python")},
     "hang_timeout": "hang_timeout_s",
     "health_every": "health_every_s",
 }
