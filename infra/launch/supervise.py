@@ -64,6 +64,13 @@ def supervise(
     return Supervisor(run_id, procs, sink, cleanup=cleanup, grace_s=grace_s, elastic=elastic, watch=watch).run()
 
 
+#: a hang's look that found no rank on any node, every node answering: the ranks ended, their agents not yet
+RANKS_ENDED = (
+    "no rank runs on any node: they ended and torchrun is ending the run (or starting them again); "
+    "waiting for it (a hang again if it is silent that long)"
+)
+
+
 class Supervisor:
     """One run's supervision (see ``supervise``): a loop of turns, each looking at every node once."""
 
@@ -105,9 +112,11 @@ class Supervisor:
         self.diagnosis = Diagnosis()
         self.watcher = Watcher(watch or Rules(), self.clock.now())
         self.stacks = Stacks()  # each rank's place, from the stacks a hung run's ranks print
-        # a hung run, its ranks looked at: (when to stop it, how long it was silent, what look found)
-        self.hang: tuple[float, float, list] | None = None
+        # a hung run, its ranks looked at: (when to stop it, how long it was silent, what look found, whether
+        # every node answered)
+        self.hang: tuple[float, float, list, bool] | None = None
         self.hang_text = ""  # its cause, in one line
+        self.rankless = False  # a hang's look found no rank on any node (and no rank has printed since)
 
     def run(self) -> RunResult:
         start = self.clock.now()
@@ -164,6 +173,7 @@ class Supervisor:
 
     def _line(self, parsed: OutputLine) -> None:
         beat = parse_beat(parsed.text) if parsed.rank is not None else None
+        self.rankless = self.rankless and parsed.rank is None
         if beat is not None:  # a rank's heartbeat: read, not shown
             self.watcher.beat(parsed.node, parsed.rank, beat, self.clock.now())
             return
@@ -181,7 +191,7 @@ class Supervisor:
         """Say what the watcher sees; a hung run's ranks looked at, then, their stacks back, it is stopped."""
         if self.hang is not None:
             if self.clock.now() >= self.hang[0]:
-                self._stop_hung(self.hang[1], self.hang[2])
+                self._stop_hung(*self.hang[1:])
             return
         nodes = [proc.node for proc in self.procs]
         for alarm in self.watcher.tick(self.clock.now()):
@@ -189,12 +199,19 @@ class Supervisor:
             if alarm.kind == "hung":
                 self._note(i, f"{alarm.text}; looking at every rank (its state, its Python stack)")
                 silent = self.clock.now() - self.watcher.last_progress  # before the stacks come
-                self.hang = (self.clock.now() + self.stacks_s, silent, self._look())
+                looks, answered = self._look()
+                if not looks and answered and not self.rankless:  # the ranks ended: torchrun is ending
+                    self.rankless = True  # (or starting them again); its own timeouts bound that
+                    self._note(i, RANKS_ENDED)
+                    self.watcher.restart(self.clock.now())
+                    return
+                self.hang = (self.clock.now() + self.stacks_s, silent, looks, answered)
             else:
                 self._note(i, alarm.text)
 
-    def _look(self) -> list:
-        """Every node's ranks: their process state, each one's stack asked for (it prints it on stderr)."""
+    def _look(self) -> tuple[list, bool]:
+        """Every node's ranks: their process state, each one's stack asked for (it prints it on stderr);
+        and whether every node answered."""
         found: dict[int, list[str]] = {}
 
         def look(i: int) -> None:
@@ -216,12 +233,12 @@ class Supervisor:
                     looks.append(seen)
                     state = STATES.get(seen.state, "state")
                     self._note(i, f"rank {seen.rank} on {seen.node} (pid {seen.pid}): {state} ({seen.state})")
-        return looks
+        return looks, len(found) == len(self.procs)
 
-    def _stop_hung(self, waited: float, looks: list) -> None:
+    def _stop_hung(self, waited: float, looks: list, answered: bool) -> None:
         """The run ended as hung; an elastic one goes on without the node that held it up, if it may."""
         self.hang = None
-        node, text = hang_cause(looks, self.stacks.places, waited, self.run_id)
+        node, text = hang_cause(looks, self.stacks.places, waited, self.run_id, answered=answered)
         nodes = [p.node for p in self.procs]
         if node in nodes and self._may_lose(nodes.index(node)):
             i = nodes.index(node)

@@ -8,7 +8,9 @@ asks it each turn (``tick``) what to say:
 - ``hung``: no progress (a beat or any line) from any rank for the hang timeout: once ranks beat,
   ``max(floor, steps x the slowest rank's step time)``, the run's own pace; before (a script that never
   beats), the run's ``--hang-timeout``; before any rank's first line, not before torchrun's rendezvous
-  would have timed out (``STARTUP_S``). The supervisor then looks at every rank (``look``) and ends the run.
+  would have timed out (``STARTUP_S``). The supervisor then looks at every rank (``look``) and ends the run;
+  where every node answers and none has a rank left (they ended; torchrun is ending the run, or starting
+  them again), it waits on, as after a restart, and a second such silence is the hang.
 - ``behind``: a rank that beat, silent for that long while the others beat on (within half of it); once
   until it beats again.
 - ``slow``: a node whose ranks' compute time over the last ``window_s`` is ``slow_ratio`` times the
@@ -282,14 +284,20 @@ WHY = {
 
 
 def hang_cause(
-    looks: list[RankLook], places: dict[tuple[str, int], str], waited_s: float, run_id: str
+    looks: list[RankLook], places: dict[tuple[str, int], str], waited_s: float, run_id: str, *, answered: bool = False
 ) -> tuple[str, str]:
     """(the node to blame, "" where no one node is: one line, ``hung: WHO (no progress for N s); what it
     means; what to do``, whose first clause ``runs`` shows). WHO: the ranks stopped, else the ranks
-    elsewhere than most others."""
+    elsewhere than most others. ``answered``: every node answered the look (none found no rank: their
+    agents, torchrun, are what is stuck)."""
     looks = [RankLook(k.node, k.rank, k.pid, k.state, places.get((k.node, k.rank), "")) for k in looks]
     todo = f"each rank's stack is in `ddpctl logs {run_id}`; fix it and run again (--resume-from {run_id})"
     quiet = f"(no progress for {waited_s:.0f} s)"
+    if not looks and answered:
+        return "", (
+            f"hung {quiet}; no rank runs on any node and torchrun has not ended: its agents wait (a rendezvous, "
+            f"a node gone: `ddpctl check`); {todo}"
+        )
     if not looks:
         return "", f"hung {quiet}; no rank could be looked at: its node did not answer (`ddpctl check`); {todo}"
     odd = [k for k in looks if k.state in WHY]

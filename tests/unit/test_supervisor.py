@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ddpctl.infra.launch.diagnose import Agent, never_joined, rendezvous_hint
-from ddpctl.infra.launch.supervise import Elastic, OutputLine, RunResult, Supervisor, parse_line
+from ddpctl.infra.launch.supervise import RANKS_ENDED, Elastic, OutputLine, RunResult, Supervisor, parse_line
 from ddpctl.infra.launch.watch import Rules
 
 
@@ -611,6 +611,25 @@ def test_a_run_that_never_beats_is_hung_after_its_silence() -> None:
         "hung: every rank waits, none stopped (no progress for 40 s)"
     )
     assert 40 <= clock.t < 70
+
+
+def test_ranks_that_ended_before_their_agents_are_no_hang() -> None:
+    """Every rank done, torchrun still ending (its exit barrier, a loaded machine) past the hang timeout:
+    the look finds no rank on any node that answered; the run is waited for, and succeeds."""
+    clock, sink = FakeClock(), Sink()
+    nodes = [LookedAt(clock, f"node{i}", beats(i), [], at=45.0) for i in (0, 1)]
+    result = watched(clock, nodes, Rules(hang_timeout_s=30), sink)
+    assert result.ok and result.cause == "" and result.hint == "", result.hint
+    assert RANKS_ENDED in sink.notes()
+    assert [n.looked for n in nodes] == [1, 1]
+
+
+def test_agents_that_never_end_after_their_ranks_are_hung_at_the_second_look() -> None:
+    clock = FakeClock()
+    nodes = [LookedAt(clock, f"node{i}", beats(i), [], at=None) for i in (0, 1)]
+    result = watched(clock, nodes, Rules(hang_timeout_s=30, startup_s=60), Sink())
+    assert result.cause == "hung" and [n.looked for n in nodes] == [2, 2]
+    assert "no rank runs on any node and torchrun has not ended" in result.hint, result.hint
 
 
 def test_a_healthy_run_is_left_alone() -> None:
