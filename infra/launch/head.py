@@ -75,6 +75,8 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
     store = None
     if plan.store is not None:
         store = {"node": plan.store.node, "host": hosts[0], "command": plan.store.shell()}
+    on_mesh = {n.node: h for n, h in zip(plan.nodes, hosts)}
+    health = [{"node": q.node, "host": on_mesh[q.node], "command": q.shell()} for q in plan.health_query]
     return {
         "run_id": plan.run_id,
         "cluster": "",  # the controller's name for it: on_cluster.py fills it in
@@ -83,6 +85,7 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
         "plan": plan.to_dict(),
         "nodes": nodes,
         "store": store,
+        "health": health,
         "min_nodes": plan.min_nodes,
         "hang_timeout_s": plan.hang_timeout_s,
         "grace_s": grace_s,

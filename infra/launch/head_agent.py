@@ -9,7 +9,8 @@ node's agent over the cluster's own SSH mesh (``ssh NODE``: the ssh_mesh role's 
 config), supervises them (fail fast; elastic: a lost node started again), and writes, in its folder,
 ``pid``, ``output.log`` (``[node rRANK] text`` lines, as ``runs/<id>/output.log``) and, last,
 ``run.json`` (the run's record; with ``error``, one line, where the run could not start: the rendezvous
-port taken). SIGINT or SIGTERM stops the run as Ctrl-C does.
+port taken; with the health query's lines from the nodes the run named, ``ask_health``, for the
+controller to judge). SIGINT or SIGTERM stops the run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -141,6 +142,33 @@ def run(spec: dict, sink) -> RunResult:
     return store.explain(result, [Agent(n["node"], n.get("address", "")) for n in nodes])
 
 
+def ask_health(spec: dict, result: RunResult, sink) -> dict:
+    """The health query's lines (``spec["health"]``: each node with GPUs, its shell line) from the nodes the
+    run named, all at once while they are still up, by node: the controller judges them."""
+    asked = [q for q in spec.get("health", []) if q["node"] in result.named()]
+    if not asked:
+        return {}
+    names = ", ".join(q["node"] for q in asked)
+    sink(OutputLine(spec["nodes"][0]["node"], None, f"ddpctl: health: asking {names}, named by the run"))
+    got: dict = {}
+
+    def ask(q: dict) -> None:
+        try:
+            done = subprocess.run(
+                [*ssh(spec), q["host"], q["command"]], stdin=subprocess.DEVNULL, capture_output=True, timeout=60
+            )
+            got[q["node"]] = done.stdout.decode(errors="replace").splitlines()
+        except (OSError, subprocess.SubprocessError):  # a node that does not answer: not judged
+            pass
+
+    threads = [threading.Thread(target=ask, args=(q,), daemon=True) for q in asked]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    return {q["node"]: got[q["node"]] for q in asked if q["node"] in got}
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -170,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
             result = RunResult(spec["run_id"], 1, time.monotonic() - started, failed_node=spec["nodes"][0]["node"])
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its record is written whatever comes
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if not error:
+            result.probes = ask_health(spec, result, sink)
     result.nodes = [r if isinstance(r, NodeResult) else NodeResult(**r) for r in result.nodes]
     doc = {"cluster": spec["cluster"], "plan": spec["plan"], "result": asdict(result)}
     if error:

@@ -108,6 +108,9 @@ class LaunchPlan:
     hang_timeout_s: int = HANG_TIMEOUT_S
     #: who keeps the run going: this machine's ddpctl, or the head node's supervisor (``launcher.choose``)
     supervision: Supervision = Supervision.HERE
+    #: the health query (``node_programs/gpu_health.py``) on each of the run's nodes with GPUs: a supervisor
+    #: away from ddpctl (the head's) asks the nodes it named at the run's end (runs/health_in_runs.py judges)
+    health_query: tuple[NodeLaunch, ...] = ()
 
     @property
     def where(self) -> str:
@@ -131,6 +134,7 @@ class LaunchPlan:
     def to_dict(self) -> dict:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""
         doc = asdict(self)
+        del doc["health_query"]  # the head's part, not the run's
         doc["project"] = self.project.to_dict() if self.project else None
         doc["deps"] = [deps.to_dict() for deps in self.deps]  # not the requirements' text, nor the program's
         for node, launch in zip(doc["nodes"], self.nodes):

@@ -49,10 +49,22 @@ class RunResult:
     #: the health of the nodes the run named (failed, hung, lost, slow) looked at after it: each unhealthy
     #: one's line, "node1: unhealthy: GPU 0: Xid 79 (...)" (runs/health_in_runs.py ``after_run``)
     health: list[str] = field(default_factory=list)
+    #: a supervisor away from ddpctl (the head node's): the health query's lines from the nodes it named, by
+    #: node, judged into ``health`` by the controller (runs/health_in_runs.py ``judge``), then dropped
+    probes: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    def named(self) -> set[str]:
+        """The nodes the run named, whose health is worth a look: the one that failed or hung it, those
+        it lost, those it named slow. None for a run that Ctrl-C ended."""
+        if self.interrupted:
+            return set()
+        named = {self.failed_node} if self.failed_node else set()
+        named |= {n.node for n in self.nodes if n.status == NodeStatus.LOST}
+        return named | {text.split(" ")[0] for text in self.slow}
 
 
 def result_of(doc: dict) -> RunResult:

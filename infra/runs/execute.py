@@ -252,14 +252,17 @@ def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, foun
     are still up (``health_in_runs.after_run``), and of those found unhealthy while it went (``found``: node ->
     its line, ``LiveLook``; what the look at its end says of a node comes first); a look that fails, or Ctrl-C
     during it, leaves what was found."""
-    during = [line for _, line in sorted(found.items())]
-    result = replace(result, health=during) if during else result
+    probes = result.probes  # the head's supervisor asked them as the run ended: judged here, not kept
+    result = replace(result, health=[line for _, line in sorted(found.items())], probes={})
     looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
     if not looked:
         return result
     try:
-        targets, executor_for = clusters.job_nodes(prep.cluster, progress)
-        lines = health_in_runs.after_run(result, targets, executor_for, progress)
+        if probes:
+            lines = health_in_runs.judge(prep.cluster, probes)
+        else:
+            targets, executor_for = clusters.job_nodes(prep.cluster, progress)
+            lines = health_in_runs.after_run(result, targets, executor_for, progress)
     except Exception as exc:  # the run's own result still counts
         progress(f"warning: could not look at the health of the nodes the run named: {exc}")
         return result

@@ -12,21 +12,27 @@ from dataclasses import replace
 
 from ..launch.nodes import OutputLine
 from ..launch.watch import SLOW_NOTE
-from ..model.results import NodeStatus, RunResult
+from ..model.results import RunResult
 from ..model.state import ClusterState, NodeInfo
-from .health import NO_ANSWER, run_health
+from .health import NO_ANSWER, counted_by, judge_probe, read_probes, run_health
 
 
 def suspects(result: RunResult, cluster: ClusterState) -> list[NodeInfo]:
     """The nodes a run named (pure): the one that failed or hung it, those it lost, those it named slow; only
     those where configure counted GPUs (a CPU node has no health to look at), in the cluster's order.
     None (an empty list) for a run that succeeded with no node named, or that Ctrl-C ended."""
-    if result.interrupted:
-        return []
-    named = {result.failed_node} if result.failed_node else set()
-    named |= {n.node for n in result.nodes if n.status == NodeStatus.LOST}
-    named |= {text.split(" ")[0] for text in result.slow}
+    named = result.named()
     return [node for node in cluster.nodes if node.name in named and node.gpus]
+
+
+def judge(cluster: ClusterState, probes: dict[str, list[str]]) -> list[str]:
+    """The unhealthy lines of what the health query printed on some nodes (``RunResult.probes``: the head's
+    supervisor asked them, by node), judged as ``look`` judges its own; a node that printed nothing, not."""
+    lines = [OutputLine(node, None, text) for node, texts in probes.items() for text in texts]
+    read = read_probes(lines)
+    counted = counted_by(cluster)
+    verdicts = [judge_probe(node, read.get(node.name), counted) for node in cluster.nodes if node.name in probes]
+    return [v.line() for v in verdicts if not v.ok and v.problems != [NO_ANSWER]]
 
 
 def after_run(

@@ -16,6 +16,7 @@ from ..launch.nodes import OutputLine, RunResult, read_log_line, result_of
 from ..model import locks
 from ..model.errors import DdpctlError
 from ..model.store import StateStore, atomic_write
+from .health_in_runs import judge
 from .records import ON_CLUSTER, RunRecord
 
 
@@ -85,6 +86,9 @@ def _update(store: StateStore, run_id: str, cluster: str, handle: Handle, option
     if described.record is None:
         return False
     doc = {"plan": options.get("plan") or {}, **described.record, "cluster": cluster}
+    probes = doc.get("result", {}).pop("probes", None)
+    if probes and store.exists(cluster):  # the head's supervisor asked the nodes the run named
+        doc["result"]["health"] = judge(store.load(cluster), probes)
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return True
 

@@ -29,6 +29,7 @@ from ..model.store import StateStore
 from ..model.torch_versions import check_torch
 from ..providers import get_provider
 from ..providers.base import Executor, ExecutorFor, Provider
+from .health import plan_query
 from .jobs import BUNDLE_DIR, Job, check_bundled_args, resolve_job
 from .ranks import check_ranks_fit_gpus, node_nprocs, nproc_source
 from .records import OUTPUTS, RunOptions, read_options, refuse_queued, resume_options
@@ -138,7 +139,9 @@ def prepare(
     if kind == Supervision.SLURM:
         return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
     prep = _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
-    prep.plan = replace(prep.plan, supervision=kind)
+    gpus = [node for node in cluster.nodes[: run.nodes] if node.gpus] if kind == Supervision.HEAD else []
+    query = plan_query(replace(cluster, nodes=gpus)).nodes if gpus else ()
+    prep.plan = replace(prep.plan, supervision=kind, health_query=query)
     prep.replaces_nodes = replaces
     return prep
 

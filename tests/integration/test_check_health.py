@@ -4,20 +4,24 @@ the cluster's own executor. On the test cluster (one `up` for the module, the st
 between checks): a node whose nvidia-smi lists fewer GPUs than configure counted, one with
 uncorrected ECC errors, one with an Xid, one whose clocks are thermally held down, each named with
 its reason on one line while the healthy ones pass, exit 1; and `run --healthy-only` leaving the
-unhealthy nodes out of an elastic run, or refusing in one line. On local nodes: each judged on its own
+unhealthy nodes out of an elastic run, or refusing in one line; a run the head node supervises, with no
+ddpctl attached, that fails on a sick node: its health asked there, in its record. On local nodes: each judged on its own
 share of the machine's GPUs. The ranks see no GPU here: the burn says so, a note, not a failure."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ddpctl
+from tests.support.cli import ddpctl, ended
 from tests.support.clusters import UpCluster, onprem_up
 from tests.support.local_gpus import machine
+from tests.support.scripts import SLEEPER
 from tests.support.sick_gpus import THERMAL, gpu, install, xid
 from tests.support.testbed.cluster import GROUP_VARS, Testbed
 
@@ -87,6 +91,37 @@ def test_each_sick_node_is_named_with_its_reason(two_gpus_each: UpCluster, testb
     ok = ddpctl(*CHECK, "--json", env=_env(two_gpus_each.env), timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["unhealthy"] == []
+
+
+@pytest.mark.slow
+def test_a_run_on_the_head_with_no_ddpctl_attached_records_the_failed_nodes_health(
+    two_gpus_each: UpCluster, testbed: Testbed, tmp_path: Path
+) -> None:
+    """Detached, its ddpctl here killed at once: the head's supervisor asks node1 (whose rank failed) for its
+    GPUs' health as the run ends; `runs`, bringing the record here, names it unhealthy."""
+    script = tmp_path / "job" / "sleeper.py"
+    script.parent.mkdir()
+    script.write_text(SLEEPER)
+    node1 = testbed.node_dir("node1") / "bin"
+    install(node1, [gpu(0), gpu(1, ecc=2)])
+    run = ("run", str(script), "--nodes", "2", "--nproc-per-node", "1", "--run-id", "rheadsick1", "--detach", "--json")
+    try:
+        started = ddpctl(*run, "-e", "FAIL_RANK=1", "-e", "SLEEP_S=5", env=_env(two_gpus_each.env), timeout=300)
+        assert started.returncode == 0, started.stderr
+        log = two_gpus_each.tmp / "home" / "runs" / "rheadsick1" / "output.log"
+        deadline = time.monotonic() + 120
+        while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)  # no ddpctl attached from here on
+        result = ended(_env(two_gpus_each.env), "rheadsick1")
+        assert result.startswith("failed") and result.endswith("; unhealthy: node1"), result
+        record = json.loads((log.parent / "run.json").read_text())["result"]
+        assert record["health"] == ["node1: unhealthy: GPU 1: 2 uncorrected ECC error(s) since the driver loaded"]
+        assert "probes" not in record  # judged here, not kept
+        logs = ddpctl("logs", "rheadsick1", env=_env(two_gpus_each.env)).stdout
+        assert "health: asking node1, named by the run" in logs, logs
+    finally:
+        install(node1, [gpu(0), gpu(1)])
 
 
 @pytest.mark.slow

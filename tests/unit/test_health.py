@@ -282,6 +282,49 @@ def test_after_a_run_only_the_named_nodes_are_asked_and_only_the_unhealthy_said(
     assert after_run(_result(exit_code=0), cluster((4, 4)), Executor, said.append) == [] and Executor.plans == []
 
 
+def test_what_the_heads_supervisor_asked_is_judged_here() -> None:
+    """A run supervised on the head node: the health query's lines it brought back, by node (``probes``),
+    judged as a look of ddpctl's own; a node that printed nothing, not named."""
+    from ddpctl.infra.runs.health_in_runs import judge
+
+    probes = {"n0": healthy(4)[0], "n1": [smi_line(0, ecc=3), "GPUHEALTH done"], "n3": []}
+    assert judge(cluster((4, 4, 4, 4)), probes) == [
+        "n1: unhealthy: nvidia-smi lists 1 GPU(s), configure counted 4; "
+        "GPU 0: 3 uncorrected ECC error(s) since the driver loaded"
+    ]
+    assert judge(cluster((4, 4)), {}) == []
+
+
+def test_a_run_supervised_on_the_head_carries_the_health_query_of_its_gpu_nodes(home) -> None:
+    """The head's supervisor asks the nodes a run named itself: the plan carries each GPU node's query
+    (not in the run's record), the head's spec their lines on the mesh; a run supervised here, none."""
+    from dataclasses import replace
+
+    from ddpctl.infra.launch import head
+    from ddpctl.infra.launch.launcher import Supervision
+
+    store = StateStore(home)
+    state = cluster((2, 0, 2))
+    state = replace(state, spec=replace(state.spec, name="default"))
+    store.save(state)
+    prep = prepare(RunOptions(job="message-passing", nodes=3, name="default"), store)
+    assert prep.plan.supervision == Supervision.HEAD  # on-prem: its head supervises
+    assert [q.node for q in prep.plan.health_query] == ["n0", "n2"]
+    assert "health_query" not in prep.plan.to_dict()
+    doc = head.spec(prep.plan, ["a", "b", "c"], ["m0", "m1", "m2"], "", 3.0)
+    assert [(q["node"], q["host"]) for q in doc["health"]] == [("n0", "m0"), ("n2", "m2")]
+    assert "gpu_health" in doc["health"][0]["command"]
+
+
+def test_the_heads_supervisor_asks_only_the_named_nodes_with_gpus() -> None:
+    from ddpctl.infra.launch import head_agent
+
+    spec = {"nodes": [{"node": "n0"}], "health": [{"node": "n0", "host": "m0", "command": "q"}]}
+    said: list[OutputLine] = []
+    assert head_agent.ask_health(spec, _result(failed_node="n1"), said.append) == {} and said == []
+    assert head_agent.ask_health(spec, _result(failed_node="n0", interrupted=True), said.append) == {}
+
+
 def test_runs_says_which_named_nodes_were_unhealthy() -> None:
     from ddpctl.infra.runs.records import sickness
 
