@@ -211,8 +211,8 @@ def run(
 
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
+    from ddpctl.infra.runs.options import RunOptions
     from ddpctl.infra.runs.prepare import prepare_resume
-    from ddpctl.infra.runs.records import RunOptions
 
     from .output import Output
 
@@ -271,9 +271,8 @@ def run(
         out.end_lines()
     out.run_summary(result)
     if as_json:
-        from dataclasses import asdict
 
-        out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": asdict(result)})
+        out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": result.to_dict()})
     return result.exit_code
 
 

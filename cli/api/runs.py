@@ -123,7 +123,7 @@ def run(
     """
     from ddpctl.infra.model.errors import UsageError
     from ddpctl.infra.runs.execute import execute
-    from ddpctl.infra.runs.records import RunOptions
+    from ddpctl.infra.runs.options import RunOptions
 
     from ..run_command import run as command
 
@@ -152,7 +152,7 @@ def run(
 
 def _given_run(values: dict[str, Any]) -> dict[str, Any]:
     """``run``'s keywords that are its command's options (``RUN_FLAGS``, and the job), checked by their Click types."""
-    from ddpctl.infra.runs.records import RUN_FLAGS
+    from ddpctl.infra.runs.options import RUN_FLAGS
 
     return {k: values[k] for k in ("job", *RUN_FLAGS)}
 

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from ..model.errors import DdpctlError
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         if not error:
             result.probes = ask_health(spec, result, sink)
     result.nodes = [r if isinstance(r, NodeResult) else NodeResult(**r) for r in result.nodes]
-    doc = {"cluster": spec["cluster"], "plan": spec["plan"], "result": asdict(result)}
+    doc = {"cluster": spec["cluster"], "plan": spec["plan"], "result": result.to_dict()}
     if error:
         doc["error"] = error
     tmp = folder / "run.json.tmp"

@@ -14,7 +14,6 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..hosts.connections import connect, remote_stop
@@ -238,7 +237,7 @@ class SlurmLauncher:
             return Described(Phase.RUNNING)
         # cancelled with no ddpctl following it: by `ddpctl stop` (or scancel), as a Ctrl-C
         result = job_result(handle.run_id, handle.ref, state, exit_code, ran_s, state == "cancelled")
-        return Described(Phase.ENDED, {"result": asdict(result)})
+        return Described(Phase.ENDED, {"result": result.to_dict()})
 
     def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
         def raw(line: OutputLine) -> None:

@@ -4,7 +4,7 @@ supervisor reports them, run records keep them and the CLI and the API show them
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .words import Word
 
@@ -56,6 +56,13 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    def to_dict(self) -> dict:
+        """As ``run.json`` and ``run --json`` keep it: ``probes`` only where there are any (the head's record)."""
+        doc = asdict(self)
+        if not self.probes:
+            del doc["probes"]
+        return doc
 
     def named(self) -> set[str]:
         """The nodes the run named, whose health is worth a look: the one that failed or hung it, those

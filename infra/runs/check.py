@@ -24,7 +24,7 @@ from ..model.state import ClusterState, NodeInfo
 from ..model.store import StateStore
 from .health import BURN_S, NodeHealth, choose_healthy, run_health
 from .jobs import BUNDLE_DIR
-from .records import RunOptions
+from .options import RunOptions
 
 PAIR_LINE = re.compile(r"\bpair (?P<a>\d+) (?P<b>\d+) .*busbw_gbps=(?P<gbps>[\d.]+)")
 # What NCCL_DEBUG=INFO says of the network it chose (NCCL's and aws-ofi-nccl's own lines):

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..launch.launcher import Handle
@@ -217,7 +217,7 @@ def _execute(
         result = _health_after(prep, result, progress, live.found)
     finally:
         _after(prep, store, hold, progress)
-    doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": asdict(result)}
+    doc = {"cluster": prep.cluster.name, "plan": prep.plan.to_dict(), "result": result.to_dict()}
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return result
 

@@ -31,8 +31,9 @@ from ..providers import get_provider
 from ..providers.base import Executor, ExecutorFor, Provider
 from .health import plan_query
 from .jobs import BUNDLE_DIR, Job, check_bundled_args, resolve_job
+from .options import RunOptions
 from .ranks import check_ranks_fit_gpus, node_nprocs, nproc_source
-from .records import OUTPUTS, RunOptions, read_options, refuse_queued, resume_options
+from .records import OUTPUTS, read_options, refuse_queued, resume_options
 
 
 @dataclass

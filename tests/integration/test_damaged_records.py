@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.infra.runs.records import RunOptions
+from ddpctl.infra.runs.options import RunOptions
 from tests.support.cli import ddpctl, tree
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"

@@ -24,7 +24,7 @@ from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import get_provider
-from ddpctl.infra.runs.records import RunOptions
+from ddpctl.infra.runs.options import RunOptions
 from tests.support.cli import ddpctl
 from tests.support.down_keeps import aws_state
 from tests.support.specs import cluster_spec

@@ -68,7 +68,7 @@ def test_run_options_are_mapped_once_for_the_cli_and_the_api() -> None:
     import dataclasses
     import inspect
 
-    from ddpctl.infra.runs.records import RUN_FLAGS, RunOptions
+    from ddpctl.infra.runs.options import RUN_FLAGS, RunOptions
     from ddpctl.run_command import run as command
 
     params = {p.name for p in command.params}

@@ -16,8 +16,8 @@ from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.runs.check import run_check
 from ddpctl.infra.runs.health import NodeHealth, choose_healthy, plan_burn, plan_query, run_health
+from ddpctl.infra.runs.options import RunOptions
 from ddpctl.infra.runs.prepare import prepare
-from ddpctl.infra.runs.records import RunOptions
 from tests.support.specs import cluster_spec
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -437,8 +437,8 @@ def test_the_inventorys_count_and_ups_win_over_the_gpus_but_not_over_a_word() ->
 def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None:
     """On a cluster that is up: every node, each with a process per GPU; the summary says so."""
     from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs.options import RunOptions
     from ddpctl.infra.runs.prepare import prepare
-    from ddpctl.infra.runs.records import RunOptions
 
     store = StateStore(home)
     store.save(gpu_cluster((4, 2)))
@@ -459,8 +459,8 @@ def test_a_run_without_nodes_or_nproc_uses_every_gpu_of_every_node(home) -> None
 
 def test_a_run_that_brings_its_local_cluster_up_keeps_one_node(home) -> None:
     from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.runs.options import RunOptions
     from ddpctl.infra.runs.prepare import prepare
-    from ddpctl.infra.runs.records import RunOptions
 
     prep = prepare(RunOptions(job="message-passing"), StateStore(home))
     assert prep.ephemeral and prep.run.nodes == 1 and prep.run.nprocs() == (1,)

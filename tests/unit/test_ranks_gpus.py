@@ -13,8 +13,8 @@ from ddpctl.infra.model.host import Host
 from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
+from ddpctl.infra.runs.options import RunOptions
 from ddpctl.infra.runs.prepare import check_ranks_fit_gpus, prepare
-from ddpctl.infra.runs.records import RunOptions
 from tests.support.specs import cluster_spec
 
 

@@ -31,7 +31,8 @@ from ddpctl.infra.model.state import ClusterState, DamagedState, NodeInfo, Resou
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.providers import NAMES
 from ddpctl.infra.runs import curves, metrics
-from ddpctl.infra.runs.records import RunOptions, check_record
+from ddpctl.infra.runs.options import RunOptions
+from ddpctl.infra.runs.records import check_record
 from ddpctl.output_json import dumps, finite
 
 

@@ -24,8 +24,8 @@ from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.runs.jobs import BUNDLE_DIR
+from ddpctl.infra.runs.options import RunOptions
 from ddpctl.infra.runs.prepare import plan_slurm, prepare
-from ddpctl.infra.runs.records import RunOptions
 from tests.support import GOLDEN
 from tests.support.project import make_project
 from tests.support.sbatch_plan import mnist_plan

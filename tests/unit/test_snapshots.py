@@ -22,7 +22,7 @@ from ddpctl.infra.launch.sbatch import plan_sbatch
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import ClusterState, NodeInfo
-from ddpctl.infra.runs.records import RunOptions
+from ddpctl.infra.runs.options import RunOptions
 from tests.support.snapshots import load_trainer
 from tests.support.specs import cluster_spec
 

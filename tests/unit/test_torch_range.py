@@ -18,8 +18,8 @@ from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.model.torch_versions import FLOOR, check_torch, release
+from ddpctl.infra.runs.options import RunOptions
 from ddpctl.infra.runs.prepare import prepare
-from ddpctl.infra.runs.records import RunOptions
 from tests.support import REPO
 from tests.support.specs import cluster_spec
 
