@@ -271,7 +271,6 @@ def run(
         out.end_lines()
     out.run_summary(result)
     if as_json:
-
         out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": result.to_dict()})
     return result.exit_code
 
