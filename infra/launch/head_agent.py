@@ -144,7 +144,8 @@ def run(spec: dict, sink) -> RunResult:
 def ask_health(spec: dict, result: RunResult, sink) -> dict:
     """The health query's lines (``spec["health"]``: each node with GPUs, its shell line) from the nodes the
     run named, all at once while they are still up, by node: the controller judges them."""
-    asked = [q for q in spec.get("health", []) if q["node"] in result.named()]
+    named = result.named()
+    asked = [q for q in spec.get("health", []) if q["node"] in named]
     if not asked:
         return {}
     names = ", ".join(q["node"] for q in asked)

@@ -66,7 +66,7 @@ class RunResult:
 
     def named(self) -> set[str]:
         """The nodes the run named, whose health is worth a look: the one that failed or hung it, those
-        it lost, those it named slow. None for a run that Ctrl-C ended."""
+        it lost, those it named slow; none for a run that Ctrl-C ended."""
         if self.interrupted:
             return set()
         named = {self.failed_node} if self.failed_node else set()
