@@ -11,6 +11,7 @@ so does a node whose torchvision is missing or does not load with its torch (the
 Speed flags (--no-compile, --precision, --cuda-graphs, ...): see SpeedConfig in fast_path.py.
 """
 
+import functools
 import gzip
 import os
 import socket
@@ -66,9 +67,16 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
+MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"  # torchvision's first (datasets.MNIST.mirrors[0])
+RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+NOT_DOWNLOADED = "not downloaded"
+
+
+@functools.cache
 def torchvision_datasets():
     """torchvision's datasets module, or the reason it cannot be had (not installed, or built for
-    another torch: "operator torchvision::nms does not exist")."""
+    another torch: "operator torchvision::nms does not exist"). Imported only where it has MNIST to read
+    or to download: the import costs a rank 1-2 s of CPU."""
     try:
         from torchvision import datasets
     except (ImportError, RuntimeError) as e:
@@ -76,12 +84,16 @@ def torchvision_datasets():
     return datasets, None
 
 
-def try_download(datasets, data_dir):
-    """Download MNIST with torchvision; return None on success, else a short reason. Fails in seconds offline."""
+def try_download(data_dir):
+    """Download MNIST with torchvision; return None on success, else a short reason. Fails in seconds
+    offline, before torchvision is imported."""
     old_timeout = socket.getdefaulttimeout()
     try:
-        probe = urllib.request.Request(datasets.MNIST.mirrors[0] + "t10k-labels-idx1-ubyte.gz", method="HEAD")
+        probe = urllib.request.Request(MIRROR + "t10k-labels-idx1-ubyte.gz", method="HEAD")
         urllib.request.urlopen(probe, timeout=5).close()  # honours proxies; torchvision's own urlopen has no timeout
+        datasets, missing = torchvision_datasets()
+        if datasets is None:
+            return missing
         socket.setdefaulttimeout(30)
         datasets.MNIST(data_dir, train=True, download=True)
         return None
@@ -89,6 +101,21 @@ def try_download(datasets, data_dir):
         return str(getattr(e, "reason", e)).splitlines()[0][:100]
     finally:
         socket.setdefaulttimeout(old_timeout)
+
+
+def from_torchvision(data_dir):
+    """((train images, labels, held-out images, labels), None) from torchvision's MNIST files in
+    data_dir, or (None, why not)."""
+    if not all((Path(data_dir) / "MNIST" / "raw" / name).is_file() for name in RAW_FILES):
+        return None, NOT_DOWNLOADED
+    datasets, missing = torchvision_datasets()
+    if datasets is None:
+        return None, missing
+    try:
+        train, test = (datasets.MNIST(data_dir, train=t) for t in (True, False))
+    except RuntimeError as e:  # files torchvision does not accept
+        return None, str(e).splitlines()[0][:100]
+    return (train.data, train.targets, test.data, test.targets), None
 
 
 def read_idx(path):
@@ -103,28 +130,14 @@ def read_idx(path):
 def load_mnist(cfg, device):
     """Return (train_images, train_labels, heldout_images, heldout_labels); every rank agrees on the source."""
     reason = "--no-download" if not cfg.download else "not available on every node"
-    datasets, missing = torchvision_datasets()
-
-    def from_torchvision():
-        train, test = (datasets.MNIST(cfg.data_dir, train=t) for t in (True, False))
-        return train.data, train.targets, test.data, test.targets
-
-    data = None
-    if datasets is None:
-        reason = missing
-    else:
-        try:
-            data = from_torchvision()
-        except RuntimeError:  # not downloaded yet: one download per node
-            if cfg.download and int(os.environ["LOCAL_RANK"]) == 0:
-                reason = try_download(datasets, cfg.data_dir) or reason
+    data, missing = from_torchvision(cfg.data_dir)
     if data is None:
+        if missing != NOT_DOWNLOADED:
+            reason = missing
+        elif cfg.download and int(os.environ["LOCAL_RANK"]) == 0:  # one download per node
+            reason = try_download(cfg.data_dir) or reason
         dist.barrier()  # every rank takes this path together, or none (the all_reduce below agrees)
-        if datasets is not None:
-            try:
-                data = from_torchvision()
-            except RuntimeError:
-                pass
+        data, _ = from_torchvision(cfg.data_dir)
     everyone = torch.tensor([data is not None], dtype=torch.int32, device=device)
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)  # mixing data sources across ranks would hang DDP
     if everyone.item():

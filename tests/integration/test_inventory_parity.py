@@ -1,7 +1,7 @@
 """Inventory parity with Ansible (issue 15), on the test cluster: with the same inventory, every host
 that `ansible all -m ping` reaches, ddpctl reaches, and the refused ones are refused by both (the
 oracle is Ansible itself, run on each inventory); and a cluster behind a bastion, where node1 and
-node2 answer only through node0 (`-J`), taken through up -> run mnist -> check -> ssh -> down.
+node2 answer only through node0 (`-J`), taken through up -> run message-passing -> check -> ssh -> down.
 """
 
 from __future__ import annotations
@@ -251,11 +251,10 @@ def test_a_cluster_behind_a_bastion(bastion: Testbed, tmp_path: Path) -> None:
     assert up.returncode == 0, up.stderr
     try:
         nodes = json.loads(up.stdout)["cluster"]["nodes"]
-        result = ddpctl(
-            "run", "mnist", "--nodes", "3", "--", "--epochs", "1", "--data-fraction", "0.3", env=env, timeout=600
-        )
+        # every rank through the jump (what is tested is the reach, not learning: onprem's tests train)
+        result = ddpctl("run", "message-passing", "--nodes", "3", env=env, timeout=600)
         assert result.returncode == 0, result.stderr
-        assert float(re.findall(r"held-out accuracy ([\d.]+)%", result.stdout)[-1]) >= 70.0  # about 79 % on 3
+        assert result.stdout.count("all_reduce OK (6.0 == 6.0)") == 3, result.stdout
         check = ddpctl("check", "--json", "--no-bandwidth", env=env, timeout=300)
         assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stderr
         far = ddpctl("ssh", "node2", "--", "sh", "-c", "echo $SSH_CONNECTION", env=env, timeout=60)
