@@ -20,7 +20,7 @@ from tests.support.cli import ddpctl, tree
 
 def test_quick_start_keeps_a_loadable_snapshot_and_resume_from_trains_it_further(home: Path) -> None:
     first = ddpctl(
-        "run", "mnist", "--nodes", "2", "--run-id", "rquick0001", "--", "--epochs", "1", "--data-fraction", "0.3"
+        "run", "mnist", "--nodes", "2", "--run-id", "rquick0001", "--", "--epochs", "1", "--data-fraction", "0.05"
     )
     assert first.returncode == 0, first.stderr
     kept = home / "runs" / "rquick0001" / "outputs"
@@ -32,7 +32,7 @@ def test_quick_start_keeps_a_loadable_snapshot_and_resume_from_trains_it_further
     assert runs["rquick0001"]["outputs"] == str(kept)
 
     second = ddpctl(
-        "run", "mnist", "--nodes", "2", "--resume-from", "rquick0001", "--", "--epochs", "2", "--data-fraction", "0.3"
+        "run", "mnist", "--nodes", "2", "--resume-from", "rquick0001", "--", "--epochs", "2", "--data-fraction", "0.05"
     )
     assert second.returncode == 0, second.stderr
     assert "Resuming from snapshot at epoch 1" in second.stdout
@@ -44,7 +44,7 @@ def test_two_runs_on_one_cluster_do_not_share_a_snapshot(home: Path) -> None:
     try:
         for run_id in ("rshare0001", "rshare0002"):
             result = ddpctl(
-                "run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", "1", "--data-fraction", "0.3"
+                "run", "mnist", "--nodes", "2", "--run-id", run_id, "--", "--epochs", "1", "--data-fraction", "0.05"
             )
             assert result.returncode == 0, result.stderr
             assert "Resuming" not in result.stdout  # the second trains from scratch

@@ -146,7 +146,7 @@ def test_two_node_run_keeps_its_snapshot_in_s3(moto: Moto, home: Path, tmp_path:
             "--epochs",
             "1",
             "--data-fraction",
-            "0.3",
+            "0.05",
             env=env,
         )
         assert first.returncode == 0, first.stdout + first.stderr
@@ -167,7 +167,7 @@ def test_two_node_run_keeps_its_snapshot_in_s3(moto: Moto, home: Path, tmp_path:
             "--epochs",
             "2",
             "--data-fraction",
-            "0.3",
+            "0.05",
             env=env,
         )
         assert second.returncode == 0, second.stdout + second.stderr
