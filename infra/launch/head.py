@@ -86,6 +86,7 @@ def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: s
         "nodes": nodes,
         "store": store,
         "health": health,
+        "health_every_s": plan.health_every_s,
         "min_nodes": plan.min_nodes,
         "hang_timeout_s": plan.hang_timeout_s,
         "grace_s": grace_s,

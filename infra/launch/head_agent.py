@@ -9,8 +9,8 @@ node's agent over the cluster's own SSH mesh (``ssh NODE``: the ssh_mesh role's 
 config), supervises them (fail fast; elastic: a lost node started again), and writes, in its folder,
 ``pid``, ``output.log`` (``[node rRANK] text`` lines, as ``runs/<id>/output.log``) and, last,
 ``run.json`` (the run's record; with ``error``, one line, where the run could not start: the rendezvous
-port taken; with the health query's lines from the nodes the run named, ``ask_health``, for the
-controller to judge). SIGINT or SIGTERM stops the run as Ctrl-C does.
+port taken; with the health query's lines from the nodes the run named, ``ask_health``, and those of its
+looks on the ``run --health-every`` timer, ``HealthTimer``, for the controller to judge). SIGINT or SIGTERM stops the run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -141,32 +141,74 @@ def run(spec: dict, sink) -> RunResult:
     return store.explain(result, [Agent(n["node"], n.get("address", "")) for n in nodes])
 
 
+def ask(spec: dict, queries: list[dict]) -> dict:
+    """The health query's lines from each of ``queries`` (``spec["health"]``'s: a node, its shell line), all at
+    once, by node; a node that does not answer is left out (not judged)."""
+    got: dict = {}
+
+    def one(q: dict) -> None:
+        try:
+            done = subprocess.run(
+                [*ssh(spec), q["host"], q["command"]], stdin=subprocess.DEVNULL, capture_output=True, timeout=60
+            )
+            got[q["node"]] = done.stdout.decode(errors="replace").splitlines()
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+    threads = [threading.Thread(target=one, args=(q,), daemon=True) for q in queries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    return {q["node"]: got[q["node"]] for q in queries if q["node"] in got}
+
+
 def ask_health(spec: dict, result: RunResult, sink) -> dict:
-    """The health query's lines (``spec["health"]``: each node with GPUs, its shell line) from the nodes the
-    run named, all at once while they are still up, by node: the controller judges them."""
+    """The health query's lines from the nodes the run named, while they are still up, by node: the
+    controller judges them."""
     named = result.named()
     asked = [q for q in spec.get("health", []) if q["node"] in named]
     if not asked:
         return {}
     names = ", ".join(q["node"] for q in asked)
     sink(OutputLine(spec["nodes"][0]["node"], None, f"ddpctl: health: asking {names}, named by the run"))
-    got: dict = {}
+    return ask(spec, asked)
 
-    def ask(q: dict) -> None:
-        try:
-            done = subprocess.run(
-                [*ssh(spec), q["host"], q["command"]], stdin=subprocess.DEVNULL, capture_output=True, timeout=60
-            )
-            got[q["node"]] = done.stdout.decode(errors="replace").splitlines()
-        except (OSError, subprocess.SubprocessError):  # a node that does not answer: not judged
-            pass
 
-    threads = [threading.Thread(target=ask, args=(q,), daemon=True) for q in asked]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(90)
-    return {q["node"]: got[q["node"]] for q in asked if q["node"] in got}
+class HealthTimer:
+    """``run --health-every`` with no ddpctl attached: the health query of the run's nodes with GPUs every
+    ``spec["health_every_s"]`` seconds while the run goes. This program cannot judge (the controller's
+    ``health_in_runs`` does, from ``RunResult.looks``), so it keeps each node's distinct outputs, the one seen
+    last moved last, at most ``KEEP`` (a healthy node says the same each time: one or two texts)."""
+
+    KEEP = 16
+
+    def __init__(self, spec: dict, sink, asker=ask) -> None:
+        self.looks: dict[str, list[list[str]]] = {}
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+        every, queries = float(spec.get("health_every_s") or 0), spec.get("health", [])
+        if every and queries:
+            names = ", ".join(q["node"] for q in queries)
+            sink(OutputLine(spec["nodes"][0]["node"], None, f"ddpctl: health: asking {names} every {every:g} s"))
+            self.thread = threading.Thread(target=self._every, args=(spec, queries, every, asker), daemon=True)
+            self.thread.start()
+
+    def _every(self, spec: dict, queries: list[dict], every: float, asker) -> None:
+        while not self.done.wait(every):
+            for node, lines in asker(spec, queries).items():
+                kept = self.looks.setdefault(node, [])
+                if lines in kept:
+                    kept.remove(lines)
+                kept.append(lines)
+                del kept[: -self.KEEP]
+
+    def stop(self) -> dict[str, list[list[str]]]:
+        """The timer stopped (a look under way ends first, within its timeout); what the looks said."""
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(90)
+        return self.looks
 
 
 def _interrupt(signum, frame) -> None:
@@ -189,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
             log.write(log_line(line))
 
         started, error = time.monotonic(), ""
+        timer = HealthTimer(spec, sink)
         try:
             result = run(spec, sink)
         except KeyboardInterrupt:
@@ -198,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
             result = RunResult(spec["run_id"], 1, time.monotonic() - started, failed_node=spec["nodes"][0]["node"])
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its record is written whatever comes
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        result.looks = timer.stop()
         if not error:
             result.probes = ask_health(spec, result, sink)
     result.nodes = [r if isinstance(r, NodeResult) else NodeResult(**r) for r in result.nodes]

@@ -111,6 +111,9 @@ class LaunchPlan:
     #: the health query (``node_programs/gpu_health.py``) on each of the run's nodes with GPUs: a supervisor
     #: away from ddpctl (the head's) asks the nodes it named at the run's end (runs/health_in_runs.py judges)
     health_query: tuple[NodeLaunch, ...] = ()
+    #: ``run --health-every`` for that supervisor: it asks the health query of them all on this timer while
+    #: the run goes (0: never), and keeps what they said for the controller to judge
+    health_every_s: int = 0
 
     @property
     def where(self) -> str:
@@ -134,7 +137,7 @@ class LaunchPlan:
     def to_dict(self) -> dict:
         """As run records and ``--json`` keep it: no secret values, the project's file count."""
         doc = asdict(self)
-        del doc["health_query"]  # the head's part, not the run's
+        del doc["health_query"], doc["health_every_s"]  # the head's part, not the run's
         doc["project"] = self.project.to_dict() if self.project else None
         doc["deps"] = [deps.to_dict() for deps in self.deps]  # not the requirements' text, nor the program's
         for node, launch in zip(doc["nodes"], self.nodes):

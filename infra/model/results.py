@@ -52,16 +52,21 @@ class RunResult:
     #: a supervisor away from ddpctl (the head node's): the health query's lines from the nodes it named, by
     #: node, judged into ``health`` by the controller (runs/health_in_runs.py ``judge``), then dropped
     probes: dict[str, list[str]] = field(default_factory=dict)
+    #: the same supervisor's looks while the run went (``run --health-every``): each node's distinct outputs
+    #: of the health query, the latest last, judged into ``health`` by the controller, then dropped
+    looks: dict[str, list[list[str]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict:
-        """As ``run.json`` and ``run --json`` keep it: ``probes`` only where there are any (the head's record)."""
+        """As ``run.json`` and ``run --json`` keep it: ``probes`` and ``looks`` only where there are any (the
+        head's record)."""
         doc = asdict(self)
-        if not self.probes:
-            del doc["probes"]
+        for key in ("probes", "looks"):
+            if not doc[key]:
+                del doc[key]
         return doc
 
     def named(self) -> set[str]:

@@ -253,7 +253,8 @@ def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, foun
     its line, ``LiveLook``; what the look at its end says of a node comes first); a look that fails, or Ctrl-C
     during it, leaves what was found."""
     probes = result.probes  # the head's supervisor asked them as the run ended: judged here, not kept
-    result = replace(result, health=[line for _, line in sorted(found.items())], probes={})
+    found = {**health_in_runs.found_in_looks(prep.cluster, result.looks), **found}  # and on its timer
+    result = replace(result, health=[line for _, line in sorted(found.items())], probes={}, looks={})
     looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
     if not looked:
         return result

@@ -35,6 +35,24 @@ def judge(cluster: ClusterState, probes: dict[str, list[str]]) -> list[str]:
     return [v.line() for v in verdicts if not v.ok and v.problems != [NO_ANSWER]]
 
 
+def found_in_looks(cluster: ClusterState, looks: dict[str, list[list[str]]]) -> dict[str, str]:
+    """node -> its last unhealthy line among the head's looks while the run went (``RunResult.looks``: each
+    node's outputs, the latest last), as ``LiveLook.found`` keeps its own (pure)."""
+    found: dict[str, str] = {}
+    for node, outputs in looks.items():
+        for lines in outputs:
+            for line in judge(cluster, {node: lines}):
+                found[node] = line
+    return found
+
+
+def recorded(cluster: ClusterState, probes: dict[str, list[str]], looks: dict[str, list[list[str]]]) -> list[str]:
+    """A head-supervised run's ``health`` from its record (pure): the nodes it named as the look at its end
+    judges them, then those its timer found unhealthy that the end's look did not ask."""
+    found = found_in_looks(cluster, looks)
+    return judge(cluster, probes) + [line for node, line in sorted(found.items()) if node not in probes]
+
+
 def after_run(
     result: RunResult,
     cluster: ClusterState,

@@ -16,7 +16,7 @@ from ..launch.nodes import OutputLine, RunResult, read_log_line, result_of
 from ..model import locks
 from ..model.errors import DdpctlError
 from ..model.store import StateStore, atomic_write
-from .health_in_runs import judge
+from .health_in_runs import recorded
 from .records import ON_CLUSTER, RunRecord
 
 
@@ -86,9 +86,10 @@ def _update(store: StateStore, run_id: str, cluster: str, handle: Handle, option
     if described.record is None:
         return False
     doc = {"plan": options.get("plan") or {}, **described.record, "cluster": cluster}
-    probes = doc.get("result", {}).pop("probes", None)
-    if probes and store.exists(cluster):  # the head's supervisor asked the nodes the run named
-        doc["result"]["health"] = judge(store.load(cluster), probes)
+    result = doc.get("result", {})
+    probes, looks = result.pop("probes", None) or {}, result.pop("looks", None) or {}
+    if (probes or looks) and store.exists(cluster):  # the head's supervisor asked the nodes (named, on its timer)
+        result["health"] = recorded(store.load(cluster), probes, looks)
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return True
 

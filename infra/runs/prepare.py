@@ -142,7 +142,8 @@ def prepare(
     prep = _prepare_torchrun(provider, cluster, run, job, opts, store, ephemeral, summary, resume)
     gpus = [node for node in cluster.nodes[: run.nodes] if node.gpus] if kind == Supervision.HEAD else []
     query = plan_query(replace(cluster, nodes=gpus)).nodes if gpus else ()
-    prep.plan = replace(prep.plan, supervision=kind, health_query=query)
+    every = run.health_every_s if query else 0
+    prep.plan = replace(prep.plan, supervision=kind, health_query=query, health_every_s=every)
     prep.replaces_nodes = replaces
     return prep
 

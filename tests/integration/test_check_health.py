@@ -5,7 +5,8 @@ between checks): a node whose nvidia-smi lists fewer GPUs than configure counted
 uncorrected ECC errors, one with an Xid, one whose clocks are thermally held down, each named with
 its reason on one line while the healthy ones pass, exit 1; and `run --healthy-only` leaving the
 unhealthy nodes out of an elastic run, or refusing in one line; a run the head node supervises, with no
-ddpctl attached, that fails on a sick node: its health asked there, in its record. On local nodes: each judged on its own
+ddpctl attached, that fails on a sick node: its health asked there, in its record; one that succeeds, its
+nodes asked on its `--health-every` timer there: the sick one in its record. On local nodes: each judged on its own
 share of the machine's GPUs. The ranks see no GPU here: the burn says so, a note, not a failure."""
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def verdicts_of(cluster: UpCluster, exit_code: int) -> dict:
     return json.loads(doc.stdout)
 
 
+def started_on_the_head(cluster: UpCluster, run_id: str) -> Path:
+    """The run's output.log here once a rank has said it started (the detached ddpctl has started the run on
+    the head: killed before, it would leave no run there)."""
+    log = cluster.tmp / "home" / "runs" / run_id / "output.log"
+    deadline = time.monotonic() + 120
+    while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return log
+
+
 @pytest.mark.slow
 def test_each_sick_node_is_named_with_its_reason(two_gpus_each: UpCluster, testbed: Testbed) -> None:
     bins = {node: testbed.node_dir(node) / "bin" for node in NODES}
@@ -102,8 +113,8 @@ def test_each_sick_node_is_named_with_its_reason(two_gpus_each: UpCluster, testb
 def test_a_run_on_the_head_with_no_ddpctl_attached_records_the_failed_nodes_health(
     two_gpus_each: UpCluster, testbed: Testbed, tmp_path: Path
 ) -> None:
-    """Detached, its ddpctl here killed at once: the head's supervisor asks node1 (whose rank failed) for its
-    GPUs' health as the run ends; `runs`, bringing the record here, names it unhealthy."""
+    """Detached, its ddpctl here killed once a rank started: the head's supervisor asks node1 (whose rank
+    failed) for its GPUs' health as the run ends; `runs`, bringing the record here, names it unhealthy."""
     script = tmp_path / "job" / "sleeper.py"
     script.parent.mkdir()
     script.write_text(SLEEPER)
@@ -113,10 +124,7 @@ def test_a_run_on_the_head_with_no_ddpctl_attached_records_the_failed_nodes_heal
     try:
         started = ddpctl(*run, "-e", "FAIL_RANK=1", "-e", "SLEEP_S=5", env=_env(two_gpus_each.env), timeout=300)
         assert started.returncode == 0, started.stderr
-        log = two_gpus_each.tmp / "home" / "runs" / "rheadsick1" / "output.log"
-        deadline = time.monotonic() + 120
-        while "started rank" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        log = started_on_the_head(two_gpus_each, "rheadsick1")
         os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)  # no ddpctl attached from here on
         result = ended(_env(two_gpus_each.env), "rheadsick1")
         assert result.startswith("failed") and result.endswith("; unhealthy: node1"), result
@@ -125,6 +133,34 @@ def test_a_run_on_the_head_with_no_ddpctl_attached_records_the_failed_nodes_heal
         assert "probes" not in record  # judged here, not kept
         logs = ddpctl("logs", "rheadsick1", env=_env(two_gpus_each.env)).stdout
         assert "health: asking node1, named by the run" in logs, logs
+    finally:
+        install(node1, [gpu(0), gpu(1)])
+
+
+@pytest.mark.slow
+def test_a_run_on_the_head_with_no_ddpctl_attached_looks_at_its_nodes_on_its_timer(
+    two_gpus_each: UpCluster, testbed: Testbed, tmp_path: Path
+) -> None:
+    """`--health-every 10`, detached, its ddpctl here killed once a rank started: the run succeeds and names no node, but
+    the head's supervisor asked its GPU nodes every 10 s while it went; node1's ECC errors are in its record."""
+    script = tmp_path / "job" / "sleeper.py"
+    script.parent.mkdir()
+    script.write_text(SLEEPER)
+    node1 = testbed.node_dir("node1") / "bin"
+    install(node1, [gpu(0), gpu(1, ecc=2)])
+    run = ("run", str(script), "--nodes", "2", "--nproc-per-node", "1", "--run-id", "rheadtimer", "--detach")
+    try:
+        started = ddpctl(*run, "--health-every", "10", "--json", "-e", "SLEEP_S=25", env=_env(two_gpus_each.env))
+        assert started.returncode == 0, started.stderr
+        started_on_the_head(two_gpus_each, "rheadtimer")
+        os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)  # no ddpctl attached from here on
+        result = ended(_env(two_gpus_each.env), "rheadtimer")
+        assert result == "succeeded; unhealthy: node1", result
+        record = json.loads((two_gpus_each.tmp / "home" / "runs" / "rheadtimer" / "run.json").read_text())["result"]
+        assert record["health"] == ["node1: unhealthy: GPU 1: 2 uncorrected ECC error(s) since the driver loaded"]
+        assert "looks" not in record and "probes" not in record  # judged here, not kept
+        logs = ddpctl("logs", "rheadtimer", env=_env(two_gpus_each.env)).stdout
+        assert "health: asking node0, node1 every 10 s" in logs, logs
     finally:
         install(node1, [gpu(0), gpu(1)])
 

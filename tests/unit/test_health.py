@@ -314,6 +314,9 @@ def test_a_run_supervised_on_the_head_carries_the_health_query_of_its_gpu_nodes(
     doc = head.spec(prep.plan, ["a", "b", "c"], ["m0", "m1", "m2"], "", 3.0)
     assert [(q["node"], q["host"]) for q in doc["health"]] == [("n0", "m0"), ("n2", "m2")]
     assert "gpu_health" in doc["health"][0]["command"]
+    assert doc["health_every_s"] == 600 and "health_every_s" not in prep.plan.to_dict()  # run --health-every's
+    off = prepare(RunOptions(job="message-passing", nodes=3, name="default", health_every_s=0), store)
+    assert head.spec(off.plan, ["a", "b", "c"], ["m0", "m1", "m2"], "", 3.0)["health_every_s"] == 0
 
 
 def test_the_heads_supervisor_asks_only_the_named_nodes_with_gpus() -> None:
@@ -323,6 +326,62 @@ def test_the_heads_supervisor_asks_only_the_named_nodes_with_gpus() -> None:
     said: list[OutputLine] = []
     assert head_agent.ask_health(spec, _result(failed_node="n1"), said.append) == {} and said == []
     assert head_agent.ask_health(spec, _result(failed_node="n0", interrupted=True), said.append) == {}
+
+
+def test_the_heads_timer_keeps_each_nodes_distinct_looks_the_latest_last() -> None:
+    """``run --health-every`` with no ddpctl attached: the head's supervisor asks the GPU nodes on its timer
+    and keeps what each said, once per distinct text, the one seen last moved last, at most KEEP."""
+    import threading
+
+    from ddpctl.infra.launch import head_agent
+
+    ok, sick = healthy(2)[0], [smi_line(0, ecc=2), smi_line(1), "GPUHEALTH done"]
+    answers = iter([{"n0": ok, "n1": ok}, {"n0": ok, "n1": sick}, {"n0": ok, "n1": ok}] + [{}] * 1000)
+    asked = threading.Event()
+
+    def asker(spec, queries):
+        assert [q["node"] for q in queries] == ["n0", "n1"]
+        got = next(answers)
+        if not got:
+            asked.set()
+        return got
+
+    spec = {"nodes": [{"node": "n0"}], "health_every_s": 0.001, "health": [{"node": "n0"}, {"node": "n1"}]}
+    said: list[OutputLine] = []
+    timer = head_agent.HealthTimer(spec, said.append, asker)
+    assert asked.wait(10)
+    assert timer.stop() == {"n0": [ok], "n1": [sick, ok]}
+    assert [line.text for line in said] == ["ddpctl: health: asking n0, n1 every 0.001 s"]
+    many = head_agent.HealthTimer({**spec, "health_every_s": 0}, said.append, asker)  # off: no thread, no line
+    assert many.thread is None and many.stop() == {} and len(said) == 1
+
+    many.done.clear()  # its timer, run here by hand
+    counter = iter(range(40))
+
+    def changing(spec, queries):  # 40 looks, each saying something new: the last KEEP kept
+        n = next(counter)
+        if n == 39:
+            many.done.set()
+        return {"n1": [f"GPUHEALTH gpu {n}"]}
+
+    many._every(spec, spec["health"], 0, changing)
+    kept = many.looks["n1"]
+    assert len(kept) == head_agent.HealthTimer.KEEP and kept[-1] == ["GPUHEALTH gpu 39"]
+
+
+def test_what_the_heads_timer_found_is_judged_here_the_end_s_look_first() -> None:
+    """The looks judged as ``LiveLook`` keeps its own (a node's last unhealthy line, though it looked healthy
+    after), after the nodes the look at the run's end asked; a node that end's look asked, as it says."""
+    from ddpctl.infra.runs.health_in_runs import found_in_looks, recorded
+
+    ok, sick = healthy(2)[0], [smi_line(0, ecc=2), smi_line(1), "GPUHEALTH done"]
+    c = cluster((2, 2, 2))
+    looks = {"n0": [ok], "n1": [sick, ok], "n2": [sick]}
+    ecc = "GPU 0: 2 uncorrected ECC error(s) since the driver loaded"
+    assert found_in_looks(c, looks) == {"n1": f"n1: unhealthy: {ecc}", "n2": f"n2: unhealthy: {ecc}"}
+    assert recorded(c, {}, looks) == [f"n1: unhealthy: {ecc}", f"n2: unhealthy: {ecc}"]
+    assert recorded(c, {"n2": ok}, looks) == [f"n1: unhealthy: {ecc}"]  # n2 healthy at the end
+    assert recorded(c, {"n0": sick}, {}) == [f"n0: unhealthy: {ecc}"]
 
 
 def test_runs_says_which_named_nodes_were_unhealthy() -> None:
