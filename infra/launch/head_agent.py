@@ -9,8 +9,9 @@ node's agent over the cluster's own SSH mesh (``ssh NODE``: the ssh_mesh role's 
 config), supervises them (fail fast; elastic: a lost node started again), and writes, in its folder,
 ``pid``, ``output.log`` (``[node rRANK] text`` lines, as ``runs/<id>/output.log``) and, last,
 ``run.json`` (the run's record; with ``error``, one line, where the run could not start: the rendezvous
-port taken; with the health query's lines from the nodes the run named, ``ask_health``, and those of its
-looks on the ``run --health-every`` timer, ``HealthTimer``, for the controller to judge). SIGINT or SIGTERM stops the run as Ctrl-C does.
+port taken; with the health query's lines from the nodes the run named, ``ask_health``, and those of
+its looks on the ``run --health-every`` timer, ``HealthTimer``, for the controller to judge). SIGINT or
+SIGTERM stops the run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def ask(spec: dict, queries: list[dict]) -> dict:
                 [*ssh(spec), q["host"], q["command"]], stdin=subprocess.DEVNULL, capture_output=True, timeout=60
             )
             got[q["node"]] = done.stdout.decode(errors="replace").splitlines()
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):  # a node that does not answer: not judged
             pass
 
     threads = [threading.Thread(target=one, args=(q,), daemon=True) for q in queries]
