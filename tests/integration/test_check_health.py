@@ -6,8 +6,8 @@ uncorrected ECC errors, one with an Xid, one whose clocks are thermally held dow
 its reason on one line while the healthy ones pass, exit 1; and `run --healthy-only` leaving the
 unhealthy nodes out of an elastic run, or refusing in one line; a run the head node supervises, with no
 ddpctl attached, that fails on a sick node: its health asked there, in its record; one that succeeds, its
-nodes asked on its `--health-every` timer there: the sick one in its record. On local nodes: each judged on its own
-share of the machine's GPUs. The ranks see no GPU here: the burn says so, a note, not a failure."""
+nodes asked on its `--health-every` timer there: the sick one in its record. On local nodes: each judged on
+its own share of the machine's GPUs. The ranks see no GPU here: the burn says so, a note, not a failure."""
 
 from __future__ import annotations
 
@@ -141,8 +141,9 @@ def test_a_run_on_the_head_with_no_ddpctl_attached_records_the_failed_nodes_heal
 def test_a_run_on_the_head_with_no_ddpctl_attached_looks_at_its_nodes_on_its_timer(
     two_gpus_each: UpCluster, testbed: Testbed, tmp_path: Path
 ) -> None:
-    """`--health-every 10`, detached, its ddpctl here killed once a rank started: the run succeeds and names no node, but
-    the head's supervisor asked its GPU nodes every 10 s while it went; node1's ECC errors are in its record."""
+    """`--health-every 10`, detached, its ddpctl here killed once a rank started: the run succeeds and names
+    no node, but the head's supervisor asked its GPU nodes every 10 s while it went; node1's ECC errors are
+    in its record."""
     script = tmp_path / "job" / "sleeper.py"
     script.parent.mkdir()
     script.write_text(SLEEPER)
