@@ -33,7 +33,7 @@ from .diagnose import Agent
 from .nodes import Elastic, NodeResult, OutputLine, RunResult, log_line
 from .store import RdzvStore
 from .supervise import supervise
-from .watch import HANG_TIMEOUT_S, Rules
+from .watch import HANG_TIMEOUT_S, SLOW_NOTE, Rules
 
 
 class MeshProcess:
@@ -177,27 +177,50 @@ def ask_health(spec: dict, result: RunResult, sink) -> dict:
 
 
 class HealthTimer:
-    """``run --health-every`` with no ddpctl attached: the health query of the run's nodes with GPUs every
-    ``spec["health_every_s"]`` seconds while the run goes. This program cannot judge (the controller's
-    ``health_in_runs`` does, from ``RunResult.looks``), so it keeps each node's distinct outputs, the one seen
-    last moved last, at most ``KEEP`` (a healthy node says the same each time: one or two texts)."""
+    """The health query of the run's nodes with GPUs while the run goes, with no ddpctl attached: all of them
+    every ``spec["health_every_s"]`` seconds (``run --health-every``; 0: never), and at once a node the
+    watcher names slow (``watch.SLOW_NOTE``, once a run: ``line`` sees every line), as the controller's
+    ``LiveLook`` does. This program cannot judge (the controller's ``health_in_runs`` does, from
+    ``RunResult.looks``), so it keeps each node's distinct outputs, the one seen last moved last, at most
+    ``KEEP`` (a healthy node says the same each time: one or two texts)."""
 
     KEEP = 16
 
     def __init__(self, spec: dict, sink, asker=ask) -> None:
+        self.spec, self.asker = spec, asker
+        self.queries: list[dict] = spec.get("health", [])
         self.looks: dict[str, list[list[str]]] = {}
+        self.asked: set[str] = set()
+        self.lock = threading.Lock()
         self.done = threading.Event()
-        self.thread: threading.Thread | None = None
-        every, queries = float(spec.get("health_every_s") or 0), spec.get("health", [])
-        if every and queries:
-            names = ", ".join(q["node"] for q in queries)
+        self.threads: list[threading.Thread] = []
+        every = float(spec.get("health_every_s") or 0)
+        if every and self.queries:
+            names = ", ".join(q["node"] for q in self.queries)
             sink(OutputLine(spec["nodes"][0]["node"], None, f"ddpctl: health: asking {names} every {every:g} s"))
-            self.thread = threading.Thread(target=self._every, args=(spec, queries, every, asker), daemon=True)
-            self.thread.start()
+            self._start(self._every, every)
 
-    def _every(self, spec: dict, queries: list[dict], every: float, asker) -> None:
+    def _start(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def line(self, line: OutputLine) -> None:
+        found = SLOW_NOTE.match(line.text) if line.rank is None else None
+        if found is None or found["node"] in self.asked or self.done.is_set():
+            return
+        self.asked.add(found["node"])
+        queries = [q for q in self.queries if q["node"] == found["node"]]
+        if queries:
+            self._start(self._look, queries)
+
+    def _every(self, every: float) -> None:
         while not self.done.wait(every):
-            for node, lines in asker(spec, queries).items():
+            self._look(self.queries)
+
+    def _look(self, queries: list[dict]) -> None:
+        for node, lines in self.asker(self.spec, queries).items():
+            with self.lock:
                 kept = self.looks.setdefault(node, [])
                 if lines in kept:
                     kept.remove(lines)
@@ -207,8 +230,8 @@ class HealthTimer:
     def stop(self) -> dict[str, list[list[str]]]:
         """The timer stopped (a look under way ends first, within its timeout); what the looks said."""
         self.done.set()
-        if self.thread is not None:
-            self.thread.join(90)
+        for thread in self.threads:
+            thread.join(90)
         return self.looks
 
 
@@ -228,11 +251,16 @@ def main(argv: list[str] | None = None) -> None:
     (folder / "pid").write_text(f"{os.getpid()}\n")
     with open(folder / "output.log", "a", buffering=1) as log:
 
-        def sink(line: OutputLine) -> None:
+        def write(line: OutputLine) -> None:
             log.write(log_line(line))
 
+        timer = HealthTimer(spec, write)
+
+        def sink(line: OutputLine) -> None:
+            write(line)
+            timer.line(line)
+
         started, error = time.monotonic(), ""
-        timer = HealthTimer(spec, sink)
         try:
             result = run(spec, sink)
         except KeyboardInterrupt:

@@ -353,7 +353,7 @@ def test_the_heads_timer_keeps_each_nodes_distinct_looks_the_latest_last() -> No
     assert timer.stop() == {"n0": [ok], "n1": [sick, ok]}
     assert [line.text for line in said] == ["ddpctl: health: asking n0, n1 every 0.001 s"]
     many = head_agent.HealthTimer({**spec, "health_every_s": 0}, said.append, asker)  # off: no thread, no line
-    assert many.thread is None and many.stop() == {} and len(said) == 1
+    assert many.threads == [] and many.stop() == {} and len(said) == 1
 
     many.done.clear()  # its timer, run here by hand
     counter = iter(range(40))
@@ -364,9 +364,34 @@ def test_the_heads_timer_keeps_each_nodes_distinct_looks_the_latest_last() -> No
             many.done.set()
         return {"n1": [f"GPUHEALTH gpu {n}"]}
 
-    many._every(spec, spec["health"], 0, changing)
+    many.asker = changing
+    many._every(0)
     kept = many.looks["n1"]
     assert len(kept) == head_agent.HealthTimer.KEEP and kept[-1] == ["GPUHEALTH gpu 39"]
+
+
+def test_the_heads_supervisor_looks_at_once_at_a_node_named_slow() -> None:
+    """With no ddpctl attached, a node the watcher names slow is asked at once (its clocks may be held down
+    only while it is slow), once a run, whatever the timer; a node without GPUs, a rank's line: not asked."""
+    from ddpctl.infra.launch import head_agent
+
+    sick = [smi_line(0, mask="0x0000000000000040"), "GPUHEALTH done"]
+    asked: list[list[str]] = []
+
+    def asker(spec, queries):
+        asked.append([q["node"] for q in queries])
+        return {q["node"]: sick for q in queries}
+
+    spec = {"nodes": [{"node": "n0"}], "health_every_s": 0, "health": [{"node": "n0"}, {"node": "n1"}]}
+    timer = head_agent.HealthTimer(spec, lambda line: None, asker)
+    note = "ddpctl: n1 is slow: its ranks compute 1.40x the median step time (window of 20 steps)"
+    timer.line(OutputLine("n1", 1, note))  # a rank printing it: not the watcher
+    timer.line(OutputLine("n1", None, note))
+    timer.line(OutputLine("n1", None, note))  # once a run
+    timer.line(OutputLine("n2", None, note.replace("n1", "n2")))  # no GPUs: not in the query
+    assert timer.stop() == {"n1": [sick]} and asked == [["n1"]]
+    timer.line(OutputLine("n0", None, note.replace("n1", "n0")))  # the run is over
+    assert asked == [["n1"]]
 
 
 def test_what_the_heads_timer_found_is_judged_here_the_end_s_look_first() -> None:
