@@ -230,9 +230,10 @@ class HealthTimer:
     def stop(self) -> dict[str, list[list[str]]]:
         """The timer stopped (a look under way ends first, within its timeout); what the looks said."""
         self.done.set()
-        for thread in self.threads:
+        for thread in list(self.threads):
             thread.join(90)
-        return self.looks
+        with self.lock:  # a copy: a slow look started as the run ended may still be writing
+            return {node: list(outputs) for node, outputs in self.looks.items()}
 
 
 def _interrupt(signum, frame) -> None:
