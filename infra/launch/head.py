@@ -196,10 +196,11 @@ class HeadLauncher:
         return Handle("head", str(pid), where, run_id)
 
     def describe(self, handle: Handle) -> Described:
+        alive = pid_alive(self.conn, handle.folder)  # first: the supervisor writes its record, then exits
         doc = read_record(self.conn, handle.folder)
         if doc is not None:
             return Described(Phase.ENDED, doc)
-        return Described(Phase.RUNNING if pid_alive(self.conn, handle.folder) else Phase.GONE)
+        return Described(Phase.RUNNING if alive else Phase.GONE)
 
     def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
         pid = pid_alive(self.conn, handle.folder) if follow else 0

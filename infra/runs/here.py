@@ -43,11 +43,12 @@ class HereLauncher:
         pass
 
     def describe(self, handle: Handle) -> Described:
+        alive = locks.run_alive(self.store, handle.run_id)  # first: its ddpctl writes the record, then lets go
         try:
             return Described(Phase.ENDED, json.loads((self.store.run_dir(handle.run_id) / "run.json").read_text()))
         except (OSError, ValueError):
             pass
-        return Described(Phase.RUNNING if locks.run_alive(self.store, handle.run_id) else Phase.GONE)
+        return Described(Phase.RUNNING if alive else Phase.GONE)
 
     def logs(self, handle: Handle, sink: Callable[[str], None], *, seen: list[str], follow: bool) -> None:
         path = self.store.run_dir(handle.run_id) / "output.log"

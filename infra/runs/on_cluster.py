@@ -78,11 +78,13 @@ def _update(store: StateStore, run_id: str, cluster: str, handle: Handle, option
     the ``ON_CLUSTER`` mark while it goes on there."""
     run_dir = store.run_dir(run_id)
     described = launcher.describe(handle)
-    (run_dir / ON_CLUSTER).unlink(missing_ok=True)  # unless found going on just now
     lines = _all_lines(launcher, handle)
     atomic_write(run_dir / "output.log", "".join(f"{raw}\n" for raw in lines))
+    # the mark changes only once the launcher has answered: a look that fails half-way leaves it
     if described.phase is Phase.RUNNING:
         atomic_write(run_dir / ON_CLUSTER, "")
+    else:
+        (run_dir / ON_CLUSTER).unlink(missing_ok=True)
     if described.record is None:
         return False
     doc = {"plan": options.get("plan") or {}, **described.record, "cluster": cluster}

@@ -168,6 +168,46 @@ def test_an_ended_job_gets_its_record_here(recorded) -> None:
     assert not on_cluster.is_on_cluster(recorded.store, "r1")
 
 
+def test_a_look_that_fails_half_way_keeps_the_run_marked_going(recorded) -> None:
+    """The CI failure of 92ae645: a look at the head that breaks after ``describe`` must not read as
+    the run's end (a queued run would start while it goes on)."""
+    from ddpctl.infra.runs import on_cluster
+
+    recorded.launchers.append(FakeLauncher(Phase.RUNNING, ["[node0 r0] a"]))
+    on_cluster.bring_up_to_date(recorded.store, "r1")
+    broken = FakeLauncher(Phase.RUNNING, [])
+    broken.logs = lambda *a, **k: (_ for _ in ()).throw(OSError("connection reset"))
+    recorded.launchers.append(broken)
+    assert on_cluster.bring_up_to_date(recorded.store, "r1") is False
+    assert on_cluster.is_on_cluster(recorded.store, "r1")
+
+
+class Head:
+    """A head node whose supervisor writes its record and exits between two of ddpctl's commands."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.asked: list[str] = []
+
+    def run(self, cmd: str, **kwargs):
+        self.asked.append(cmd)
+        if "/pid" in cmd:  # the pid: alive at first; its record written and gone by the next command
+            alive, self.ended = not self.ended, True
+            return SimpleNamespace(stdout="4242\n" if alive else "", stderr="", ok=alive)
+        record = json.dumps({"result": {"run_id": "r1", "exit_code": 0}}) if self.ended else ""
+        return SimpleNamespace(stdout=record, stderr="", ok=bool(record))
+
+
+def test_the_head_launcher_never_reads_a_run_that_just_ended_as_gone() -> None:
+    """The supervisor writes the record, then exits: ``describe`` asks for the pid first, so a run
+    it finds dead has its record there to read."""
+    from ddpctl.infra.launch.head import HeadLauncher
+
+    head = Head()
+    described = HeadLauncher(head).describe(Handle("head", "4242", "/runs/r1", "r1"))
+    assert described.phase is Phase.ENDED and described.record["result"]["exit_code"] == 0, head.asked
+
+
 def test_stop_cancels_through_the_launcher_then_records(recorded) -> None:
     from ddpctl.infra.runs import on_cluster
 
