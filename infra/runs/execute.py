@@ -250,27 +250,26 @@ def _quiet(_: str) -> None:
 def _health_after(prep: PreparedRun, result: RunResult, progress: Progress, found: dict[str, str]) -> RunResult:
     """The health of the nodes with GPUs that the run named (failed, hung, lost, slow), looked at while they
     are still up (``health_in_runs.after_run``), and of those found unhealthy while it went (``found``: node ->
-    its line, ``LiveLook``; what the look at its end says of a node comes first); a look that fails, or Ctrl-C
-    during it, leaves what was found."""
+    its line, ``LiveLook``; what the look at its end says of a node that answers it comes first:
+    ``health_in_runs.with_found``); a look that fails, or Ctrl-C during it, leaves what was found."""
     probes = result.probes  # the head's supervisor asked them as the run ended: judged here, not kept
     found = {**health_in_runs.found_in_looks(prep.cluster, result.looks), **found}  # and on its timer
     result = replace(result, health=[line for _, line in sorted(found.items())], probes={}, looks={})
-    looked = {node.name for node in health_in_runs.suspects(result, prep.cluster)}
-    if not looked:
+    if not health_in_runs.suspects(result, prep.cluster):
         return result
     try:
         if probes:
-            lines = health_in_runs.judge(prep.cluster, probes)
+            answered = health_in_runs.answers(prep.cluster, probes)
         else:
             targets, executor_for = clusters.job_nodes(prep.cluster, progress)
-            lines = health_in_runs.after_run(result, targets, executor_for, progress)
+            answered = health_in_runs.after_run(result, targets, executor_for, progress)
     except Exception as exc:  # the run's own result still counts
         progress(f"warning: could not look at the health of the nodes the run named: {exc}")
         return result
     except KeyboardInterrupt:  # the run has ended: Ctrl-C ends only the look
         progress("health: the look at the nodes the run named was interrupted")
         return result
-    return replace(result, health=lines + [line for node, line in sorted(found.items()) if node not in looked])
+    return replace(result, health=health_in_runs.with_found(answered, found))
 
 
 def _record_start(

@@ -25,14 +25,32 @@ def suspects(result: RunResult, cluster: ClusterState) -> list[NodeInfo]:
     return [node for node in cluster.nodes if node.name in named and node.gpus]
 
 
-def judge(cluster: ClusterState, probes: dict[str, list[str]]) -> list[str]:
-    """The unhealthy lines of what the health query printed on some nodes (``RunResult.probes``: the head's
-    supervisor asked them, by node), judged as ``look`` judges its own; a node that printed nothing, not."""
+def answers(cluster: ClusterState, probes: dict[str, list[str]]) -> dict[str, str]:
+    """node -> its unhealthy line ("": healthy) for each node that answered the health query in ``probes``
+    (``RunResult.probes``: the head's supervisor asked them, by node), judged as ``look`` judges its own;
+    a node that printed nothing is not in it."""
     lines = [OutputLine(node, None, text) for node, texts in probes.items() for text in texts]
     read = read_probes(lines)
     counted = counted_by(cluster)
     verdicts = [judge_probe(node, read.get(node.name), counted) for node in cluster.nodes if node.name in probes]
-    return [v.line() for v in verdicts if not v.ok and v.problems != [NO_ANSWER]]
+    return _answered(verdicts)
+
+
+def _answered(verdicts) -> dict[str, str]:
+    return {v.node: "" if v.ok else v.line() for v in verdicts if v.problems != [NO_ANSWER]}
+
+
+def judge(cluster: ClusterState, probes: dict[str, list[str]]) -> list[str]:
+    """The unhealthy lines of ``answers``."""
+    return [line for line in answers(cluster, probes).values() if line]
+
+
+def with_found(answered: dict[str, str], found: dict[str, str]) -> list[str]:
+    """A run's ``health`` (pure): what the look at its end said of the nodes that answered it (``answers``),
+    then what was found unhealthy while it went (``found``: node -> its line) of every other node, one that
+    did not answer the end's look included. Attached (``execute``) and from the head's record alike."""
+    ended = [line for line in answered.values() if line]
+    return ended + [line for node, line in sorted(found.items()) if node not in answered]
 
 
 def found_in_looks(cluster: ClusterState, looks: dict[str, list[list[str]]]) -> dict[str, str]:
@@ -49,8 +67,7 @@ def found_in_looks(cluster: ClusterState, looks: dict[str, list[list[str]]]) -> 
 def recorded(cluster: ClusterState, probes: dict[str, list[str]], looks: dict[str, list[list[str]]]) -> list[str]:
     """A head-supervised run's ``health`` from its record (pure): the nodes it named as the look at its end
     judges them, then those its timer found unhealthy that the end's look did not ask."""
-    found = found_in_looks(cluster, looks)
-    return judge(cluster, probes) + [line for node, line in sorted(found.items()) if node not in probes]
+    return with_found(answers(cluster, probes), found_in_looks(cluster, looks))
 
 
 def after_run(
@@ -58,14 +75,29 @@ def after_run(
     cluster: ClusterState,
     executor_for: Callable[[Callable[[OutputLine], None]], object],
     progress: Callable[[str], None],
-) -> list[str]:
-    """The health query (no burn: seconds) on the nodes the run named (``suspects``): each unhealthy one's
-    line, so that a run that failed, hung or slowed on a sick GPU says so (a healthy node: nothing said)."""
+) -> dict[str, str]:
+    """The health query (no burn: seconds) on the nodes the run named (``suspects``), as ``answers``: each
+    unhealthy one's line, so that a run that failed, hung or slowed on a sick GPU says so ("": healthy)."""
     nodes = suspects(result, cluster)
     if not nodes:
-        return []
+        return {}
     progress(f"health: looking at {', '.join(n.name for n in nodes)}, named by the run")
-    return look(cluster, nodes, executor_for, progress)
+    return look_answers(cluster, nodes, executor_for, progress)
+
+
+def look_answers(
+    cluster: ClusterState,
+    nodes: list[NodeInfo],
+    executor_for: Callable[[Callable[[OutputLine], None]], object],
+    progress: Callable[[str], None],
+) -> dict[str, str]:
+    """The health query (no burn) on ``nodes`` of ``cluster``, as ``answers``. A node that does not answer
+    is said so (``progress``), not judged."""
+    verdicts = run_health(replace(cluster, nodes=nodes), executor_for, progress, burn_s=0)
+    for verdict in verdicts.values():
+        if verdict.problems == [NO_ANSWER]:
+            progress(f"health: {verdict.node} did not answer the health query")
+    return _answered(verdicts.values())
 
 
 def look(
@@ -74,13 +106,8 @@ def look(
     executor_for: Callable[[Callable[[OutputLine], None]], object],
     progress: Callable[[str], None],
 ) -> list[str]:
-    """The health query (no burn) on ``nodes`` of ``cluster``: the unhealthy ones' lines. A node that does
-    not answer is said so (``progress``), not judged."""
-    verdicts = run_health(replace(cluster, nodes=nodes), executor_for, progress, burn_s=0)
-    for verdict in verdicts.values():
-        if verdict.problems == [NO_ANSWER]:
-            progress(f"health: {verdict.node} did not answer the health query")
-    return [verdict.line() for verdict in verdicts.values() if not verdict.ok and verdict.problems != [NO_ANSWER]]
+    """The unhealthy lines of ``look_answers``."""
+    return [line for line in look_answers(cluster, nodes, executor_for, progress).values() if line]
 
 
 class LiveLook:

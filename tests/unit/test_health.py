@@ -269,17 +269,20 @@ def test_after_a_run_only_the_named_nodes_are_asked_and_only_the_unhealthy_said(
     lines = after_run(_result(failed_node="n1", slow=["n0 (1.40x)"]), cluster((4, 4, 4, 4)), Executor, said.append)
     assert [p.job for p in Executor.plans] == ["check-health"]  # no burn: seconds, not minutes
     assert [n.node for n in Executor.plans[0].nodes] == ["n0", "n1"]
-    assert lines == [
-        "n1: unhealthy: nvidia-smi lists 1 GPU(s), configure counted 4; "
-        "GPU 0: Xid 79 (pid=1, name=python, GPU has fallen off the bus.)"
-    ]
+    assert lines == {
+        "n0": "",
+        "n1": "n1: unhealthy: nvidia-smi lists 1 GPU(s), configure counted 4; "
+        "GPU 0: Xid 79 (pid=1, name=python, GPU has fallen off the bus.)",
+    }
     assert said[0] == "health: looking at n0, n1, named by the run"
     # a node that does not answer is said so, not named unhealthy
     Executor.said, said[:] = {"check-health": {"n0": q0}}, []
-    assert after_run(_result(failed_node="n1", slow=["n0 (1.40x)"]), cluster((4, 4)), Executor, said.append) == []
+    assert after_run(_result(failed_node="n1", slow=["n0 (1.40x)"]), cluster((4, 4)), Executor, said.append) == {
+        "n0": ""
+    }
     assert "health: n1 did not answer the health query" in said
     Executor.plans = []
-    assert after_run(_result(exit_code=0), cluster((4, 4)), Executor, said.append) == [] and Executor.plans == []
+    assert after_run(_result(exit_code=0), cluster((4, 4)), Executor, said.append) == {} and Executor.plans == []
 
 
 def test_what_the_heads_supervisor_asked_is_judged_here() -> None:
@@ -407,6 +410,8 @@ def test_what_the_heads_timer_found_is_judged_here_the_end_s_look_first() -> Non
     assert recorded(c, {}, looks) == [f"n1: unhealthy: {ecc}", f"n2: unhealthy: {ecc}"]
     assert recorded(c, {"n2": ok}, looks) == [f"n1: unhealthy: {ecc}"]  # n2 healthy at the end
     assert recorded(c, {"n0": sick}, {}) == [f"n0: unhealthy: {ecc}"]
+    # named at the end but silent there: what the timer found of it stays (attached, ``with_found`` too)
+    assert recorded(c, {"n2": []}, looks) == [f"n1: unhealthy: {ecc}", f"n2: unhealthy: {ecc}"]
 
 
 def test_runs_says_which_named_nodes_were_unhealthy() -> None:
