@@ -128,8 +128,9 @@ from .plans import print_cluster_plan, print_launch_plan
 @click.option(
     "--detach",
     is_flag=True,
-    help="Run in the background: the command returns once the run has started, and the run goes on after "
-    "the terminal closes (`ddpctl logs --follow RUN_ID`, `ddpctl stop RUN_ID`, `ddpctl runs`).",
+    help="Run in the background: the command returns once the run has started (on remote nodes, once the head "
+    "node has it: this machine may then sleep or shut down), and the run goes on after the terminal closes "
+    "(`ddpctl logs --follow RUN_ID`, `ddpctl stop RUN_ID`, `ddpctl runs`).",
 )
 @click.option(
     "--all-lines",
@@ -255,13 +256,15 @@ def run(
 
         chosen = None if resume_id or run_id else prep.run.run_id  # the background ddpctl must use this id
         run_id = prep.run.run_id
-        pid = start_detached(_detached_argv(sys.argv[1:], chosen), store, run_id)
+        argv = _detached_argv(sys.argv[1:], chosen)
+        on_cluster = prep.outlives_this_machine
+        pid, where = start_detached(argv, store, run_id, on_cluster=on_cluster, progress=out.progress)
         out.progress(
-            f"run {run_id} goes on in the background (pid {pid}; its own messages in {controller_log(store, run_id)}): "
-            f"`ddpctl logs --follow {run_id}` follows it, `ddpctl stop {run_id}` stops it"
+            f"run {run_id} {_detached_where(where)} (pid {pid}; its own messages in {controller_log(store, run_id)})"
         )
+        out.progress(f"`ddpctl logs --follow {run_id}` follows it, `ddpctl stop {run_id}` stops it")
         if as_json:
-            out.document({"ok": True, "run_id": run_id, "pid": pid, "detached": True})
+            out.document({"ok": True, "run_id": run_id, "pid": pid, "detached": True, "where": str(where)})
         return 0
     if not all_lines:
         out.hide_repeats(prep.run.run_id)
@@ -273,6 +276,18 @@ def run(
     if as_json:
         out.document({"ok": result.ok, "plan": prep.plan.to_dict(), "result": result.to_dict()})
     return result.exit_code
+
+
+def _detached_where(where) -> str:
+    """Where a detached run stands (``detach.Handover``), and whether this machine must stay on for it."""
+    return {
+        "here": "goes on in the background on this machine: it stops if this machine shuts down",
+        "on-cluster": "goes on on the cluster's side: this machine may sleep or shut down",
+        "queued": "waits its turn in the background on this machine: it starts only while this machine is on",
+        "ended": "has ended already: `ddpctl runs` says how",
+        "starting": "is still on its way to the cluster from the background: keep this machine on until "
+        "`ddpctl runs` says it is running",
+    }[str(where)]
 
 
 def _detached_argv(argv: list[str], new_run_id: str | None) -> list[str]:

@@ -58,6 +58,11 @@ class PreparedRun:
     #: or Slurm's on the login node (sbatch); nothing above ``launch/`` asks which
     executor_for: ExecutorFor | None = None
 
+    @property
+    def outlives_this_machine(self) -> bool:
+        """Once submitted, the run goes on with no ddpctl here (the head node's supervisor, a Slurm job)."""
+        return isinstance(self.plan, SbatchPlan) or self.plan.supervision != Supervision.HERE
+
     def executor(self, sink: Callable[[OutputLine], None]) -> Executor:
         if self.executor_for is None:
             return self.provider.executor(self.cluster, sink)

@@ -50,7 +50,7 @@ def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["detached"] and doc["run_id"] == "rdetach001"
+    assert doc["detached"] and doc["run_id"] == "rdetach001" and doc["where"] == "here"  # kept by this machine
     assert time.monotonic() - started < 60  # back at once, not after the training
     controller = psutil.Process(doc["pid"])
     assert os.getsid(controller.pid) == controller.pid  # a session of its own: no terminal's signals reach it
