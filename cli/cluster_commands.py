@@ -114,7 +114,7 @@ def up(
     """
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.model import locks
-    from ddpctl.infra.model.spec import parse_env
+    from ddpctl.infra.model.env_vars import parse_env
 
     from .output import Output
 
@@ -300,7 +300,7 @@ def configure(name, playbook_vars, tags, check, diff, as_json) -> int:
       ddpctl configure --check --diff                   # what would change, as diffs; nothing changed
     """
     from ddpctl.infra.lifecycle import clusters
-    from ddpctl.infra.model.spec import parse_env
+    from ddpctl.infra.model.env_vars import parse_env
 
     from .output import Output
 

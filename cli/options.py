@@ -188,7 +188,7 @@ env_option = click.option(
     "--env",
     "-e",
     multiple=True,
-    metavar="KEY=VALUE",  # checked by infra.model.spec.parse_env / run_env, for run and up alike
+    metavar="KEY=VALUE",  # checked by infra.model.env_vars.parse_env / run_env, for run and up alike
     help="Extra environment for every rank (repeatable); KEY is letters, digits and '_', not starting with a digit. "
     "run: a bare -e KEY passes your environment's value as a secret (recorded and shown by name only).",
 )
@@ -322,7 +322,7 @@ def given_options(values: dict) -> dict:
     """``up``'s values of the providers' options, as ``ClusterSpec.options`` takes them: those given
     (a flag at its default too), a table's ``KEY=VALUE`` items as a dict."""
     from ddpctl.infra.lifecycle.faces import all_options, check_given
-    from ddpctl.infra.model.spec import parse_env
+    from ddpctl.infra.model.env_vars import parse_env
 
     given = {}
     for option in all_options():

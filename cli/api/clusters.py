@@ -48,8 +48,8 @@ def up(
     from ddpctl.infra.lifecycle import clusters
     from ddpctl.infra.lifecycle.faces import check_given
     from ddpctl.infra.model import locks
+    from ddpctl.infra.model.env_vars import parse_env
     from ddpctl.infra.model.errors import UsageError
-    from ddpctl.infra.model.spec import parse_env
 
     from ..cluster_commands import up as command
 

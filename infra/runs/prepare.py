@@ -22,8 +22,9 @@ from ..launch.slurm_executor import SlurmExecutor
 from ..launch.torchrun import run_snapshot_dir
 from ..lifecycle import clusters
 from ..model import locks
+from ..model.env_vars import run_env
 from ..model.errors import UsageError
-from ..model.spec import ClusterSpec, RunSpec, run_env
+from ..model.spec import ClusterSpec, RunSpec
 from ..model.state import ClusterState, LaunchKind
 from ..model.store import StateStore
 from ..model.torch_versions import check_torch

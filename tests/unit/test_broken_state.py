@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from ddpctl.infra.model.env_vars import run_env
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.model.host import Host
-from ddpctl.infra.model.spec import run_env
 from ddpctl.infra.model.state import ClusterState, NodeInfo
 from ddpctl.infra.model.store import StateStore
 from ddpctl.infra.runs.options import RunOptions

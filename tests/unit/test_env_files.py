@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ddpctl.api.common import _env_pairs
+from ddpctl.infra.model.env_vars import run_env
 from ddpctl.infra.model.errors import UsageError
-from ddpctl.infra.model.spec import run_env
 
 DOTENV = """\
 # how ML users write .env

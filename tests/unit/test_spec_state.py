@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddpctl.config_file import load_default_map
+from ddpctl.infra.model.env_vars import parse_env
 from ddpctl.infra.model.errors import ClusterNotFound, UsageError
-from ddpctl.infra.model.spec import RunSpec, parse_env
+from ddpctl.infra.model.spec import RunSpec
 from ddpctl.infra.model.state import (
     STATE_VERSION,
     ClusterPhase,
