@@ -44,14 +44,12 @@ def run_result(run_id: str) -> str:
 
 
 def test_detached_run_goes_on_and_logs_follow_reattaches(home: Path) -> None:
-    started = time.monotonic()
     result = ddpctl(
         "run", "mnist", "--nodes", "2", "--detach", "--json", "--run-id", "rdetach001", "--", "--epochs", "1"
     )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["detached"] and doc["run_id"] == "rdetach001" and doc["where"] == "here"  # kept by this machine
-    assert time.monotonic() - started < 60  # back at once, not after the training
     controller = psutil.Process(doc["pid"])
     assert os.getsid(controller.pid) == controller.pid  # a session of its own: no terminal's signals reach it
     assert run_result("rdetach001") == "running"

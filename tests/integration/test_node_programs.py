@@ -196,8 +196,8 @@ def test_stop_kill_sends_sigkill(procs, marker) -> None:
 def test_stop_term_does_not_wait_for_a_process_that_ignores_it(procs, marker) -> None:
     procs.append(tagged := sleeper({"DDPCTL_RUN_ID": marker}, ignore_term=True))
     start = time.monotonic()
-    assert run("stop", "DDPCTL_RUN_ID", marker, "term", "10").stdout == "1\n"
-    assert time.monotonic() - start < 5
+    assert run("stop", "DDPCTL_RUN_ID", marker, "term", "300").stdout == "1\n"
+    assert time.monotonic() - start < 150  # not the 300 s grace (a liveness bound: generous under load)
     assert tagged.poll() is None
 
 
@@ -207,7 +207,7 @@ def test_stop_kills_what_is_left_after_the_grace_period(procs, marker) -> None:
     start = time.monotonic()
     result = run("stop", "DDPCTL_RUN_ID", marker, "stop", "0.5")
     assert result.stdout == "2\n", result.stderr
-    assert 0.4 < time.monotonic() - start < 4
+    assert 0.4 < time.monotonic() - start < 60  # the grace, then the kill: not forever
     assert polite.wait(timeout=5) == -signal.SIGTERM
     assert stubborn.wait(timeout=5) == -signal.SIGKILL
 
@@ -216,8 +216,8 @@ def test_stop_returns_at_once_when_the_tagged_processes_are_gone(procs, marker) 
     """A stopped child that nobody has waited for yet is a zombie: gone, not waited on until the grace ends."""
     procs.append(sleeper({"DDPCTL_RUN_ID": marker}))
     start = time.monotonic()
-    assert run("stop", "DDPCTL_RUN_ID", marker, "stop", "10").stdout == "1\n"
-    assert time.monotonic() - start < 5
+    assert run("stop", "DDPCTL_RUN_ID", marker, "stop", "300").stdout == "1\n"
+    assert time.monotonic() - start < 150  # not the 300 s grace
 
 
 def test_stop_orphan_waits_for_its_parent_to_die_then_stops_the_run(procs, marker) -> None:
@@ -256,14 +256,14 @@ def reach(port: int, me: str, peers: list[str], expect: int, seconds: float, *st
 
 def test_reach_two_nodes_reach_each_other() -> None:
     port = free_port()
-    a = reach(port, "127.0.0.1", ["127.0.0.2"], 1, 5)
-    b = reach(port, "127.0.0.2", ["127.0.0.1"], 1, 5)
+    a = reach(port, "127.0.0.1", ["127.0.0.2"], 1, 300)
+    b = reach(port, "127.0.0.2", ["127.0.0.1"], 1, 300)
     start = time.monotonic()
-    out_a, _ = a.communicate(timeout=10)
-    out_b, _ = b.communicate(timeout=10)
+    out_a, _ = a.communicate(timeout=400)
+    out_b, _ = b.communicate(timeout=400)
     assert (a.returncode, b.returncode) == (0, 0)
     assert out_a == "REACH 127.0.0.1 127.0.0.2 ok\n" and out_b == "REACH 127.0.0.2 127.0.0.1 ok\n"
-    assert time.monotonic() - start < 3  # each leaves once its peer has connected, not at the deadline
+    assert time.monotonic() - start < 150  # each leaves once its peer has connected, not at the 300 s deadline
 
 
 def test_reach_a_closed_port_is_an_error_line_after_the_time_given() -> None:
@@ -274,7 +274,7 @@ def test_reach_a_closed_port_is_an_error_line_after_the_time_given() -> None:
     assert proc.returncode == 0  # not strict: the verdict is in the line
     assert out == "REACH 127.0.0.1 127.0.0.2 error: Connection refused\n"
     assert REACH_LINE.match(out.strip()).groups() == ("127.0.0.1", "127.0.0.2", "error: Connection refused")
-    assert 0.5 <= time.monotonic() - start < 4
+    assert 0.5 <= time.monotonic() - start < 60
 
 
 def test_reach_strict_exits_1_when_a_peer_is_unreachable() -> None:
