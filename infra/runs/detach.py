@@ -96,7 +96,7 @@ def start_detached(
         )
     deadline = time.monotonic() + timeout
     while not locks.run_alive(store, run_id):
-        if _ended(proc, log, run_id):
+        if _ended(proc, log, run_id, "at once"):
             return proc.pid, Handover.ENDED
         if time.monotonic() > deadline:
             raise DdpctlError(f"the detached run {run_id} did not start within {timeout:.0f} s: see {log}")
@@ -106,7 +106,7 @@ def start_detached(
     try:  # no time limit: the background ddpctl holds the run, and may wait for the cluster's packages
         while (where := handover(store, run_id, before)) is None:
             shown = _show(log, shown, progress)
-            if _ended(proc, log, run_id):
+            if _ended(proc, log, run_id, "before the cluster had it"):
                 where = Handover.ENDED
                 break
             time.sleep(POLL_S)
@@ -116,7 +116,7 @@ def start_detached(
     return proc.pid, where
 
 
-def _ended(proc: subprocess.Popen, log: Path, run_id: str) -> bool:
+def _ended(proc: subprocess.Popen, log: Path, run_id: str, when: str) -> bool:
     """Whether the background ddpctl has ended, and well; its error (its ``Error:`` line) where not."""
     code = proc.poll()
     if not code:
@@ -124,7 +124,7 @@ def _ended(proc: subprocess.Popen, log: Path, run_id: str) -> bool:
     lines = log.read_text(errors="replace").strip().splitlines()
     error = next((line for line in reversed(lines) if line.startswith("Error: ")), f"exit {code}")
     raise (UsageError if code == 2 else DdpctlError)(
-        f"the detached run {run_id} stopped at once: {error.removeprefix('Error: ')}"
+        f"the detached run {run_id} stopped {when}: {error.removeprefix('Error: ')}"
     )
 
 
