@@ -24,6 +24,10 @@ from pathlib import Path
 from .errors import DdpctlError
 from .store import StateStore
 
+#: how long a refused command waits to learn who holds the lock (its holder writes who it is just after it
+#: locks) or for it to let go: a liveness bound, generous for a loaded machine (it is milliseconds idle)
+HOLDER_WAIT_S = 10.0
+
 
 class Busy(DdpctlError):
     """Another ddpctl command holds the cluster (or the run)."""
@@ -142,8 +146,12 @@ class ClusterLock:
 
     def take(self, *, shared: bool = False) -> ClusterLock:
         self.store.check_writable()  # one line for an unwritable state home, before making anything
-        if not self.lock.acquire(self.command, shared):
-            raise self._busy(shared)
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while not self.lock.acquire(self.command, shared):
+            holders = self.lock.holders()
+            if holders or time.monotonic() > deadline:  # refused, saying who holds it
+                raise self._busy(shared, holders)
+            time.sleep(0.1)  # a holder not yet written, or one letting go: take it then
         return self
 
     def share(self) -> None:
@@ -167,13 +175,7 @@ class ClusterLock:
     def release(self) -> None:
         self.lock.release()
 
-    def _busy(self, shared: bool) -> Busy:
-        holders = self.lock.holders()
-        for _ in range(10):  # the holder writes who it is just after it locks: a moment to read it
-            if holders:
-                break
-            time.sleep(0.1)
-            holders = self.lock.holders()
+    def _busy(self, shared: bool, holders: list[Holder]) -> Busy:
         runs = [h for h in holders if h.command.startswith("run ")]
         if runs and not shared:
             return Busy(
