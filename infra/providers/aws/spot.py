@@ -14,7 +14,7 @@ and one that failed after the launch was recorded configures the recorded instan
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...hosts.ansible import Play
@@ -42,6 +42,16 @@ from .spot_plan import (
 from .steps import only, only_created
 
 
+@dataclass(frozen=True)
+class Replacements:
+    """What ``replace_instances`` did in EC2: each node's new instance (``new``: node -> instance id),
+    those instances as EC2 describes them now, and their host keys (from their consoles)."""
+
+    new: dict[str, str]
+    launched: dict[str, configure.Launched]
+    host_keys: dict[str, list[str]]
+
+
 def replace_lost(
     state: ClusterState,
     store: StateStore,
@@ -52,7 +62,29 @@ def replace_lost(
 ) -> ClusterState | None:
     """Replace those of the ``asked`` nodes whose instances EC2 took back, or (``unhealthy``, asked of
     the others) that are unhealthy; None: none was."""
-    aws = Aws(plan.region)
+    done = replace_instances(Aws(plan.region), state, store, plan, asked, progress, unhealthy)
+    if done is None:
+        return None
+    _configure(state, store, plan, done, progress)
+    inst = only(state, "instances")
+    configured(InstancesDetail.of(inst), done.new).put(inst)
+    store.save(state)
+    progress(f"{', '.join(done.new)} replaced: {', '.join(f'{n} is {i}' for n, i in done.new.items())}")
+    return state
+
+
+def replace_instances(
+    aws: Aws,
+    state: ClusterState,
+    store: StateStore,
+    plan: AwsPlan,
+    asked: list[str],
+    progress: Progress,
+    unhealthy: Callable[[str], str] | None = None,
+) -> Replacements | None:
+    """A replacement's part in EC2, every call of it (docs/aws-head-iam-policy.json allows exactly
+    these): the lost nodes found, a running one terminated, each launched again, waited for, and
+    its host keys read from its console; each launch recorded in the state. None: none was lost."""
     inst = only(state, "instances")
     detail = InstancesDetail.of(inst)
     ids = [detail.nodes[n] for n in asked if n in detail.nodes]
@@ -76,11 +108,20 @@ def replace_lost(
     new = {node: detail.nodes[node] for node in pending}
     new |= {each.node: _launch(aws, state, store, plan, each) for each in lost}
     instances.wait(aws, "instance_running", list(new.values()), progress, "starting", instances.RUNNING_TIMEOUT_S)
-    _configure(aws, state, store, plan, new, progress)
-    configured(InstancesDetail.of(inst), new).put(inst)
-    store.save(state)
-    progress(f"{', '.join(new)} replaced: {', '.join(f'{n} is {i}' for n, i in new.items())}")
-    return state
+    node_of = {iid: node for node, iid in new.items()}
+    launched = {
+        node_of[i["InstanceId"]]: configure.Launched(
+            name=node_of[i["InstanceId"]],
+            instance_id=i["InstanceId"],
+            private_ip=i.get("PrivateIpAddress", ""),
+            public_ip=i.get("PublicIpAddress", ""),
+            zone=i.get("Placement", {}).get("AvailabilityZone", ""),
+        )
+        for i in aws.instances_by_id(list(new.values()))
+    }
+    # as ``up`` reads them: a --no-configure cluster's consoles once (``ddpctl configure`` reads them again)
+    host_keys = configure.collect_host_keys(list(launched.values()), aws.console_output, progress, wait=plan.configure)
+    return Replacements(new, launched, host_keys)
 
 
 def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, lost: Lost) -> str:
@@ -110,33 +151,21 @@ def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, los
     return str(made["InstanceId"])
 
 
-def _configure(
-    aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, new: dict[str, str], progress: Progress
-) -> None:
-    """The SSH files with the new instances (host keys from their consoles), site.yml limited to them,
-    then ``ssh_mesh`` on every node; the nodes recorded as the play reported them."""
-    fresh = {
-        i["InstanceId"]: configure.Launched(
-            name=next(node for node, iid in new.items() if iid == i["InstanceId"]),
-            instance_id=i["InstanceId"],
-            private_ip=i.get("PrivateIpAddress", ""),
-            public_ip=i.get("PublicIpAddress", ""),
-            zone=i.get("Placement", {}).get("AvailabilityZone", ""),
-        )
-        for i in aws.instances_by_id(list(new.values()))
-    }
-    launched = launched_nodes(state, plan.private_ip, {n.name: n for n in fresh.values()})
+def _configure(state: ClusterState, store: StateStore, plan: AwsPlan, done: Replacements, progress: Progress) -> None:
+    """The SSH files with the new instances and their host keys, site.yml limited to them, then
+    ``ssh_mesh`` on every node; the nodes recorded as the play reported them."""
+    new = done.new
+    launched = launched_nodes(state, plan.private_ip, done.launched)
     cluster_dir = Path(plan.cluster_dir)
     known = cluster_dir / "known_hosts"
     old_keys = known_host_keys(known.read_text() if known.is_file() else "", launched, plan.private_ip)
-    host_keys = {k: v for k, v in old_keys.items() if k not in new}
-    host_keys |= configure.collect_host_keys(list(fresh.values()), aws.console_output, progress)
+    host_keys = {k: v for k, v in old_keys.items() if k not in new} | done.host_keys
     files = configure.write_files(
         cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=host_keys
     )
     hosts = {
         n.name: configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
-        for n in fresh.values()
+        for n in done.launched.values()
     }
     old = {n.name: n for n in state.nodes}
     infos = [
