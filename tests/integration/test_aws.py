@@ -444,6 +444,39 @@ def test_instance_profile_reaches_the_nodes(aws: Env) -> None:
     assert iam.get_instance_profile(InstanceProfileName="ddpctl-s3")  # the user's: never deleted
 
 
+def test_the_head_node_gets_its_own_instance_profile(aws: Env) -> None:
+    """--head-instance-profile: the head's association in place of the nodes' profile it was launched
+    with (or a new one where the nodes have none); checked in IAM before anything is made."""
+    import boto3
+
+    iam = boto3.session.Session(
+        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("iam", endpoint_url=aws.moto.url)
+    arns = {n: iam.create_instance_profile(InstanceProfileName=n)["InstanceProfile"]["Arn"] for n in ("nodes", "head")}
+    missing = aws.run(*UP, "--nodes", "2", "--head-instance-profile", "no-such-profile")
+    assert missing.returncode == 2
+    assert "IAM instance profile 'no-such-profile' not found" in only_line(missing)
+    assert "--head-instance-profile" in only_line(missing)
+    aws.assert_clean()
+
+    def associations() -> dict[str, str]:
+        found = aws.moto.ec2.describe_iam_instance_profile_associations()["IamInstanceProfileAssociations"]
+        return {a["InstanceId"]: a["IamInstanceProfile"]["Arn"] for a in found if a["State"] == "associated"}
+
+    for given in (("--iam-instance-profile", "nodes"), ()):
+        up = aws.ok(*UP, "--nodes", "2", *given, "--head-instance-profile", "head")
+        assert "the head node's IAM instance profile: head" in up.stderr
+        state = json.loads((aws.home / "clusters" / "c1.json").read_text())
+        [instances] = [r for r in state["resources"] if r["kind"] == "instances"]
+        head = instances["detail"]["nodes"]["node0"]
+        assert associations().get(head) == arns["head"]
+        # moto 5.2 associates a launch's profile with its first instance only (EC2: every one): the head
+        assert instances["detail"]["nodes"]["node1"] not in associations()
+        assert state["spec"]["options"]["head_instance_profile"] == "head"
+        aws.ok("down", "--yes")
+        aws.assert_clean()
+
+
 def test_given_subnet_is_used_and_never_deleted(aws: Env) -> None:
     ec2 = aws.moto.ec2
     vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]

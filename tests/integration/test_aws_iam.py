@@ -42,6 +42,7 @@ def iam_moto(tmp_path_factory: pytest.TempPathFactory):
         iam.create_role(RoleName="ddpctl-nodes", AssumeRolePolicyDocument="{}")
         iam.create_instance_profile(InstanceProfileName="ddpctl-s3")
         iam.add_role_to_instance_profile(InstanceProfileName="ddpctl-s3", RoleName="ddpctl-nodes")
+        iam.create_instance_profile(InstanceProfileName="ddpctl-head")
         server.users = {}  # type: ignore[attr-defined]
         missing = [None, *MISSING]
         for left_out in missing:  # every user before auth is on (then only they can call IAM)
@@ -132,9 +133,15 @@ def run_as(server: Moto, who, tmp: Path, *args: str):
 
 
 def test_a_user_with_only_the_policy_brings_a_cluster_up_and_down(iam_moto: Moto, tmp_path: Path):
-    up = run_as(iam_moto, None, tmp_path, *UP, "--iam-instance-profile", "ddpctl-s3")
+    profiles = ("--iam-instance-profile", "ddpctl-s3", "--head-instance-profile", "ddpctl-head")
+    up = run_as(iam_moto, None, tmp_path, *UP, *profiles)
     assert up.returncode == 0, up.stderr
     assert "could not be checked" not in up.stderr  # iam:GetInstanceProfile was allowed
+    head = _nodes(tmp_path)["node0"]
+    found = _admin_ec2(iam_moto).describe_iam_instance_profile_associations()["IamInstanceProfileAssociations"]
+    assert [a["IamInstanceProfile"]["Arn"].rsplit("/", 1)[1] for a in found if a["InstanceId"] == head] == [
+        "ddpctl-head"  # in place of the nodes' there
+    ]
     status = run_as(iam_moto, None, tmp_path, "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["clusters"][0]["live"]["instances"] == {"running": 2}, status.stdout

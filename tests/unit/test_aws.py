@@ -137,6 +137,38 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
         cluster_spec(name="c1", provider="aws", options={"iam_instance_profile": "arn:aws:iam::1:instance-profile/x y"})
 
 
+def test_the_head_nodes_own_instance_profile_is_planned_and_said():
+    """--head-instance-profile: not in the launch (one RunInstances makes every node, with the nodes'
+    profile); the plan says it, aws only."""
+    from ddpctl.infra.model.errors import UsageError
+    from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
+    from ddpctl.infra.providers.aws.plan import plan_from_spec
+
+    options = {"region": REGION, "iam_instance_profile": "ddpctl-s3", "head_instance_profile": "ddpctl-head"}
+    plan = plan_from_spec(cluster_spec(name="c1", provider="aws", nodes=2, options=options), "abc123", "/h/c1")
+    assert plan.head_instance_profile == "ddpctl-head"
+    request = run_instances_request(
+        plan,
+        ami="ami-1",
+        root_device="/dev/sda1",
+        subnet_id="subnet-1",
+        group_id="sg-1",
+        key_name="k",
+        az="us-east-1a",
+        count=2,
+        placement_group=None,
+        client_token="t",
+    )
+    assert request["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
+    [line] = [line for line in plan.describe() if "head node's IAM instance profile" in line]
+    assert "ddpctl-head" in line and "docs/aws-head-iam-policy.json" in line
+    for provider in ("local", "onprem", "pcluster"):
+        with pytest.raises(UsageError, match=f"--head-instance-profile is for --provider aws, not {provider}"):
+            cluster_spec(name="c1", provider=provider, options={"head_instance_profile": "ddpctl-head"})
+    with pytest.raises(UsageError, match="invalid --head-instance-profile"):
+        cluster_spec(name="c1", provider="aws", options={"head_instance_profile": "two words"})
+
+
 @pytest.mark.parametrize(
     "instance_type,source,modules",
     [

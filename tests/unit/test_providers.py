@@ -104,7 +104,8 @@ def test_each_provider_takes_the_options_it_declares():
     for name in NAMES:
         assert provider_class(name).options == declared_options(name)
     assert {o.name for o in all_options()} == set().union(*(provider_class(n).option_names() for n in NAMES))
-    assert declared_options("pcluster") == tuple(o for o in declared_options("aws") if o.name != "iam_instance_profile")
+    profiles = ("iam_instance_profile", "head_instance_profile")
+    assert declared_options("pcluster") == tuple(o for o in declared_options("aws") if o.name not in profiles)
     assert all(o.kind in (str, int, bool, dict) and o.help for o in all_options())
 
 

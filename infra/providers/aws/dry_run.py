@@ -177,8 +177,9 @@ def offline_report(plan: AwsPlan) -> DryRunReport:
     ]
     if plan.subnet_id:
         not_checked.append(f"subnet {plan.subnet_id}")
-    if plan.iam_instance_profile:
-        not_checked.append(f"IAM instance profile {plan.iam_instance_profile}")
+    for profile in (plan.iam_instance_profile, plan.head_instance_profile):
+        if profile:
+            not_checked.append(f"IAM instance profile {profile}")
     price = prices.table_price(plan.instance_type, f"{NO_CREDENTIALS}: AWS's own prices were not asked")
     lines = [f"Would create aws cluster {plan.cluster!r} in {plan.region} ({plan.count} node(s)):"]
     lines += plan.describe(priced(plan, price))

@@ -90,6 +90,25 @@ def run_instances(
         raise
 
 
+def give_head_profile(aws: Aws, head: str, profile: str, progress: Progress) -> None:
+    """The head node's own instance profile (``--head-instance-profile``): associated with its
+    instance, or in place of the nodes' profile it was launched with (one launch makes every node);
+    nothing where it has it already (a retried ``up``)."""
+    found = aws.ec2.describe_iam_instance_profile_associations(Filters=[{"Name": "instance-id", "Values": [head]}])[
+        "IamInstanceProfileAssociations"
+    ]
+    current = [a for a in found if a.get("State") in ("associating", "associated")]
+    if current and current[0].get("IamInstanceProfile", {}).get("Arn", "").endswith(f"/{profile}"):
+        return
+    if current:
+        aws.ec2.replace_iam_instance_profile_association(
+            IamInstanceProfile={"Name": profile}, AssociationId=current[0]["AssociationId"]
+        )
+    else:
+        aws.ec2.associate_iam_instance_profile(IamInstanceProfile={"Name": profile}, InstanceId=head)
+    progress(f"the head node's IAM instance profile: {profile}")
+
+
 def wait(aws: Aws, waiter_name: str, ids: list[str], progress: Progress, what: str, timeout: float) -> None:
     """A boto3 waiter, polled one attempt at a time so each poll can report progress (a line when the
     states change; the wait itself, with its time, as the activity going on)."""

@@ -1,7 +1,7 @@
 """The AWS provider's options, declared once (``providers.options.Option``): ``ddpctl up``'s flags,
 the ``[cluster]`` keys of ``ddpctl.toml`` and ``ClusterSpec.options`` come from ``OPTIONS``, with
 their format checks (whether a region or AMI exists is checked against AWS at ``up``). pcluster
-takes them too, less ``iam_instance_profile`` (``pcluster/options.py``). Pure: no boto3.
+takes them too, less the instance profiles (``pcluster/options.py``). Pure: no boto3.
 """
 
 from __future__ import annotations
@@ -212,6 +212,18 @@ OPTIONS: tuple[Option, ...] = (
         metavar="NAME",
         pattern=r"[\w+=,.@-]{1,128}",
         example="a profile name, e.g. ddpctl-s3",
+    ),
+    Option(
+        "head_instance_profile",
+        "--head-instance-profile",
+        str,
+        "aws: an existing IAM instance profile for the head node only, in place of "
+        "--iam-instance-profile's there: a role with docs/aws-head-iam-policy.json (a lost node's "
+        "replacement, nothing more), plus what the nodes' role may do (rank 0 runs on the head). "
+        "The head gets short-lived credentials from it; none are ever copied. [default: none]",
+        metavar="NAME",
+        pattern=r"[\w+=,.@-]{1,128}",
+        example="a profile name, e.g. ddpctl-head",
     ),
     Option(
         "tags",

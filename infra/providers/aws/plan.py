@@ -73,6 +73,7 @@ class AwsPlan:
     cluster_dir: str
     key_path: str
     iam_instance_profile: str = ""  # the nodes' only AWS credentials (S3 snapshots); "" = none
+    head_instance_profile: str = ""  # the head node's, in place of the nodes' there (a node's replacement); "" = none
     user_tags: Mapping[str, str] = field(default_factory=dict)  # --tag: on everything, beside ddpctl's own
     #: EFA interfaces the instance type takes, as EC2 describes it (``ec2.efa_interfaces``): 0 = none;
     #: None = not asked yet (the plan ``plan_from_spec`` makes before ``up``'s checks)
@@ -208,6 +209,11 @@ class AwsPlan:
             )
         else:
             lines.append("  IAM instance profile: none (the nodes get no AWS credentials)")
+        if self.head_instance_profile:
+            lines.append(
+                f"  head node's IAM instance profile: {self.head_instance_profile} (in place of the nodes' there: "
+                "a lost node's replacement, docs/aws-head-iam-policy.json)"
+            )
         if not self.configure:
             lines.append("  configure: skipped (--no-configure): the nodes are not prepared for jobs")
         if self.autodown_s:
@@ -289,6 +295,7 @@ def plan_from_spec(spec: Any, cluster_id: str, cluster_dir: str, home_id: str = 
         cluster_dir=cluster_dir,
         key_path=f"{cluster_dir}/id_ed25519",
         iam_instance_profile=o.get("iam_instance_profile", ""),
+        head_instance_profile=o.get("head_instance_profile", ""),
         user_tags=dict(o["tags"]),
         home_id=home_id,
         autodown_s=getattr(spec, "autodown_s", 0),

@@ -74,18 +74,21 @@ def check(aws: Aws, plan: AwsPlan, caller_address: Callable[[], str] | None) -> 
     else:
         zones = _zones(aws, plan, known_to_ec2)
     warnings = []
-    if plan.iam_instance_profile:
-        found, why = aws.instance_profile(plan.iam_instance_profile)
+    profiles = {
+        "--iam-instance-profile": (plan.iam_instance_profile, "a role allowed the snapshot bucket"),
+        "--head-instance-profile": (plan.head_instance_profile, "a role with docs/aws-head-iam-policy.json"),
+    }
+    for flag, (profile, role) in profiles.items():
+        if not profile:
+            continue
+        found, why = aws.instance_profile(profile)
         if found is False:
             raise UsageError(
-                f"IAM instance profile {plan.iam_instance_profile!r} not found: create it (`aws iam "
-                "create-instance-profile` + `add-role-to-instance-profile`, a role allowed the snapshot bucket) "
-                "or leave --iam-instance-profile out"
+                f"IAM instance profile {profile!r} not found: create it (`aws iam create-instance-profile` + "
+                f"`add-role-to-instance-profile`, {role}) or leave {flag} out"
             )
         if found is None:
-            warnings.append(
-                f"IAM instance profile {plan.iam_instance_profile!r} could not be checked ({why}): going on"
-            )
+            warnings.append(f"IAM instance profile {profile!r} could not be checked ({why}): going on")
     quota = pricing.vcpu_quota(plan.instance_type, plan.spot)
     need = facts.vcpus * plan.count
     value, why = aws.vcpu_quota(quota.code)

@@ -213,6 +213,8 @@ class Up(Steps):
         inst = only(state, "instances")
         replace(InstancesDetail.of(inst), nodes={n.name: n.instance_id for n in launched}).put(inst)
         self.save()
+        if plan.head_instance_profile:
+            instances.give_head_profile(aws, launched[0].instance_id, plan.head_instance_profile, self.progress)
         if plan.configure:
             state.status = ClusterPhase.CONFIGURING  # an interruption from here on: `ddpctl configure` finishes it
             self.save()
