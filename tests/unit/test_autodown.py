@@ -25,7 +25,7 @@ from ddpctl.infra.hosts import autodown
 from ddpctl.infra.model.errors import UsageError
 from ddpctl.infra.runs.records import RunRecord
 from tests.support.autodown import _state
-from tests.support.specs import cluster_spec
+from tests.support.specs import LAUNCH, cluster_spec
 
 # ---- the idle time's text ----------------------------------------------------------------------
 
@@ -110,18 +110,7 @@ def test_instances_terminate_when_they_shut_themselves_down() -> None:
     from ddpctl.infra.providers.aws.defaults import with_defaults
 
     plan = plan_from_spec(with_defaults(spec), "abc", "/tmp/c", "0" * 16)
-    request = run_instances_request(
-        plan,
-        ami="ami-1",
-        root_device="/dev/sda1",
-        subnet_id="subnet-1",
-        group_id="sg-1",
-        key_name="c",
-        az="us-east-1a",
-        count=2,
-        placement_group=None,
-        client_token="t",
-    )
+    request = run_instances_request(plan, **LAUNCH)
     assert request["InstanceInitiatedShutdownBehavior"] == "terminate"
     assert "UserData" not in request and "IamInstanceProfile" not in request  # no credentials for it
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import REPO
 from tests.support.moto import CANONICAL, REGION, SSH_CIDR
-from tests.support.specs import cluster_spec
+from tests.support.specs import LAUNCH, cluster_spec
 
 # ---- pure planning: no server ------------------------------------------------------------------
 
@@ -116,20 +116,9 @@ def test_instance_profile_is_in_the_request_only_when_given() -> None:
         },
     )
     plan = plan_from_spec(spec, "abc123", "/h/clusters/c1")
-    kwargs = dict(
-        ami="ami-1",
-        root_device="/dev/sda1",
-        subnet_id="subnet-1",
-        group_id="sg-1",
-        key_name="k",
-        az="us-east-1a",
-        count=2,
-        placement_group=None,
-        client_token="t",
-    )
-    assert run_instances_request(plan, **kwargs)["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
+    assert run_instances_request(plan, **LAUNCH)["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
     assert any("IAM instance profile: ddpctl-s3" in line for line in plan.describe())
-    assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **kwargs)
+    assert "IamInstanceProfile" not in run_instances_request(replace(plan, iam_instance_profile=""), **LAUNCH)
     for provider in ("local", "pcluster"):
         with pytest.raises(UsageError, match=f"--iam-instance-profile is for --provider aws, not {provider}"):
             cluster_spec(name="c1", provider=provider, options={"iam_instance_profile": "ddpctl-s3"})
@@ -147,18 +136,7 @@ def test_the_head_nodes_own_instance_profile_is_planned_and_said():
     options = {"region": REGION, "iam_instance_profile": "ddpctl-s3", "head_instance_profile": "ddpctl-head"}
     plan = plan_from_spec(cluster_spec(name="c1", provider="aws", nodes=2, options=options), "abc123", "/h/c1")
     assert plan.head_instance_profile == "ddpctl-head"
-    request = run_instances_request(
-        plan,
-        ami="ami-1",
-        root_device="/dev/sda1",
-        subnet_id="subnet-1",
-        group_id="sg-1",
-        key_name="k",
-        az="us-east-1a",
-        count=2,
-        placement_group=None,
-        client_token="t",
-    )
+    request = run_instances_request(plan, **LAUNCH)
     assert request["IamInstanceProfile"] == {"Name": "ddpctl-s3"}
     [line] = [line for line in plan.describe() if "head node's IAM instance profile" in line]
     assert "ddpctl-head" in line and "docs/aws-head-iam-policy.json" in line

@@ -157,7 +157,7 @@ def test_run_instances_may_make_every_resource_it_tags(policy: Path):
     from ddpctl.infra.providers.aws.defaults import with_defaults
     from ddpctl.infra.providers.aws.ec2_requests import run_instances_request
     from ddpctl.infra.providers.aws.plan import plan_from_spec
-    from tests.support.specs import cluster_spec
+    from tests.support.specs import LAUNCH, cluster_spec
 
     plan = plan_from_spec(with_defaults(cluster_spec(name="c1", provider="aws", nodes=2)), "abc", "/d")
     allowed = {
@@ -168,18 +168,7 @@ def test_run_instances_may_make_every_resource_it_tags(policy: Path):
     }
 
     def tagged(spot: bool) -> set[str]:
-        request = run_instances_request(
-            replace(plan, spot=spot),
-            ami="ami-1",
-            root_device="/dev/sda1",
-            subnet_id="subnet-1",
-            group_id="sg-1",
-            key_name="k",
-            az="us-east-1a",
-            count=2,
-            placement_group=None,
-            client_token="t",
-        )
+        request = run_instances_request(replace(plan, spot=spot), **LAUNCH)
         return {spec["ResourceType"] for spec in request["TagSpecifications"]}
 
     assert tagged(spot=True) == tagged(spot=False) | {"spot-instances-request"}
