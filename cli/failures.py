@@ -15,11 +15,13 @@ The rule:
   every traceback was a reaction, the first of them is shown when the run's lines end. A shown
   rank that goes on printing ordinary lines did not fail (it logged an exception it caught): the
   next traceback is judged afresh;
-- an agent's own traceback (torchrun's ``ChildFailedError``, an elastic error) is left out, with
-  the ``ChildFailedError`` block after it (up to its closing ``====`` line): its exception line is
+- an agent's own traceback (torchrun's ``ChildFailedError``, an elastic error; a logged one too,
+  judged without torch's logging prefix ``E1130 02:41:25.576000 32294 file.py:154]``) is left out,
+  with the ``ChildFailedError`` block after it (up to its closing ``====`` line): its exception line is
   shown once (the same text from another node is not), unless it is ``ChildFailedError``'s, which
   says nothing by itself. Once a rank's traceback has begun, torchrun's one-line reactions
-  (``failed (exitcode: 1) local_rank: ...``, ``closing signal``) are left out too;
+  (``failed (exitcode: 1) local_rank: ...``, ``closing signal``, its log tailer's error when it is
+  stopped as it ends) are left out too, as exception lines of its tracebacks or lines of their own;
 - torchelastic's root cause (the ``ChildFailedError`` block's first entry: rank, exit code, and
   the traceback from the rank's error file where the job wrote one, ``@record``) is shown when the
   run's lines end if no rank's traceback was shown: a rank killed by a signal prints none;
@@ -45,11 +47,14 @@ REACTION = re.compile(
     r"|Connection refused|TCPStore.*(failed|closed)",
     re.IGNORECASE,
 )
-#: torchrun's one-line reactions to a failed worker
+#: torchrun's one-line reactions to a failed worker (and to being stopped itself, as ddpctl stops the
+#: other agents: its log tailer's SignalException, logged with a traceback when the signal comes as it ends)
 AGENT_REACTION = re.compile(
     r"failed \(exitcode: -?\d+\) local_rank:|closing signal SIG\w+|Received \S+ death signal"
-    r"|no error file defined for parent"
+    r"|no error file defined for parent|error in log tailer|SignalException: Process \d+ got signal"
 )
+#: torch's logging prefix on an agent's logged lines (level, date, time, thread, file:line), judged without it
+LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d+ \S+:\d+\] ")
 CHILD_FAILED = "ChildFailedError:"
 RULE = re.compile(r"^={20,}\s*$")
 FIELD = re.compile(r"^\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*?)\s*$")
@@ -151,7 +156,7 @@ class SecondaryTraces:
         return []
 
     def _agent(self, line: OutputLine) -> list[OutputLine]:
-        text, node = line.text, line.node
+        text, node = LOG_PREFIX.sub("", line.text), line.node
         child = self._child.get(node)
         if child is not None:  # inside a ChildFailedError block: left out, read for the root cause
             self.hidden += 1
@@ -172,7 +177,7 @@ class SecondaryTraces:
             if CHILD_FAILED in text:
                 self._child[node] = []
                 return []
-            if text in self._said:
+            if text in self._said or (self.failing and AGENT_REACTION.search(text)):
                 return []
             self._said.add(text)
             self.hidden -= 1

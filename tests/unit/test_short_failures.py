@@ -54,6 +54,24 @@ def test_a_failing_rank_real_output() -> None:
     assert len(lines) > 70
 
 
+def test_an_agents_logged_traceback_as_it_is_stopped_is_left_out() -> None:
+    """Captured from a full run on a loaded machine (final run of 2026-11-30: the one failure, two
+    tracebacks on the terminal): rank 0 reacted with a traceback of its own (the peer's connection
+    closed), and node0's torchrun, stopped as it ended, logged its log tailer's SignalException with a
+    traceback behind torch's logging prefix (``E1130 02:41:25.576000 32294 tail_log.py:154] ...``):
+    both left out, rank 1's own traceback shown once."""
+    lines = golden("fail-rank1-tailer.log")
+    assert sum("tail_log.py:154] Traceback (most recent call last):" in line.text for line in lines) == 1
+    out = shown(lines)
+    assert out[:-1] == [
+        "[node1 r1] [rank1]: Traceback (most recent call last):",
+        '[node1 r1] [rank1]:   File "/tmp/pyapi-fail/fail.py", line 5, in <module>',
+        '[node1 r1] [rank1]:     raise ValueError("rank 1 fails on purpose")',
+        "[node1 r1] [rank1]: ValueError: rank 1 fails on purpose",
+    ]
+    assert left_out(out) == len(lines) - 4
+
+
 def test_a_failing_rank_with_record() -> None:
     """``@record``: the rank's own traceback once (the ChildFailedError block repeats it from the error file)."""
     lines = golden("fail-rank1-record.log")
