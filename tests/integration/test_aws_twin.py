@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -241,6 +242,55 @@ def test_down_asks_then_keeps_the_runs_snapshot_and_leaves_nothing(twin: TwinEnv
     assert "nothing of it is left" in result.stderr
     twin.assert_nothing_left("default")
     assert mnist_run(twin)["outputs"] == str(kept)
+
+
+# ---- the head node's own instance profile ----------------------------------------------------------
+
+#: What a node's botocore finds: its credential chain's source, and who STS says it is.
+WHOAMI = """
+import boto3
+session = boto3.session.Session(region_name="us-east-1")
+creds = session.get_credentials()
+print(creds.method if creds else "none")
+print(session.client("sts").get_caller_identity()["Arn"] if creds else "")
+"""
+
+
+def test_only_the_head_gets_its_roles_credentials(twin: TwinEnv) -> None:
+    """--head-instance-profile: the head node's botocore gets the role's short-lived credentials from
+    the instance metadata service (IMDSv2; the twin's, named in each node's ~/.aws/config), as an
+    instance profile's; a worker gets none. No credential is copied to any node."""
+    import tempfile
+
+    import boto3
+
+    iam = boto3.session.Session(
+        region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("iam", endpoint_url=twin.proc.url)
+    iam.create_role(RoleName="ddpctl-head-role", AssumeRolePolicyDocument="{}")
+    iam.create_instance_profile(InstanceProfileName="ddpctl-head")
+    iam.add_role_to_instance_profile(InstanceProfileName="ddpctl-head", RoleName="ddpctl-head-role")
+    up = ("up", "--provider", "aws", "--yes", "--nodes", "2", "--name", "c4", "--no-configure")
+    twin.ok(*up, "--head-instance-profile", "ddpctl-head")
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp is the nodes' too; pytest's own is root's alone
+    try:
+        shared.chmod(0o755)
+        (shared / "whoami.py").write_text(WHOAMI)
+        (shared / "whoami.py").chmod(0o644)
+        python = "/opt/ddpctl/venv/bin/python"
+        head = twin.ok("ssh", "node0", "--name", "c4", "--", python, str(shared / "whoami.py")).stdout.split()
+        worker = twin.ok("ssh", "node1", "--name", "c4", "--", python, str(shared / "whoami.py")).stdout.split()
+    finally:
+        shutil.rmtree(shared)
+    [instances] = [r for r in twin.state("c4")["resources"] if r["kind"] == "instances"]
+    head_id = instances["detail"]["nodes"]["node0"]
+    assert head == ["iam-role", f"arn:aws:sts::123456789012:assumed-role/ddpctl-head-role/{head_id}"]
+    assert worker == ["none"]
+    twin.ok("down", "--name", "c4", "--yes")
+    twin.assert_nothing_left("c4")
+    iam.remove_role_from_instance_profile(InstanceProfileName="ddpctl-head", RoleName="ddpctl-head-role")
+    iam.delete_instance_profile(InstanceProfileName="ddpctl-head")
+    iam.delete_role(RoleName="ddpctl-head-role")
 
 
 # ---- --no-configure, then the printed ansible-playbook command, then ddpctl configure -----------

@@ -17,6 +17,11 @@ patched (ddpctl only gets AWS_ENDPOINT_URL). The twin watches what passes:
   names built from them) are rewritten, per instance, to the node's: no test ever sends a packet to
   an address that is not a namespace node or loopback.
 - ``GetConsoleOutput``: the node's boot console, with cloud-init's host-key block as Ubuntu prints it.
+- for the nodes, on the bridge (10.77.0.1): the twin again, and an instance metadata service
+  (``imds.py``: IMDSv2, an instance profile's role credentials from moto's STS), both named in each
+  node's ``~/.aws/config`` (``endpoint_url``, ``ec2_metadata_service_endpoint``), as an image made
+  for an account would have them: a node's botocore reaches EC2 and its role as on EC2, with no
+  credential on the node.
 - ``TerminateInstances`` / ``StopInstances``: the node goes down (terminate also deletes its disk);
   ``StartInstances``: it comes up again. A TerminateInstances that ddpctl did not send stands for
   EC2 taking a spot instance back (tests/integration/test_spot_twin.py): its processes are killed, its
@@ -61,6 +66,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PRIVATE_NET = "10.77.0"  # the test cluster's bridge network (host side 10.77.0.1)
+BRIDGE = f"{PRIVATE_NET}.1"  # this machine on the bridge: the nodes reach the twin's services there
 PUBLIC_NET = "10.78.0"  # the twin's "public" addresses, reached from the host only
 FIRST_HOST = 100  # node K: .(100 + K)
 MAX_NODES = 100
@@ -142,6 +148,8 @@ class Hosts:
     def __init__(self, site_packages: str) -> None:
         self.site_packages = site_packages
         self.nodeexec = str(testbed_dir() / "bin" / "nodeexec")
+        #: each node's ~/.aws/config: the twin's EC2 endpoint and metadata service on the bridge ("": none)
+        self.aws_config = ""
 
     # ---- the node's disk -----------------------------------------------------------------------
 
@@ -222,6 +230,11 @@ class Hosts:
         os.chmod(home / ".ssh" / "authorized_keys", 0o600)
         for path in (home, home / ".ssh", home / ".ssh" / "authorized_keys"):
             os.chown(path, uid, gid)
+        if self.aws_config:  # as an image made for this account would have it: AWS settings, no credentials
+            (home / ".aws").mkdir(mode=0o700)
+            (home / ".aws" / "config").write_text(self.aws_config)
+            for path in (home / ".aws", home / ".aws" / "config"):
+                os.chown(path, uid, gid)
         os.chmod(d / "home", 0o755)
         os.chmod(d / "opt", 0o755)
         venv = d / "opt" / "ddpctl" / "venv"
@@ -440,6 +453,11 @@ class Twin:
         if errors:
             sys.stderr.write("twin: nodes did not boot: " + "; ".join(errors) + "\n")
 
+    def instance_at(self, address: str) -> str:
+        """The instance whose node has this private address ("" for none): the metadata service's caller."""
+        with self.lock:
+            return next((n.instance_id for n in self.nodes.values() if n.up and n.private_ip == address), "")
+
     def halt(self, ids: list[str], delete: bool) -> None:
         for iid in ids:
             node = self.nodes.get(iid)
@@ -571,13 +589,39 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(moto_url: str, port: int, site_packages: str, ready: Path | None = None) -> None:
+    """The twin on loopback for ddpctl here; on the bridge, for the nodes, the same twin and its metadata
+    service (``imds.py``), named in each node's ``~/.aws/config``."""
+    try:
+        from tests.support.testbed import imds
+    except ImportError:  # run as a script (TwinProcess, ./dev twin): its own folder is first on sys.path
+        import imds  # type: ignore[no-redef]
+
     twin = Twin(moto_url, Hosts(site_packages))
     handler = type("Handler", (_Handler,), {"twin": twin})
     server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
+    servers = [server]
+    try:
+        for_nodes = ThreadingHTTPServer((BRIDGE, 0), handler)
+        metadata = imds.server(imds.Imds(twin.instance_at, moto_url), BRIDGE)
+    except OSError as exc:  # no bridge (the test cluster is not up): the nodes get neither
+        sys.stderr.write(f"twin: nothing on the bridge for the nodes ({exc})\n")
+    else:
+        for_nodes.daemon_threads = True
+        servers += [for_nodes, metadata]
+        twin.hosts.aws_config = (
+            "[default]\n"
+            f"endpoint_url = http://{BRIDGE}:{for_nodes.server_address[1]}\n"
+            f"ec2_metadata_service_endpoint = http://{BRIDGE}:{metadata.server_address[1]}/\n"
+            # the nodes share this machine's cores with the tests: more than botocore's 1 s, 1 attempt
+            "metadata_service_timeout = 10\nmetadata_service_num_attempts = 3\n"
+        )
+        for each in servers[1:]:
+            threading.Thread(target=each.serve_forever, daemon=True).start()
 
     def stop(*_: object) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        for each in servers:
+            threading.Thread(target=each.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
