@@ -16,7 +16,7 @@ The rule:
   rank that goes on printing ordinary lines did not fail (it logged an exception it caught): the
   next traceback is judged afresh;
 - an agent's own traceback (torchrun's ``ChildFailedError``, an elastic error; a logged one too,
-  judged without torch's logging prefix ``E1130 02:41:25.576000 32294 file.py:154]``) is left out,
+  judged without torch's logging prefix ``E1130 02:41:25.576000 32294 <file>:<line>]``) is left out,
   with the ``ChildFailedError`` block after it (up to its closing ``====`` line): its exception line is
   shown once (the same text from another node is not), unless it is ``ChildFailedError``'s, which
   says nothing by itself. Once a rank's traceback has begun, torchrun's one-line reactions
