@@ -21,7 +21,7 @@ from .ansible import ANSIBLE_CFG, PLAYBOOKS, WHOLE_PLAY, Play, PlayReport, run_p
 SITE = PLAYBOOKS / "site.yml"
 
 #: The roles of playbooks/site.yml, in order: what ``ddpctl configure --tags`` may name.
-ROLES = ("common", "ssh_mesh", "nvidia", "python_env", "nccl_env", "bundle")
+ROLES = ("common", "ssh_mesh", "nvidia", "python_env", "nccl_env", "bundle", "head_controller")
 
 
 def check_tags(tags: str | None) -> str | None:

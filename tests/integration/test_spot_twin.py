@@ -14,6 +14,7 @@ tests/unit/test_spot_plan.py.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -31,7 +32,9 @@ from tests.support.twin_env import TwinEnv
 def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_it_back(
     twin: TwinEnv, tmp_path: Path
 ) -> None:
-    twin.ok("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "spot", "--spot")
+    head_profile(twin, "ddpctl-head")
+    up = ("up", "--provider", "aws", "--yes", "--nodes", "3", "--name", "spot", "--spot")
+    twin.ok(*up, "--head-instance-profile", "ddpctl-head")
     before = twin.state("spot")
     [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
     old_id, old_host = instances["detail"]["nodes"]["node2"], before["nodes"][2]["host"]
@@ -66,8 +69,10 @@ def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_i
     assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
 
     unhealthy_node_is_replaced(twin, tmp_path)
+    the_head_replaces_a_node_alone(twin)
     twin.ok("down", "--yes", "--name", "spot")
     twin.assert_nothing_left("spot")
+    head_profile(twin, "ddpctl-head", remove=True)
 
 
 def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
@@ -104,6 +109,72 @@ def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
     [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
     assert instances["detail"]["nodes"]["node1"] != old_id and old_id not in instances["detail"]["ids"]
     assert old_id not in [i["InstanceId"] for i in twin.moto.alive_instances()]
+
+
+def the_head_replaces_a_node_alone(twin: TwinEnv) -> None:
+    """The head node (``--head-instance-profile``) replaces a node EC2 took back, by itself: ddpctl's
+    code and the cluster's own state home sent there (``head_home.ship``), then, on the head, with the
+    environment the head_controller role made and the role's credentials from the instance metadata
+    service (no credential on the node), ``head_replace``: a new spot instance in its place, configured,
+    and every node's mesh rewritten, so that the head reaches it by its name."""
+    from ddpctl.infra.hosts.connections import connect
+    from ddpctl.infra.model.store import StateStore
+    from ddpctl.infra.providers.aws import head_home
+
+    store = StateStore(twin.home)
+    state = store.load("spot")
+    old_id = instance_of(twin, "node2")
+    conn = connect(state.nodes[0].ssh)
+    try:
+        there = head_home.ship(conn, f"{state.nodes[0].workdir}/head-home", state, store)
+        again = head_home.ship(conn, f"{state.nodes[0].workdir}/head-home", state, store)
+        assert again == there  # the code kept: named by its content
+        twin.moto.ec2.terminate_instances(InstanceIds=[old_id])  # EC2 takes node2's instance back
+        python = "/opt/ddpctl/controller/bin/python"  # the head_controller role's venv (baked on the twin)
+        module = "ddpctl.infra.providers.aws.head_replace"
+        line = f"cd / && PYTHONPATH={there.code} {python} -m {module} {there.home} spot node2"
+        done = conn.run(line, hide=True, warn=True, in_stream=False)
+        assert done.ok, done.stdout + done.stderr
+        doc = json.loads(done.stdout.splitlines()[-1])
+        assert doc["replaced"] is True and doc["node"] == "node2", doc
+        assert f"node2: EC2 took its spot instance back (its instance {old_id} is terminated)" in done.stderr
+        assert "configuring 1 node(s)" in done.stderr
+        alive = {i["InstanceId"]: i for i in twin.moto.alive_instances()}
+        assert doc["instance"] in alive and old_id not in alive
+        assert alive[doc["instance"]]["InstanceLifecycle"] == "spot"
+        assert alive[doc["instance"]]["PrivateIpAddress"] == doc["host"]
+        mesh = conn.run("ssh -T node2 hostname", hide=True, warn=True, in_stream=False)  # the mesh's name
+        assert mesh.ok and mesh.stdout.strip() == "node2", mesh.stdout + mesh.stderr
+        who = conn.run(f"{python} -c {shlex.quote(CREDENTIALS)}", hide=True, in_stream=False).stdout.split()
+        assert who == ["iam-role"]  # what signed the replacement: the head's role, no key on the node
+    finally:
+        conn.close()
+
+
+CREDENTIALS = "import boto3; c = boto3.session.Session().get_credentials(); print(c.method if c else 'none')"
+
+
+def head_profile(twin: TwinEnv, name: str, *, remove: bool = False) -> None:
+    """An instance profile (and its role) in the twin's IAM for the head; ``remove``: taken away again."""
+    import boto3
+
+    iam = boto3.session.Session(
+        region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("iam", endpoint_url=twin.proc.url)
+    role = f"{name}-role"
+    if remove:
+        iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role)
+        iam.delete_instance_profile(InstanceProfileName=name)
+        iam.delete_role(RoleName=role)
+        return
+    iam.create_role(RoleName=role, AssumeRolePolicyDocument="{}")
+    iam.create_instance_profile(InstanceProfileName=name)
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role)
+
+
+def instance_of(twin: TwinEnv, node: str) -> str:
+    [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
+    return instances["detail"]["nodes"][node]
 
 
 def instances_subnet(env: TwinEnv, instance_id: str) -> str:

@@ -79,8 +79,11 @@ def write_files(
     key_path: str,
     private: bool,
     host_keys: dict[str, list[str]],
+    head_controller: bool = False,
 ) -> SshFiles:
-    """The cluster's ssh_config, known_hosts and Ansible inventory (all 0600, in the cluster dir)."""
+    """The cluster's ssh_config, known_hosts and Ansible inventory (all 0600, in the cluster dir);
+    ``head_controller``: the head (the first node) gets ddpctl's own environment (``up
+    --head-instance-profile``: the head_controller role)."""
     known_hosts = cluster_dir / "known_hosts"
     ssh_config = cluster_dir / "ssh_config"
     inventory = inventory_path(cluster_dir)
@@ -101,6 +104,8 @@ def write_files(
     )
     rows = ["[ddp_nodes]"]
     rows += [f"{n.name} ansible_host={n.address(private)} ddpctl_node_address={n.private_ip}" for n in nodes]
+    if head_controller and nodes:
+        rows[1] += " head_controller_enabled=true"
     rows += [
         "",
         "[ddp_nodes:vars]",

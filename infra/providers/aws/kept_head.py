@@ -90,7 +90,13 @@ def start(state: ClusterState, store: StateStore, plan: AwsPlan, progress: Progr
     keys = known_host_keys(known.read_text() if known.is_file() else "", before, plan.private_ip)
     now = launched_nodes(state, plan.private_ip, {node.name: fresh})
     files = configure.write_files(
-        cluster_dir, now, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=keys
+        cluster_dir,
+        now,
+        user=plan.ssh_user,
+        key_path=plan.key_path,
+        private=plan.private_ip,
+        host_keys=keys,
+        head_controller=bool(plan.head_instance_profile),
     )
     host = configure.ssh_host(fresh, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
     state.nodes = [replace(node, ssh=host), *state.nodes[1:]]

@@ -377,6 +377,7 @@ class AwsProvider(Provider):
             key_path=plan.key_path,
             private=plan.private_ip,
             host_keys=host_keys,
+            head_controller=bool(plan.head_instance_profile),
         )
 
     # ---- running jobs --------------------------------------------------------------------------

@@ -161,7 +161,13 @@ def _configure(state: ClusterState, store: StateStore, plan: AwsPlan, done: Repl
     old_keys = known_host_keys(known.read_text() if known.is_file() else "", launched, plan.private_ip)
     host_keys = {k: v for k, v in old_keys.items() if k not in new} | done.host_keys
     files = configure.write_files(
-        cluster_dir, launched, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip, host_keys=host_keys
+        cluster_dir,
+        launched,
+        user=plan.ssh_user,
+        key_path=plan.key_path,
+        private=plan.private_ip,
+        host_keys=host_keys,
+        head_controller=bool(plan.head_instance_profile),
     )
     hosts = {
         n.name: configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)

@@ -204,6 +204,7 @@ class Up(Steps):
             key_path=plan.key_path,
             private=plan.private_ip,
             host_keys=host_keys,
+            head_controller=bool(plan.head_instance_profile),
         )
         hosts = [
             configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)

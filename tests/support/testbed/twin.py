@@ -135,6 +135,10 @@ def _free_id(path: str, start: int = 1000) -> int:
     return next(i for i in range(start, 60000) if i not in used)
 
 
+#: ``ansible-playbook`` as pip writes it into a venv
+PLAYBOOK_MAIN = "import sys\nfrom ansible.cli.playbook import main\nsys.exit(main())\n"
+
+
 def torch_site_packages() -> str:
     """Where this interpreter's torch lives: the baked venv on every node reads it through a .pth."""
     import sysconfig
@@ -241,6 +245,7 @@ class Hosts:
         _run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
         lib = next((venv / "lib").glob("python3*")) / "site-packages"
         (lib / "baked-pytorch.pth").write_text(self.site_packages + "\n")
+        self._bake_controller(d / "opt" / "ddpctl" / "controller")
         (d / "mounts.sh").write_text(
             "# sourced by nodeexec inside the node's mount namespace: an instance's own disk\n"
             f"mount -t overlay overlay -o lowerdir=/etc,upperdir={d}/upper/etc,workdir={d}/work/etc /etc\n"
@@ -250,6 +255,17 @@ class Hosts:
             f"mount --bind {d}/sbin /usr/local/sbin\n"
             'hostname "$(cat /etc/hostname)"\n'
         )
+
+    def _bake_controller(self, venv: Path) -> None:
+        """The head_controller role's venv, baked as the PyTorch one is (the nodes cannot reach PyPI): it
+        reads this interpreter's packages (boto3, Ansible, Fabric) through a .pth and has
+        ``ansible-playbook`` as pip would install it; the role finds them and installs nothing."""
+        _run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
+        lib = next((venv / "lib").glob("python3*")) / "site-packages"
+        (lib / "baked-controller.pth").write_text(self.site_packages + "\n")
+        script = venv / "bin" / "ansible-playbook"
+        script.write_text("#!/opt/ddpctl/controller/bin/python\n" + PLAYBOOK_MAIN)  # its path on the node
+        script.chmod(0o755)
 
     def console(self, node: Node) -> str:
         """The boot console: kernel lines, then cloud-init's host key fingerprints and keys."""
