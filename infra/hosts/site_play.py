@@ -146,6 +146,7 @@ def record_nodes(nodes: list[NodeInfo], report: PlayReport, cpus: dict[str, int]
                 ssh_config=facts.get("ssh_config", ""),
                 gpus=_counted(facts.get("gpus"), node.gpus),
                 torch=facts.get("torch") or node.torch,  # "": the play ran without python_env (--tags)
+                controller=facts.get("controller", ""),
             )
         )
     return out

@@ -67,9 +67,20 @@ def bundle() -> bytes:
 
 
 def spec(plan: LaunchPlan, commands: list[str], hosts: list[str], mesh_config: str, grace_s: float) -> dict:
-    """What the head's supervisor reads: each node's launch line and its name on the mesh (``hosts``)."""
+    """What the head's supervisor reads: each node's launch line and its name on the mesh (``hosts``), and
+    what a node on a new machine needs before it (the project's folder, the run's packages' steps); the
+    command that replaces a lost node there, ``replace``, is the executor's to add (``Renew.on_head``)."""
+    deps = {d.node: d.shell() for d in plan.deps}
     nodes = [
-        {"node": n.node, "host": h, "address": n.host, "command": c, "secret": n.secret_input().decode()}
+        {
+            "node": n.node,
+            "host": h,
+            "address": n.host,
+            "command": c,
+            "secret": n.secret_input().decode(),
+            "project_dir": n.project_dir,
+            "deps": deps.get(n.node, ""),
+        }
         for n, c, h in zip(plan.nodes, commands, hosts)
     ]
     store = None

@@ -6,7 +6,8 @@ library and each other) and
 started there so that it outlives the SSH session that started it. It reads ``spec.json`` from its
 folder (and removes it: it holds the secrets' values), starts the run's rendezvous store and every
 node's agent over the cluster's own SSH mesh (``ssh NODE``: the ssh_mesh role's keys and client
-config), supervises them (fail fast; elastic: a lost node started again), and writes, in its folder,
+config), supervises them (fail fast; elastic: a lost node started again, first replaced on a new machine where
+``spec["replace"]`` says how: ``replace_lost``), and writes, in its folder,
 ``pid``, ``output.log`` (``[node rRANK] text`` lines, as ``runs/<id>/output.log``) and, last,
 ``run.json`` (the run's record; with ``error``, one line, where the run could not start: the rendezvous
 port taken; with the health query's lines from the nodes the run named, ``ask_health``, and those of
@@ -93,9 +94,11 @@ def ssh(spec: dict) -> list[str]:
     return ["ssh", "-T", *(["-F", config] if config else [])]
 
 
-def run(spec: dict, sink) -> RunResult:
+def run(spec: dict, sink, replaced: dict | None = None) -> RunResult:
     """Start the store, then the agents, and supervise them (``spec``: what ``head.py`` wrote), as
-    the SSH executor does from the controller: a store that cannot start is ``StoreFailed``."""
+    the SSH executor does from the controller: a store that cannot start is ``StoreFailed``. A lost
+    node of an elastic run is started again; where ``spec["replace"]`` says how, replaced on a new
+    machine first if its own is gone (``replace_lost``), what was replaced kept in ``replaced``."""
     run_id, nodes, grace = spec["run_id"], spec["nodes"], float(spec["grace_s"])
     store: RdzvStore | None = None
     procs: list[MeshProcess] = []
@@ -129,6 +132,13 @@ def run(spec: dict, sink) -> RunResult:
 
     def relaunch(i: int) -> MeshProcess:
         n = nodes[i]
+        if spec.get("replace") and i > 0:  # the head itself: the run cannot go on without it
+            doc = replace_lost(spec, n, sink)
+            if doc.get("replaced"):
+                nodes[i] = n = moved(n, doc["host"])
+                if replaced is not None:
+                    replaced[n["node"]] = {"instance": doc["instance"], "host": doc["host"]}
+                ready(spec, n, nodes[0], sink)
         stop(spec, n["host"], "kill", spec["node_key"], n["node"])
         return MeshProcess(spec, n["host"], n["node"], n["command"], n["secret"])
 
@@ -140,6 +150,67 @@ def run(spec: dict, sink) -> RunResult:
     if store is None:
         return result
     return store.explain(result, [Agent(n["node"], n.get("address", "")) for n in nodes])
+
+
+def replace_lost(spec: dict, n: dict, sink) -> dict:
+    """Lost node ``n`` replaced on a new machine if its own is gone, by ``spec["replace"]`` (run here,
+    the node's name appended: ``providers/aws/head_replace.py``), its progress lines to ``sink``; what
+    it said (its JSON line: ``replaced``, ``instance``, ``host``), {} where it could not run."""
+    node = n["node"]
+    try:
+        proc = subprocess.Popen(
+            [*spec["replace"], node], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+    except OSError as exc:
+        sink(OutputLine(node, None, f"ddpctl: {node} not replaced: {exc}"))
+        return {}
+    assert proc.stdout is not None
+    doc = answer((raw.decode(errors="replace") for raw in proc.stdout), node, sink)
+    proc.wait()
+    return doc
+
+
+def answer(lines, node: str, sink) -> dict:
+    """What a replacement said: its progress lines to ``sink`` (as the node's ddpctl lines), its JSON
+    line returned ({} where it printed none)."""
+    doc: dict = {}
+    for raw in lines:
+        text = raw.rstrip("\n")
+        if text.startswith("{"):
+            try:
+                doc = json.loads(text)
+                continue
+            except ValueError:
+                pass
+        sink(OutputLine(node, None, text))
+    return doc if isinstance(doc, dict) else {}
+
+
+def moved(n: dict, address: str) -> dict:
+    """Node ``n``'s entry on its new machine at ``address``: its launch line's own address too (torchrun's
+    ``--local-addr``); its name on the mesh stays (the ssh_mesh role rewrote every node's config)."""
+    old, new = f"--local-addr {n['address']}", f"--local-addr {address}"
+    return {**n, "address": address, "command": n["command"].replace(old, new)}
+
+
+def ready(spec: dict, n: dict, head: dict, sink) -> None:
+    """A new machine made ready for node ``n``'s agent, as the controller readies every node before a run:
+    the user's project copied from the head's copy (``head``'s entry), the run's packages installed; a step
+    that fails is said (the agent then fails there, and the elastic run goes on without it)."""
+    q, remote = shlex.quote, shlex.join([*ssh(spec), n["host"]])
+    steps = []
+    if n.get("project_dir"):
+        dest, tmp = n["project_dir"], n["project_dir"] + ".tmp"
+        unpack = f"rm -rf {q(tmp)} && mkdir -p {q(tmp)} && tar -xzf - -C {q(tmp)} && mv -T {q(tmp)} {q(dest)}"
+        copy = f"tar -C {q(head.get('project_dir') or dest)} -czf - . | {remote} {q(unpack)}"
+        steps.append(("its project", f"{remote} test -d {q(dest)} || ({copy})"))
+    if n.get("deps"):
+        steps.append(("the run's packages", f"{remote} {q(n['deps'])}"))
+    for what, line in steps:
+        done = subprocess.run(["sh", "-c", line], stdin=subprocess.DEVNULL, capture_output=True, timeout=3600)
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines() or ["no output"]
+            sink(OutputLine(n["node"], None, f"ddpctl: {n['node']}: {what} on its new machine failed: {said[-1]}"))
 
 
 def ask(spec: dict, queries: list[dict]) -> dict:
@@ -261,9 +332,9 @@ def main(argv: list[str] | None = None) -> None:
             write(line)
             timer.line(line)
 
-        started, error = time.monotonic(), ""
+        started, error, replaced = time.monotonic(), "", {}
         try:
-            result = run(spec, sink)
+            result = run(spec, sink, replaced)
         except KeyboardInterrupt:
             result = RunResult(spec["run_id"], 130, time.monotonic() - started, interrupted=True)
         except Exception as exc:  # the run did not start: the controller says why, in one line
@@ -272,6 +343,7 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its record is written whatever comes
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         result.looks = timer.stop()
+        result.replaced = replaced  # recorded in the cluster's state by the controller
         if not error:
             result.probes = ask_health(spec, result, sink)
     result.nodes = [r if isinstance(r, NodeResult) else NodeResult(**r) for r in result.nodes]

@@ -54,17 +54,24 @@ SUPERVISOR_ENV = "DDPCTL_SUPERVISOR"
 
 
 def choose(
-    launch: LaunchKind, *, head_supervises: bool, replaces_nodes: bool, environ: Mapping[str, str]
+    launch: LaunchKind,
+    *,
+    head_supervises: bool,
+    replaces_nodes: bool,
+    environ: Mapping[str, str],
+    head_replaces: bool = False,
 ) -> Supervision:
     """The one place the launcher kind is chosen. ``launch``: the run's ``--launcher`` or its
     cluster's (sbatch: Slurm). A torchrun launch is supervised on the head node where the provider's
     nodes have ddpctl's SSH mesh from there (``head_supervises``: aws, onprem; not pcluster's compute
     nodes, nor this machine's processes), unless a lost node may be replaced by a new machine
-    (``replaces_nodes``: an elastic spot run; the cloud's credentials stay on this machine) or
+    (``replaces_nodes``: an elastic spot run) that only this machine can make (the cloud's credentials
+    are here; ``head_replaces``: the head has its own, ``Provider.head_replacer``), or
     ``DDPCTL_SUPERVISOR=here`` says so; else here."""
     if launch == LaunchKind.SBATCH:
         return Supervision.SLURM
-    if head_supervises and not replaces_nodes and environ.get(SUPERVISOR_ENV, "head") != "here":
+    replaced_here = replaces_nodes and not head_replaces
+    if head_supervises and not replaced_here and environ.get(SUPERVISOR_ENV, "head") != "here":
         return Supervision.HEAD
     return Supervision.HERE
 

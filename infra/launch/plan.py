@@ -10,6 +10,7 @@ import posixpath
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..model.errors import UsageError
 from ..model.host import Host
@@ -299,6 +300,17 @@ def node_layers(
     )
 
 
-#: An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``): its SSH host
-#: and its launch there; None: the node was not replaced (its host is tried again as it is).
-Renew = Callable[[str], "tuple[Host, NodeLaunch] | None"]
+@dataclass(frozen=True)
+class Renew:
+    """An elastic run's lost node back on a new machine (``Provider.replace_lost_nodes``), wherever the
+    run's supervisor is.
+
+    ``here`` (a run this process supervises): given the node, its SSH host and its launch on the new
+    machine; None: the node was not replaced (its host is tried again as it is). ``on_head`` (a run
+    the head node's supervisor keeps, where the head may replace nodes itself:
+    ``Provider.head_replacer``): given a connection to the head and a folder there, what the head
+    needs is put there; the command line (argv) the supervisor runs there for a lost node, the node's
+    name appended."""
+
+    here: Callable[[str], tuple[Host, NodeLaunch] | None] | None = None
+    on_head: Callable[[Any, str], list[str]] | None = None

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..hosts.connections import connect, remote_stop, writable_problem
 from ..model.errors import UsageError
@@ -133,7 +133,8 @@ class SshExecutor:
             archive = self._ready_nodes(plan, conns, progress)
             commands, sink, checked = self._with_precheck(plan)
             if plan.supervision == Supervision.HEAD:  # the supervisor on the head node; this process attaches to it
-                result = self._run_on_head(plan, conns[0], commands, sink, progress, submitted)
+                on_head = renew.on_head if renew is not None else None
+                result = self._run_on_head(plan, conns[0], commands, sink, progress, submitted, on_head)
             else:
                 result = self._run_here(plan, conns, commands, sink, renew, archive)
             if plan.precheck is not None and not result.ok and not result.interrupted:
@@ -199,12 +200,16 @@ class SshExecutor:
         sink: Callable[[OutputLine], None],
         progress: Callable[[str], None] | None,
         submitted: Callable[[Handle], None] | None,
+        on_head: Callable[[Any, str], list[str]] | None = None,
     ) -> RunResult:
-        """The run submitted to its supervisor on the head node (``head.py``), then attached to."""
+        """The run submitted to its supervisor on the head node (``head.py``), then attached to;
+        ``on_head`` (``Renew.on_head``): what the head needs to replace a lost node itself, put there."""
         names = [self.hosts[n.node].name for n in plan.nodes]
         node = self.head_node
         assert node is not None  # the providers whose nodes it runs on (``Provider.head_supervises``) give it
         doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
+        if on_head is not None and plan.min_nodes:
+            doc["replace"] = on_head(conn, f"{node.workdir or '.ddpctl'}/head-home")
         first = plan.nodes[0].node
         # a lost connection: made again, the run goes on there
         launcher = head.HeadLauncher(conn, reconnect=lambda: connect(self.hosts[first]))
@@ -254,7 +259,7 @@ class SshExecutor:
             runs), what is left of its agent stopped, a new agent; on a new machine where the
             provider replaced it (``renew``)."""
             node = launches[i].node
-            renewed = renew(node) if renew is not None and i > 0 else None
+            renewed = renew.here(node) if renew is not None and renew.here is not None and i > 0 else None
             if renewed is not None:
                 self.hosts[node], launches[i] = renewed
             if not (i == 0 and store is not None and store.alive()):

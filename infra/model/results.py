@@ -55,16 +55,20 @@ class RunResult:
     #: the same supervisor's looks while the run went (``run --health-every``): each node's distinct outputs
     #: of the health query, the latest last, judged into ``health`` by the controller, then dropped
     looks: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: the same supervisor's replacements of lost nodes (``Renew.on_head``): each replaced node's new instance
+    #: and private address, by node ({"instance": ..., "host": ...}), recorded in the cluster's state by the
+    #: controller (``Provider.adopt_replacements``), then dropped
+    replaced: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict:
-        """As ``run.json`` and ``run --json`` keep it: ``probes`` and ``looks`` only where there are any (the
-        head's record)."""
+        """As ``run.json`` and ``run --json`` keep it: ``probes``, ``looks`` and ``replaced`` only where there
+        are any (the head's record)."""
         doc = asdict(self)
-        for key in ("probes", "looks"):
+        for key in ("probes", "looks", "replaced"):
             if not doc[key]:
                 del doc[key]
         return doc

@@ -140,6 +140,9 @@ class NodeInfo:
     #: the GPUs this node's ranks see, as CUDA_VISIBLE_DEVICES lists them ("": not set, every GPU of its
     #: host): local nodes share one machine's GPUs, each its own (providers/local.split_gpus)
     devices: str = ""
+    #: the Python of ddpctl's own environment on the node (the head_controller role's: the head of an aws
+    #: cluster with ``--head-instance-profile``, where a lost node is replaced from); "": none
+    controller: str = ""
 
 
 @dataclass
@@ -266,6 +269,7 @@ def _node(doc: Doc, made_by: str = "") -> NodeInfo:
         nproc=doc.count("nproc", 0, high=MAX_NPROC),
         ssh_config=doc.text("ssh_config", ""),
         devices=doc.text("devices", ""),
+        controller=doc.text("controller", ""),
     )
     doc.done()
     return node

@@ -334,8 +334,24 @@ class Provider:
 
     def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
         """An elastic run's lost node may be replaced by a new machine (``replace_lost_nodes``): its
-        supervisor then runs here, where the credentials are, not on the head node. Default: False."""
+        supervisor then runs here, where the credentials are, not on the head node, unless the head
+        may replace nodes itself (``head_replacer``). Default: False."""
         return False
+
+    def head_replacer(self, state: ClusterState, store: StateStore) -> Callable[[Any, str], list[str]] | None:
+        """An elastic run's lost nodes replaced by the run's supervisor on the head node itself, with
+        credentials of the head's own (aws: ``--spot`` with ``--head-instance-profile``, and the head's
+        ddpctl environment, ``NodeInfo.controller``): given a connection to the head and a folder there,
+        what the head needs is put there, and the command line it runs for a lost node returned (the
+        node's name appended; ``Renew.on_head``). None (the default): not on the head."""
+        return None
+
+    def adopt_replacements(
+        self, state: ClusterState, store: StateStore, replaced: dict[str, dict[str, str]], progress: Progress
+    ) -> None:
+        """The nodes the head's supervisor replaced (``RunResult.replaced``: each one's new instance and
+        address) recorded in ``state`` here, and saved, so that ``status``, ``ssh`` and the next run reach
+        them. Default: nothing (no provider of it replaces nodes on the head)."""
 
     def check_targets(self, state: ClusterState, progress: Progress) -> tuple[ClusterState, ExecutorFor]:
         """The nodes jobs run on and the executor that reaches them: what ``ddpctl check`` tests, and

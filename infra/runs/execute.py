@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ..launch.launcher import Handle
+from ..launch.launcher import Handle, Supervision
 from ..launch.plan import NodeLaunch, Renew
 from ..launch.project import LARGE_BYTES
 from ..launch.supervise import OutputLine, RunResult
@@ -146,10 +146,15 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
     """An elastic run's lost node, before it is started again: replaced on a new machine where the
     provider took its machine back (``Provider.replace_lost_nodes``: aws, a spot instance) or where the
     machine, still there, is unhealthy (``health_in_runs.node_reasons``), its new host and its launch there;
-    None: not replaced (started again where it was)."""
+    None: not replaced (started again where it was). A run the head's supervisor keeps: by the head itself
+    where it may (``Provider.head_replacer``; a lost node replaced there is recorded here as the run ends,
+    ``_adopt``)."""
     replan = prep.replan
     if replan is None or not prep.replaces_nodes:
         return None
+    if prep.plan.supervision == Supervision.HEAD:
+        on_head = prep.provider.head_replacer(store.load(prep.cluster.name), store)
+        return None if on_head is None else Renew(on_head=on_head)
 
     def unhealthy(node: str) -> str:
         try:
@@ -168,7 +173,17 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
         assert new.ssh is not None  # a remote provider's node
         return new.ssh, launch
 
-    return renew
+    return Renew(here=renew)
+
+
+def _adopt(prep: PreparedRun, store: StateStore, result: RunResult, progress: Progress) -> RunResult:
+    """The nodes the head's supervisor replaced (``RunResult.replaced``) recorded in the cluster's state
+    here (``Provider.adopt_replacements``), then dropped from the result; a failure is said, and the
+    nodes are found by their tags all the same (``down``)."""
+    if not result.replaced:
+        return result
+    on_cluster.adopt_replaced(store, prep.cluster.name, result.replaced, progress)
+    return replace(result, replaced={})
 
 
 def _execute(
@@ -214,6 +229,7 @@ def _execute(
                     executor = prep.executor(tee)
                     result = executor.run(prep.plan, renew=renew, progress=progress, submitted=submitted)
         live.wait()
+        result = _adopt(prep, store, result, progress)
         result = _health_after(prep, result, progress, live.found)
     finally:
         _after(prep, store, hold, progress)

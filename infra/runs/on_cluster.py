@@ -92,8 +92,30 @@ def _update(store: StateStore, run_id: str, cluster: str, handle: Handle, option
     probes, looks = result.pop("probes", None) or {}, result.pop("looks", None) or {}
     if (probes or looks) and store.exists(cluster):  # the head's supervisor asked the nodes (named, on its timer)
         result["health"] = recorded(store.load(cluster), probes, looks)
+    replaced = result.pop("replaced", None) or {}
+    if replaced:  # and replaced lost nodes on new machines: recorded in the cluster's state here
+        adopt_replaced(store, cluster, replaced, _quiet)
     atomic_write(run_dir / "run.json", json.dumps(doc, indent=2) + "\n")
     return True
+
+
+def adopt_replaced(store: StateStore, name: str, replaced: dict, progress: Callable[[str], None]) -> None:
+    """The nodes a run's supervisor on the head replaced (a record's ``replaced``, by node) recorded in
+    cluster ``name``'s state (``Provider.adopt_replacements``), if it is still there; a failure is said
+    (``down`` finds the instances by their tags all the same)."""
+    from ..providers.registry import get_provider
+
+    try:
+        if store.exists(name):
+            with locks.cluster(store, name, "runs", shared=True):  # as a run holds it: not during down
+                state = store.load(name)
+                get_provider(state.spec.provider).adopt_replacements(state, store, replaced, progress)
+    except Exception as exc:  # the run's own result still counts
+        progress(f"warning: could not record the nodes the head node replaced ({', '.join(replaced)}): {exc}")
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def bring_up_to_date(store: StateStore, run_id: str, unreachable: set[str] | None = None) -> bool:

@@ -142,6 +142,7 @@ def prepare(
         head_supervises=provider.head_supervises,
         replaces_nodes=replaces,
         environ=os.environ,
+        head_replaces=replaces and provider.head_replacer(cluster, store) is not None,
     )
     if kind == Supervision.SLURM:
         return _prepare_sbatch(provider, cluster, run, job, opts, store, ephemeral, summary, resume)

@@ -14,15 +14,15 @@ tests/unit/test_spot_plan.py.
 from __future__ import annotations
 
 import json
-import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import psutil
 
 from ddpctl.infra.tools.procs import NODE_KEY, RUN_KEY, find_tagged
-from tests.support.cli import Output
+from tests.support.cli import Output, ended, start_ddpctl
 from tests.support.jobs import write_rounds
 from tests.support.sick_gpus import gpu, install
 from tests.support.testbed import twin as twin_hosts
@@ -39,7 +39,8 @@ def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_i
     [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
     old_id, old_host = instances["detail"]["nodes"]["node2"], before["nodes"][2]["host"]
     job = write_rounds(tmp_path)
-    proc = twin.start("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    args = ("run", str(job), "--name", "spot", "--nodes", "2:3", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    proc = start_ddpctl(*args, env=HERE | twin.env, stdin=subprocess.DEVNULL)  # replaced from this machine
     try:
         out = Output(proc)
         out.until("round 0: 3 ranks", timeout=300)
@@ -69,7 +70,7 @@ def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_i
     assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
 
     unhealthy_node_is_replaced(twin, tmp_path)
-    the_head_replaces_a_node_alone(twin)
+    the_head_replaces_a_node_with_this_machine_gone(twin, tmp_path)
     twin.ok("down", "--yes", "--name", "spot")
     twin.assert_nothing_left("spot")
     head_profile(twin, "ddpctl-head", remove=True)
@@ -89,7 +90,7 @@ def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
     (home / ".bashrc").write_text('PATH="$HOME/bin:$PATH"\n')
     job = write_rounds(tmp_path / "second")
     args = ("--name", "spot", "--nodes", "2:3", "--run-id", "rspotsick1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
-    proc = twin.start("run", str(job), *args)
+    proc = start_ddpctl("run", str(job), *args, env=HERE | twin.env, stdin=subprocess.DEVNULL)  # judged here
     try:
         out = Output(proc)
         out.until("round 0: 3 ranks", timeout=300)
@@ -111,47 +112,48 @@ def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
     assert old_id not in [i["InstanceId"] for i in twin.moto.alive_instances()]
 
 
-def the_head_replaces_a_node_alone(twin: TwinEnv) -> None:
-    """The head node (``--head-instance-profile``) replaces a node EC2 took back, by itself: ddpctl's
-    code and the cluster's own state home sent there (``head_home.ship``), then, on the head, with the
-    environment the head_controller role made and the role's credentials from the instance metadata
-    service (no credential on the node), ``head_replace``: a new spot instance in its place, configured,
-    and every node's mesh rewritten, so that the head reaches it by its name."""
-    from ddpctl.infra.hosts.connections import connect
-    from ddpctl.infra.model.store import StateStore
-    from ddpctl.infra.providers.aws import head_home
-
-    store = StateStore(twin.home)
-    state = store.load("spot")
-    old_id = instance_of(twin, "node2")
-    conn = connect(state.nodes[0].ssh)
+def the_head_replaces_a_node_with_this_machine_gone(twin: TwinEnv, tmp_path: Path) -> None:
+    """The cluster's head has its own instance profile (and ddpctl's environment, the head_controller
+    role's: baked on the twin): an elastic run is supervised there (``launcher.choose``), every ddpctl
+    here is killed once its ranks run, then EC2 takes node2's instance back. The head replaces it by
+    itself (``head_replace.py``, signed with the role's credentials from the metadata service; no
+    credential on the node), copies the project there and starts it again: the run ends with 3 nodes.
+    `runs` then brings the record here and the new instance into the cluster's state (``adopt``): `ssh`
+    reaches node2 at its new address, with its host key."""
+    old_id, old_host = instance_of(twin, "node2"), twin.state("spot")["nodes"][2]["host"]
+    job = write_rounds(tmp_path / "third")
+    args = ("--name", "spot", "--nodes", "2:3", "--run-id", "rspothead1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    proc = twin.start("run", str(job), *args)
     try:
-        there = head_home.ship(conn, f"{state.nodes[0].workdir}/head-home", state, store)
-        again = head_home.ship(conn, f"{state.nodes[0].workdir}/head-home", state, store)
-        assert again == there  # the code kept: named by its content
-        twin.moto.ec2.terminate_instances(InstanceIds=[old_id])  # EC2 takes node2's instance back
-        python = "/opt/ddpctl/controller/bin/python"  # the head_controller role's venv (baked on the twin)
-        module = "ddpctl.infra.providers.aws.head_replace"
-        line = f"cd / && PYTHONPATH={there.code} {python} -m {module} {there.home} spot node2"
-        done = conn.run(line, hide=True, warn=True, in_stream=False)
-        assert done.ok, done.stdout + done.stderr
-        doc = json.loads(done.stdout.splitlines()[-1])
-        assert doc["replaced"] is True and doc["node"] == "node2", doc
-        assert f"node2: EC2 took its spot instance back (its instance {old_id} is terminated)" in done.stderr
-        assert "configuring 1 node(s)" in done.stderr
-        alive = {i["InstanceId"]: i for i in twin.moto.alive_instances()}
-        assert doc["instance"] in alive and old_id not in alive
-        assert alive[doc["instance"]]["InstanceLifecycle"] == "spot"
-        assert alive[doc["instance"]]["PrivateIpAddress"] == doc["host"]
-        mesh = conn.run("ssh -T node2 hostname", hide=True, warn=True, in_stream=False)  # the mesh's name
-        assert mesh.ok and mesh.stdout.strip() == "node2", mesh.stdout + mesh.stderr
-        who = conn.run(f"{python} -c {shlex.quote(CREDENTIALS)}", hide=True, in_stream=False).stdout.split()
-        assert who == ["iam-role"]  # what signed the replacement: the head's role, no key on the node
+        Output(proc).until("round 0: 3 ranks", timeout=300)
+        proc.send_signal(signal.SIGKILL)  # this machine gone: the run goes on on the head
+        proc.wait(timeout=30)
     finally:
-        conn.close()
+        proc.kill()
+    twin.moto.ec2.terminate_instances(InstanceIds=[old_id])  # EC2 takes node2's instance back
+    assert ended(twin.env, "rspothead1", timeout=900) == "succeeded"
+    text = twin.ok("logs", "rspothead1").stdout
+    assert f"node2: EC2 took its spot instance back (its instance {old_id} is terminated)" in text, text
+    assert "configuring 1 node(s)" in text and "node2 started again" in text and "done: 3 ranks" in text, text
+    new_id = instance_of(twin, "node2")  # recorded here by `runs`
+    alive = {i["InstanceId"]: i for i in twin.moto.alive_instances()}
+    assert new_id != old_id and new_id in alive and old_id not in alive
+    assert alive[new_id]["InstanceLifecycle"] == "spot"
+    node2 = twin.state("spot")["nodes"][2]
+    assert node2["host"] == alive[new_id]["PrivateIpAddress"] != old_host
+    assert twin.ok("ssh", "node2", "--name", "spot", "--", "hostname").stdout.strip() == "node2"
+    python = twin.state("spot")["nodes"][0]["controller"]
+    assert python == "/opt/ddpctl/controller/bin/python"  # the head_controller role's venv, as configure found it
+    who = twin.ok("ssh", "node0", "--name", "spot", "--", python, "-c", CREDENTIALS).stdout.split()
+    assert who == ["iam-role"]  # what the head signs with: its role's credentials, no key on the node
 
 
 CREDENTIALS = "import boto3; c = boto3.session.Session().get_credentials(); print(c.method if c else 'none')"
+
+
+#: the run supervised by this machine's ddpctl (``launcher.SUPERVISOR_ENV``), which replaces lost nodes and
+#: judges their health with this machine's credentials
+HERE = {"DDPCTL_SUPERVISOR": "here"}
 
 
 def head_profile(twin: TwinEnv, name: str, *, remove: bool = False) -> None:

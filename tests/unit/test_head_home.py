@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 from ddpctl.infra.model.host import Host
@@ -110,3 +111,52 @@ def test_ddpctls_code_for_the_head_is_laid_out_as_a_wheel_and_named_by_its_conte
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert not [n for n in names if n.startswith("ddpctl/") and n.split("/")[1] == "main.py"]  # no CLI
     assert head_home.code()[0] == digest and len(digest) == 12
+
+
+def test_the_head_replaces_nodes_only_with_its_profile_and_its_environment(tmp_path: Path) -> None:
+    from ddpctl.infra.providers.aws.provider import PROVIDER
+
+    store = _home(tmp_path)
+    with_env = _state(head_instance_profile="ddpctl-head")
+    with_env.nodes[0] = replace(with_env.nodes[0], controller="/opt/ddpctl/controller/bin/python")
+    assert PROVIDER.head_replacer(with_env, store) is not None
+    without_env = _state(head_instance_profile="ddpctl-head")  # configured before the role, or --no-configure
+    assert PROVIDER.head_replacer(without_env, store) is None
+    no_profile = _state()
+    no_profile.nodes[0] = with_env.nodes[0]
+    assert PROVIDER.head_replacer(no_profile, store) is None  # the head has no credentials of its own
+    on_demand = _state(head_instance_profile="ddpctl-head", spot=False)
+    on_demand.nodes[0] = with_env.nodes[0]
+    assert PROVIDER.head_replacer(on_demand, store) is None  # nothing to replace
+
+
+def test_the_heads_command_line_runs_the_shipped_code_with_the_roles_python(tmp_path: Path) -> None:
+    store = _home(tmp_path)
+    state = _state(head_instance_profile="ddpctl-head")
+    state.nodes[0] = replace(state.nodes[0], controller="/opt/ddpctl/controller/bin/python")
+    store.save(state)
+    shipped: list[str] = []
+
+    class Conn:  # what ``ship`` asks of a Fabric connection: nothing is on the head yet
+        def run(self, line: str, **kw):
+            shipped.append(line)
+            return type("Done", (), {"ok": not line.startswith("test -d")})()
+
+        def put(self, data, path: str) -> None:
+            shipped.append(f"put {path}")
+
+    ship_to = head_home.replacer(state, store)
+    assert ship_to is not None
+    argv = ship_to(Conn(), "/opt/ddpctl/work/head-home")
+    digest = head_home.code()[0]
+    assert argv == [
+        "env",
+        f"PYTHONPATH=/opt/ddpctl/work/head-home/code-{digest}",
+        "/opt/ddpctl/controller/bin/python",
+        "-m",
+        "ddpctl.infra.providers.aws.head_replace",
+        "/opt/ddpctl/work/head-home/home",
+        "c",
+    ]
+    assert "put /opt/ddpctl/work/head-home/home.tar.gz" in shipped
+    assert f"put /opt/ddpctl/work/head-home/code-{digest}.tar.gz" in shipped

@@ -254,22 +254,31 @@ def test_an_unreachable_head_is_tried_once_per_cluster(recorded, monkeypatch) ->
 
 
 @pytest.mark.parametrize(
-    "launch, head_supervises, replaces, environ, kind",
+    "launch, head_supervises, replaces, on_head, environ, kind",
     [
-        ("sbatch", True, False, {}, "slurm"),  # Slurm keeps it, whatever the provider
-        ("sbatch", False, True, {"DDPCTL_SUPERVISOR": "here"}, "slurm"),
-        ("torchrun", True, False, {}, "head"),  # aws, onprem: the head's supervisor, outliving this ddpctl
-        ("torchrun", True, False, {"DDPCTL_SUPERVISOR": "head"}, "head"),
-        ("torchrun", True, True, {}, "here"),  # an elastic spot run: the cloud's credentials are here
-        ("torchrun", True, False, {"DDPCTL_SUPERVISOR": "here"}, "here"),
-        ("torchrun", False, False, {}, "here"),  # local processes, pcluster's compute nodes: no mesh from a head
+        ("sbatch", True, False, False, {}, "slurm"),  # Slurm keeps it, whatever the provider
+        ("sbatch", False, True, False, {"DDPCTL_SUPERVISOR": "here"}, "slurm"),
+        ("torchrun", True, False, False, {}, "head"),  # aws, onprem: the head's supervisor, outliving this ddpctl
+        ("torchrun", True, False, False, {"DDPCTL_SUPERVISOR": "head"}, "head"),
+        ("torchrun", True, True, False, {}, "here"),  # an elastic spot run: the cloud's credentials are here
+        ("torchrun", True, True, True, {}, "head"),  # ... unless the head has its own (--head-instance-profile)
+        ("torchrun", True, True, True, {"DDPCTL_SUPERVISOR": "here"}, "here"),
+        ("torchrun", True, False, False, {"DDPCTL_SUPERVISOR": "here"}, "here"),
+        ("torchrun", False, False, False, {}, "here"),  # local processes, pcluster's compute nodes: no mesh from a head
     ],
 )
-def test_the_launcher_kind_is_chosen_in_one_place(launch, head_supervises, replaces, environ, kind) -> None:
+def test_the_launcher_kind_is_chosen_in_one_place(launch, head_supervises, replaces, on_head, environ, kind) -> None:
     from ddpctl.infra.launch.launcher import choose
     from ddpctl.infra.model.state import LaunchKind
 
-    assert choose(LaunchKind(launch), head_supervises=head_supervises, replaces_nodes=replaces, environ=environ) == kind
+    chosen = choose(
+        LaunchKind(launch),
+        head_supervises=head_supervises,
+        replaces_nodes=replaces,
+        environ=environ,
+        head_replaces=on_head,
+    )
+    assert chosen == kind
 
 
 def test_a_prepared_plan_carries_its_supervisor(home, monkeypatch) -> None:

@@ -27,6 +27,8 @@ CREDENTIAL_CODES = {
 PERMISSION_CODES = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "Blocked"}
 #: Where the IAM policy with every action ddpctl calls is (the repository's docs/; tests keep it in step).
 POLICY_DOC = "docs/aws-iam-policy.json in ddpctl's repository"
+#: The head node's (``up --head-instance-profile``): what its role needs to replace a lost node.
+HEAD_POLICY_DOC = "docs/aws-head-iam-policy.json in ddpctl's repository"
 #: The services ddpctl calls, EC2 first: where ``iam_action`` looks an operation up.
 SERVICES = ("ec2", "iam", "ssm", "service-quotas", "cloudformation")
 
@@ -74,8 +76,9 @@ def is_unsupported(exc: BaseException) -> bool:
     return code_of(exc) in ("NotImplemented", "InvalidAction", "UnsupportedOperation", "InternalFailure")
 
 
-def explain(exc: BaseException, region: str) -> DdpctlError:
-    """An exception from boto3 as one line that says what to do."""
+def explain(exc: BaseException, region: str, policy: str = POLICY_DOC) -> DdpctlError:
+    """An exception from boto3 as one line that says what to do (``policy``: the policy a refused call
+    is missing from: the user's, or the head node's role's)."""
     bx = boto.exceptions()
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         return DdpctlError(
@@ -95,7 +98,7 @@ def explain(exc: BaseException, region: str) -> DdpctlError:
     if code in PERMISSION_CODES:
         return DdpctlError(
             f"your AWS identity may not call {iam_action(exc)} ({code}): allow it in the identity's IAM policy "
-            f"({POLICY_DOC} lists every action ddpctl calls)"
+            f"({policy} lists every action ddpctl calls)"
         )
     if code.startswith("InvalidAMIID"):
         return UsageError(f"AMI problem ({code}): {message_of(exc)}: pass an AMI of {region} with --ami")
@@ -109,13 +112,13 @@ def explain(exc: BaseException, region: str) -> DdpctlError:
 
 
 @contextmanager
-def aws_errors(region: str) -> Iterator[None]:
-    """Turn botocore's exceptions into DdpctlError (the CLI prints one line)."""
+def aws_errors(region: str, policy: str = POLICY_DOC) -> Iterator[None]:
+    """Turn botocore's exceptions into DdpctlError (the CLI prints one line); ``policy``: ``explain``'s."""
     try:
         yield
     except DdpctlError:
         raise
     except Exception as exc:
         if isinstance(exc, boto.aws_exceptions()):
-            raise explain(exc, region) from None
+            raise explain(exc, region, policy) from None
         raise

@@ -22,6 +22,7 @@ import io
 import json
 import shlex
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,3 +138,24 @@ def ship(conn: fabric.Connection, where: str, state: ClusterState, store: StateS
             in_stream=False,
         )
     return OnHead(home, code_dir)
+
+
+#: the program the head runs for a lost node (``head_replace.py``), as the shipped code names it
+PROGRAM = "ddpctl.infra.providers.aws.head_replace"
+
+
+def replacer(state: ClusterState, store: StateStore) -> Callable[[fabric.Connection, str], list[str]] | None:
+    """``Renew.on_head`` for a cluster whose head has ddpctl's environment (the head_controller role's,
+    ``NodeInfo.controller``): ship the cluster's state as it is then, and the code, to a folder on the
+    head; the command line the head's supervisor runs for a lost node. None: the head has none (a
+    cluster configured before, or ``up --no-configure``): its lost nodes are replaced from here."""
+    head = state.nodes[0] if state.nodes else None
+    if head is None or not head.controller:
+        return None
+    python = head.controller
+
+    def ship_to(conn: fabric.Connection, where: str) -> list[str]:
+        there = ship(conn, where, store.load(state.name), store)
+        return ["env", f"PYTHONPATH={there.code}", python, "-m", PROGRAM, there.home, state.name]
+
+    return ship_to

@@ -19,17 +19,21 @@ from pathlib import Path
 
 from ...model.errors import DdpctlError
 from ...model.store import StateStore
-from . import head_home
+from . import head_home, spot
 from .details import InstancesDetail
+from .errors import HEAD_POLICY_DOC, aws_errors
 from .provider import PROVIDER
 from .steps import only
 
 
 def replace_node(home: Path, cluster: str, node: str, progress) -> dict:
-    """Replace ``node`` if EC2 took its instance back; what became of it."""
+    """Replace ``node`` if EC2 took its instance back; what became of it. A call the head's role may
+    not make names the head's policy."""
     store = StateStore(home)
     state = head_home.settle(store, cluster)
-    done = PROVIDER.replace_lost_nodes(state, store, [node], progress)
+    plan = PROVIDER.aws_plan(state, store)
+    with aws_errors(plan.region, HEAD_POLICY_DOC):
+        done = spot.replace_lost(state, store, plan, [node], progress) if plan.spot else None
     if done is None:
         return {"node": node, "replaced": False}
     new = next(n for n in done.nodes if n.name == node)

@@ -32,7 +32,7 @@ from ...model.state import ClusterPhase, ClusterState, NodeInfo, ResourcePhase
 from ...model.store import StateStore
 from ..base import LiveStatus, Progress, Provider, TakenDown
 from ..registry import checked_spec
-from . import configure, instances, kept_head, keys, network, preflight, prices, pricing, spot
+from . import configure, head_home, instances, kept_head, keys, network, preflight, prices, pricing, spot
 from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
@@ -400,6 +400,18 @@ class AwsProvider(Provider):
 
     def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
         return self.aws_plan(state, store).spot
+
+    def head_replacer(self, state: ClusterState, store: StateStore) -> Callable[[Any, str], list[str]] | None:
+        """--spot with --head-instance-profile: the head replaces nodes itself (``head_home.py``)."""
+        plan = self.aws_plan(state, store)
+        return head_home.replacer(state, store) if plan.spot and plan.head_instance_profile else None
+
+    def adopt_replacements(
+        self, state: ClusterState, store: StateStore, replaced: dict[str, dict[str, str]], progress: Progress
+    ) -> None:
+        plan = self.aws_plan(state, store)
+        with aws_errors(plan.region):
+            spot.adopt(state, store, plan, replaced, progress)
 
     def executor(self, state: ClusterState, sink: Callable[[OutputLine], None]) -> SshExecutor:
         return SshExecutor({n.name: n.ssh for n in state.nodes}, sink, head_node=state.nodes[0])

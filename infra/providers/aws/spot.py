@@ -20,7 +20,7 @@ from pathlib import Path
 from ...hosts.ansible import Play
 from ...hosts.site_play import record_nodes, run_site
 from ...model.progress import Progress
-from ...model.state import ClusterState, ResourcePhase
+from ...model.state import ClusterState, NodeInfo, ResourcePhase
 from ...model.store import StateStore
 from . import configure, faults, instances
 from .details import InstancesDetail, SecurityGroupDetail
@@ -155,6 +155,22 @@ def _configure(state: ClusterState, store: StateStore, plan: AwsPlan, done: Repl
     """The SSH files with the new instances and their host keys, site.yml limited to them, then
     ``ssh_mesh`` on every node; the nodes recorded as the play reported them."""
     new = done.new
+    files, infos = _write_ssh_files(state, plan, done)
+    store.save(state)
+    cpus = configure.wait_for_ssh([n.ssh for n in infos if n.ssh is not None], progress)
+    key_dir = Path(plan.cluster_dir) / "keys"
+    report = run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, limit=list(new))
+    state.nodes = with_nodes(state.nodes, record_nodes(infos, report, cpus))
+    store.save(state)
+    run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=Play(tags="ssh_mesh"))
+
+
+def _write_ssh_files(
+    state: ClusterState, plan: AwsPlan, done: Replacements
+) -> tuple[configure.SshFiles, list[NodeInfo]]:
+    """The SSH files with the new instances and their host keys (the others' kept), and the new nodes
+    in ``state`` at their new addresses, as the old ones were until site.yml reports them."""
+    new = done.new
     launched = launched_nodes(state, plan.private_ip, done.launched)
     cluster_dir = Path(plan.cluster_dir)
     known = cluster_dir / "known_hosts"
@@ -180,10 +196,48 @@ def _configure(state: ClusterState, store: StateStore, plan: AwsPlan, done: Repl
         if n.name in new  # the new machine, as the old one was until site.yml reports it
     ]
     state.nodes = with_nodes(state.nodes, infos)
+    return files, infos
+
+
+def adopt(
+    state: ClusterState, store: StateStore, plan: AwsPlan, by_head: dict[str, dict[str, str]], progress: Progress
+) -> None:
+    """The nodes the run's supervisor on the head replaced (``head_replace.py``), recorded here: each new
+    instance that is the cluster's (its tags: ``ours``) and runs, as its node's, at the addresses EC2
+    reports, with the host keys its console printed; the SSH files rewritten. A node whose record names
+    its instance already: nothing. One that is not the cluster's: left out, said."""
+    inst = only(state, "instances")
+    detail = InstancesDetail.of(inst)
+    wanted = {
+        node: doc.get("instance", "")
+        for node, doc in by_head.items()
+        if node in detail.nodes and doc.get("instance") and doc.get("instance") != detail.nodes[node]
+    }
+    if not wanted:
+        return
+    aws = Aws(plan.region)
+    found = {
+        i["InstanceId"]: i
+        for i in aws.instances_by_id(list(wanted.values()))
+        if ours(i, plan) and i["State"]["Name"] in ("pending", "running")
+    }
+    launched: dict[str, configure.Launched] = {}
+    for node, instance in wanted.items():
+        if instance not in found:
+            progress(f"{node}: the head node's replacement {instance} is not a running instance of the cluster")
+            continue
+        i = found[instance]
+        zone = i.get("Placement", {}).get("AvailabilityZone", "")
+        public, private = i.get("PublicIpAddress", ""), i.get("PrivateIpAddress", "")
+        launched[node] = configure.Launched(node, instance, private, public, zone)
+        detail = replaced(detail, Lost(node, detail.nodes[node], ""), instance)
+    if not launched:
+        return
+    keys = configure.collect_host_keys(list(launched.values()), aws.console_output, progress, wait=False)
+    done = Replacements({n: each.instance_id for n, each in launched.items()}, launched, keys)
+    detail.put(inst)
+    _write_ssh_files(state, plan, done)
     store.save(state)
-    cpus = configure.wait_for_ssh(list(hosts.values()), progress)
-    key_dir = cluster_dir / "keys"
-    report = run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, limit=list(new))
-    state.nodes = with_nodes(state.nodes, record_nodes(infos, report, cpus))
-    store.save(state)
-    run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=Play(tags="ssh_mesh"))
+    progress(
+        f"{', '.join(done.new)} replaced by the head node: {', '.join(f'{n} is {i}' for n, i in done.new.items())}"
+    )
