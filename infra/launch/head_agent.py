@@ -130,10 +130,13 @@ def run(spec: dict, sink, replaced: dict | None = None) -> RunResult:
         cleanup()
         raise
 
+    one_at_a_time = threading.Lock()  # lost nodes come back in threads of their own; the cluster's state is one
+
     def relaunch(i: int) -> MeshProcess:
         n = nodes[i]
         if spec.get("replace") and i > 0:  # the head itself: the run cannot go on without it
-            doc = replace_lost(spec, n, sink)
+            with one_at_a_time:
+                doc = replace_lost(spec, n, sink)
             if doc.get("replaced"):
                 nodes[i] = n = moved(n, doc["host"])
                 if replaced is not None:
@@ -154,7 +157,7 @@ def run(spec: dict, sink, replaced: dict | None = None) -> RunResult:
 
 def replace_lost(spec: dict, n: dict, sink) -> dict:
     """Lost node ``n`` replaced on a new machine if its own is gone, by ``spec["replace"]`` (run here,
-    the node's name appended: ``providers/aws/head_replace.py``), its progress lines to ``sink``; what
+    the node's name appended: ``runs/head_replace.py``), its progress lines to ``sink``; what
     it said (its JSON line: ``replaced``, ``instance``, ``host``), {} where it could not run."""
     node = n["node"]
     try:

@@ -209,7 +209,11 @@ class SshExecutor:
         assert node is not None  # the providers whose nodes it runs on (``Provider.head_supervises``) give it
         doc = head.spec(plan, commands, names, node.ssh_config, self.grace_s)
         if on_head is not None and plan.min_nodes:
-            doc["replace"] = on_head(conn, f"{node.workdir or '.ddpctl'}/head-home")
+            try:
+                doc["replace"] = on_head(conn, f"{node.workdir or '.ddpctl'}/head-home")
+            except Exception as exc:  # the run goes on; a lost node is started again where it was
+                if progress is not None:
+                    progress(f"warning: the head node cannot replace lost nodes in this run: {exc}")
         first = plan.nodes[0].node
         # a lost connection: made again, the run goes on there
         launcher = head.HeadLauncher(conn, reconnect=lambda: connect(self.hosts[first]))

@@ -346,6 +346,10 @@ class Provider:
         node's name appended; ``Renew.on_head``). None (the default): not on the head."""
         return None
 
+    def machine_of(self, state: ClusterState, node: str) -> str:
+        """The id of the machine ``node`` runs on, as the provider knows it (aws: its instance); "": none."""
+        return ""
+
     def adopt_replacements(
         self, state: ClusterState, store: StateStore, replaced: dict[str, dict[str, str]], progress: Progress
     ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -156,16 +157,12 @@ def _renew(prep: PreparedRun, store: StateStore, progress: Progress) -> Renew | 
         on_head = prep.provider.head_replacer(store.load(prep.cluster.name), store)
         return None if on_head is None else Renew(on_head=on_head)
 
-    def unhealthy(node: str) -> str:
-        try:
-            targets, executor_for = clusters.job_nodes(store.load(prep.cluster.name), progress)
-            return health_in_runs.node_reasons(targets, node, executor_for, progress)
-        except Exception as exc:  # a health query that cannot run: the node is started again as it is
-            progress(f"health: could not look at {node}: {exc}")
-            return ""
+    unhealthy = health_in_runs.lost_node_health(store, prep.cluster.name, progress)
+    one_at_a_time = threading.Lock()  # lost nodes come back in threads of their own; the cluster's state is one
 
     def renew(node: str) -> tuple[Host, NodeLaunch] | None:
-        state = prep.provider.replace_lost_nodes(store.load(prep.cluster.name), store, [node], progress, unhealthy)
+        with one_at_a_time:
+            state = prep.provider.replace_lost_nodes(store.load(prep.cluster.name), store, [node], progress, unhealthy)
         if state is None:
             return None
         new = next(n for n in state.nodes if n.name == node)

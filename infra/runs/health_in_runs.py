@@ -12,8 +12,10 @@ from dataclasses import replace
 
 from ..launch.nodes import OutputLine
 from ..launch.watch import SLOW_NOTE
+from ..lifecycle import clusters
 from ..model.results import RunResult
 from ..model.state import ClusterState, NodeInfo
+from ..model.store import StateStore
 from .health import NO_ANSWER, counted_by, judge_probe, read_probes, run_health
 
 
@@ -186,3 +188,20 @@ def node_reasons(
     [info] = [n for n in cluster.nodes if n.name == node]
     verdict = run_health(replace(cluster, nodes=[info]), executor_for, progress, burn_s=0)[node]
     return "" if verdict.ok or verdict.problems == [NO_ANSWER] else "; ".join(verdict.problems)
+
+
+def lost_node_health(store: StateStore, name: str, progress: Callable[[str], None]) -> Callable[[str], str]:
+    """``Provider.replace_lost_nodes``'s ``unhealthy`` for cluster ``name``: a lost node's health asked before
+    it is started again (``node_reasons``, on the cluster as ``store`` has it then), wherever the run's
+    supervisor is (here: ``execute``; the head: ``head_replace``); a query that cannot run: "" (the node is
+    started again as it is), said."""
+
+    def unhealthy(node: str) -> str:
+        try:
+            targets, executor_for = clusters.job_nodes(store.load(name), progress)
+            return node_reasons(targets, node, executor_for, progress)
+        except Exception as exc:
+            progress(f"health: could not look at {node}: {exc}")
+            return ""
+
+    return unhealthy

@@ -1,12 +1,14 @@
 """Spot that recovers, on the EC2 twin (tests/support/testbed/twin.py): a `--spot` cluster's instance
-taken back by EC2 in the middle of an elastic run is replaced, and the run finishes with every node;
-so is a node lost from the run whose machine, still running, is unhealthy (issue 38: a stand-in
-nvidia-smi on it reports uncorrected ECC errors), its instance terminated.
+taken back by EC2 in the middle of an elastic run is replaced, and the run finishes with every node,
+first from this machine (the run supervised here); then, the head having its own instance profile,
+by the run's supervisor on the head with every ddpctl here killed, in the same run as a node lost
+whose machine, still running, is unhealthy (issue 38: a stand-in nvidia-smi on it reports
+uncorrected ECC errors), its instance terminated.
 
 EC2 taking a spot instance back is modelled by a TerminateInstances that ddpctl did not send (through
 the twin, as the AWS console or an interruption would): moto marks the instance terminated and the
 twin takes its host down (its processes killed, its connections closed). What the twin cannot show:
-the 2 minutes' notice on the node (there is no instance metadata service behind it) and real spot
+the 2 minutes' notice on the node (the twin's metadata service has no spot notice) and real spot
 capacity (moto launches any spot request at once). The planning is unit-tested in
 tests/unit/test_spot_plan.py.
 """
@@ -69,60 +71,29 @@ def test_a_spot_instance_taken_back_or_unhealthy_is_replaced_and_the_run_takes_i
     known = (twin.home / "clusters" / "spot" / "known_hosts").read_text()
     assert old_host not in known and node2["host"] in known and len(known.splitlines()) == 3 * 3
 
-    unhealthy_node_is_replaced(twin, tmp_path)
     the_head_replaces_a_node_with_this_machine_gone(twin, tmp_path)
     twin.ok("down", "--yes", "--name", "spot")
     twin.assert_nothing_left("spot")
     head_profile(twin, "ddpctl-head", remove=True)
 
 
-def unhealthy_node_is_replaced(twin: TwinEnv, tmp_path: Path) -> None:
-    """node1's processes killed mid-run (its ranks crashed on a GPU gone bad), its machine still running
-    with a GPU whose ECC errors nvidia-smi reports: before it is started again, the health query names
-    it unhealthy, its instance is terminated and a new one takes its place; the run ends with 3 nodes."""
-    before = twin.state("spot")
-    [instances] = [r for r in before["resources"] if r["kind"] == "instances"]
-    old_id = instances["detail"]["nodes"]["node1"]
-    slot = int(before["nodes"][1]["host"].rsplit(".", 1)[1]) - twin_hosts.FIRST_HOST
-    home = twin_hosts.testbed_dir() / "nodes" / f"ec2-{slot}"
-    home = home / "home" / "ubuntu"
-    install(home / "bin", [gpu(0, ecc=2)], [])  # first on PATH for its SSH sessions (~/.bashrc)
-    (home / ".bashrc").write_text('PATH="$HOME/bin:$PATH"\n')
-    job = write_rounds(tmp_path / "second")
-    args = ("--name", "spot", "--nodes", "2:3", "--run-id", "rspotsick1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
-    proc = start_ddpctl("run", str(job), *args, env=HERE | twin.env, stdin=subprocess.DEVNULL)  # judged here
-    try:
-        out = Output(proc)
-        out.until("round 0: 3 ranks", timeout=300)
-        deadline = time.monotonic() + 60
-        while not (procs := node_processes("rspotsick1", "node1")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for each in procs:  # its agent and rank, as a GPU fault would take them
-            each.send_signal(signal.SIGKILL)
-        text = out.finish(timeout=900)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, text
-    assert "node1 lost" in text
-    reason = "GPU 0: 2 uncorrected ECC error(s) since the driver loaded"
-    assert f"node1: unhealthy: {reason}: terminating its instance {old_id}, launching a new one" in text
-    assert "node1 started again" in text and "done: 3 ranks" in text
-    [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
-    assert instances["detail"]["nodes"]["node1"] != old_id and old_id not in instances["detail"]["ids"]
-    assert old_id not in [i["InstanceId"] for i in twin.moto.alive_instances()]
-
-
 def the_head_replaces_a_node_with_this_machine_gone(twin: TwinEnv, tmp_path: Path) -> None:
     """The cluster's head has its own instance profile (and ddpctl's environment, the head_controller
     role's: baked on the twin): an elastic run is supervised there (``launcher.choose``), every ddpctl
-    here is killed once its ranks run, then EC2 takes node2's instance back. The head replaces it by
-    itself (``head_replace.py``, signed with the role's credentials from the metadata service; no
-    credential on the node), copies the project there and starts it again: the run ends with 3 nodes.
-    `runs` then brings the record here and the new instance into the cluster's state (``adopt``): `ssh`
-    reaches node2 at its new address, with its host key."""
-    old_id, old_host = instance_of(twin, "node2"), twin.state("spot")["nodes"][2]["host"]
+    here is killed once its ranks run, then node1's processes are killed on a machine whose GPU reports
+    ECC errors and EC2 takes node2's instance back. The head replaces both by itself, one after the
+    other (``runs/head_replace.py``: node1's health asked over the cluster's SSH, its instance
+    terminated; signed with the role's credentials from the metadata service, no credential on the
+    node), copies the project there and starts them again: the run ends with 3 nodes. `runs` then
+    brings the record here and the new instances into the cluster's state (``adopt``): `ssh` reaches
+    each at its new address, with its host key."""
+    before = twin.state("spot")
+    old = {node: instance_of(twin, node) for node in ("node1", "node2")}
+    old_hosts = {n["name"]: n["host"] for n in before["nodes"]}
+    sick_gpu(before["nodes"][1]["host"])
     job = write_rounds(tmp_path / "third")
-    args = ("--name", "spot", "--nodes", "2:3", "--run-id", "rspothead1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    args = ("--name", "spot", "--nodes", "1:3", "--run-id", "rspothead1", "-e", "DDPCTL_COLLECTIVE_TIMEOUT_S=15")
+    args += ("--max-restarts", "8")  # two losses, each a failure on the head's rank, whenever each is seen
     proc = twin.start("run", str(job), *args)
     try:
         Output(proc).until("round 0: 3 ranks", timeout=300)
@@ -130,18 +101,26 @@ def the_head_replaces_a_node_with_this_machine_gone(twin: TwinEnv, tmp_path: Pat
         proc.wait(timeout=30)
     finally:
         proc.kill()
-    twin.moto.ec2.terminate_instances(InstanceIds=[old_id])  # EC2 takes node2's instance back
-    assert ended(twin.env, "rspothead1", timeout=900) == "succeeded"
+    deadline = time.monotonic() + 60
+    while not (procs := node_processes("rspothead1", "node1")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for each in procs:  # its agent and rank, as a GPU fault would take them
+        each.send_signal(signal.SIGKILL)
+    twin.moto.ec2.terminate_instances(InstanceIds=[old["node2"]])  # EC2 takes node2's instance back
+    assert ended(twin.env, "rspothead1", timeout=1200) == "succeeded"
     text = twin.ok("logs", "rspothead1").stdout
-    assert f"node2: EC2 took its spot instance back (its instance {old_id} is terminated)" in text, text
-    assert "configuring 1 node(s)" in text and "node2 started again" in text and "done: 3 ranks" in text, text
-    new_id = instance_of(twin, "node2")  # recorded here by `runs`
+    reason = "GPU 0: 2 uncorrected ECC error(s) since the driver loaded"
+    assert f"node1: unhealthy: {reason}: terminating its instance {old['node1']}, launching a new one" in text, text
+    assert f"node2: EC2 took its spot instance back (its instance {old['node2']} is terminated)" in text, text
+    assert "node1 started again" in text and "node2 started again" in text and "done: 3 ranks" in text, text
     alive = {i["InstanceId"]: i for i in twin.moto.alive_instances()}
-    assert new_id != old_id and new_id in alive and old_id not in alive
-    assert alive[new_id]["InstanceLifecycle"] == "spot"
-    node2 = twin.state("spot")["nodes"][2]
-    assert node2["host"] == alive[new_id]["PrivateIpAddress"] != old_host
-    assert twin.ok("ssh", "node2", "--name", "spot", "--", "hostname").stdout.strip() == "node2"
+    nodes = {n["name"]: n for n in twin.state("spot")["nodes"]}
+    for node in ("node1", "node2"):
+        new_id = instance_of(twin, node)  # recorded here by `runs`
+        assert new_id != old[node] and new_id in alive and old[node] not in alive
+        assert alive[new_id]["InstanceLifecycle"] == "spot"
+        assert nodes[node]["host"] == alive[new_id]["PrivateIpAddress"] != old_hosts[node]
+        assert twin.ok("ssh", node, "--name", "spot", "--", "hostname").stdout.strip() == node
     python = twin.state("spot")["nodes"][0]["controller"]
     assert python == "/opt/ddpctl/controller/bin/python"  # the head_controller role's venv, as configure found it
     who = twin.ok("ssh", "node0", "--name", "spot", "--", python, "-c", CREDENTIALS).stdout.split()
@@ -177,6 +156,15 @@ def head_profile(twin: TwinEnv, name: str, *, remove: bool = False) -> None:
 def instance_of(twin: TwinEnv, node: str) -> str:
     [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
     return instances["detail"]["nodes"][node]
+
+
+def sick_gpu(host: str) -> None:
+    """The twin's node at ``host``: a stand-in nvidia-smi that reports 2 uncorrected ECC errors on GPU 0,
+    first on PATH for its SSH sessions (~/.bashrc)."""
+    slot = int(host.rsplit(".", 1)[1]) - twin_hosts.FIRST_HOST
+    home = twin_hosts.testbed_dir() / "nodes" / f"ec2-{slot}" / "home" / "ubuntu"
+    install(home / "bin", [gpu(0, ecc=2)], [])
+    (home / ".bashrc").write_text('PATH="$HOME/bin:$PATH"\n')
 
 
 def instances_subnet(env: TwinEnv, instance_id: str) -> str:

@@ -58,6 +58,7 @@ def test_the_head_gets_this_cluster_alone_with_its_keys_and_this_homes_id(tmp_pa
         "clusters/c/id_ed25519.pub",
         "clusters/c/keys/ddpctl_cluster_key",
         "clusters/c/known_hosts",
+        "head-home",  # marks it the head's: the provider works from it there (``on_head``)
         "home-id",
     ]
     assert all(mode == 0o600 for _, mode in sent.values())
@@ -73,6 +74,7 @@ def test_the_head_settles_its_ssh_files_for_its_own_paths(tmp_path: Path) -> Non
     for path, (data, _) in head_home.files(_state(head_instance_profile="ddpctl-head"), store).items():
         (head.home / path).parent.mkdir(parents=True, exist_ok=True)
         (head.home / path).write_bytes(data)
+    assert head_home.on_head(head) and not head_home.on_head(store)
     state = head_home.settle(head, "c")
     cluster_dir = head.cluster_dir("c")
     assert [n.ssh.address for n in state.nodes if n.ssh] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
@@ -102,7 +104,7 @@ def test_ddpctls_code_for_the_head_is_laid_out_as_a_wheel_and_named_by_its_conte
         names = unpacked.getnames()
     for needed in (
         "ddpctl/__init__.py",
-        "ddpctl/infra/providers/aws/head_replace.py",
+        "ddpctl/infra/runs/head_replace.py",
         "ddpctl/playbooks/site.yml",
         "ddpctl/playbooks/roles/head_controller/tasks/main.yml",
         "ddpctl/training/mnist.py",
@@ -154,7 +156,7 @@ def test_the_heads_command_line_runs_the_shipped_code_with_the_roles_python(tmp_
         f"PYTHONPATH=/opt/ddpctl/work/head-home/code-{digest}",
         "/opt/ddpctl/controller/bin/python",
         "-m",
-        "ddpctl.infra.providers.aws.head_replace",
+        "ddpctl.infra.runs.head_replace",
         "/opt/ddpctl/work/head-home/home",
         "c",
     ]

@@ -168,6 +168,19 @@ def test_an_ended_job_gets_its_record_here(recorded) -> None:
     assert not on_cluster.is_on_cluster(recorded.store, "r1")
 
 
+def test_the_nodes_the_head_replaced_go_into_the_clusters_state_not_the_record(recorded, monkeypatch) -> None:
+    from ddpctl.infra.runs import on_cluster
+
+    adopted: list[tuple[str, dict]] = []
+    monkeypatch.setattr(on_cluster, "adopt_replaced", lambda store, name, got, progress: adopted.append((name, got)))
+    replaced = {"node2": {"instance": "i-9", "host": "10.0.0.9"}}
+    record = {"result": {"run_id": "r1", "exit_code": 0, "wall_s": 0.0, "replaced": replaced}}
+    recorded.launchers.append(FakeLauncher(Phase.ENDED, ["[node0 r0] done"], record))
+    assert on_cluster.bring_up_to_date(recorded.store, "r1") is True
+    assert adopted == [("c", replaced)]
+    assert "replaced" not in json.loads((recorded.dir / "run.json").read_text())["result"]
+
+
 def test_a_look_that_fails_half_way_keeps_the_run_marked_going(recorded) -> None:
     """The CI failure of 92ae645: a look at the head that breaks after ``describe`` must not read as
     the run's end (a queued run would start while it goes on)."""

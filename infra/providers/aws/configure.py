@@ -18,12 +18,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...model.errors import DdpctlError
 from ...model.host import Host
 from ...model.progress import Progress, step
 from ...model.state import NodeInfo
 from ...model.store import atomic_write
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import AwsPlan
 
 HOST_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 HOST_KEYS_END = "-----END SSH HOST KEY KEYS-----"
@@ -115,6 +119,24 @@ def write_files(
     ]
     atomic_write(inventory, "\n".join(rows) + "\n")
     return SshFiles(ssh_config, known_hosts, inventory)
+
+
+def cluster_files(plan: AwsPlan, nodes: list[Launched], host_keys: dict[str, list[str]]) -> SshFiles:
+    """``write_files`` in the cluster's folder, as ``plan`` says (its user, key, addresses, head profile)."""
+    return write_files(
+        Path(plan.cluster_dir),
+        nodes,
+        user=plan.ssh_user,
+        key_path=plan.key_path,
+        private=plan.private_ip,
+        host_keys=host_keys,
+        head_controller=bool(plan.head_instance_profile),
+    )
+
+
+def cluster_host(plan: AwsPlan, node: Launched, files: SshFiles) -> Host:
+    """``ssh_host`` as ``plan`` says."""
+    return ssh_host(node, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
 
 
 def ssh_host(node: Launched, files: SshFiles, *, user: str, key_path: str, private: bool) -> Host:

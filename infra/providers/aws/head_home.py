@@ -11,8 +11,10 @@ making another) and known_hosts. Nothing else of the home goes: no other cluster
 setting or credential. ``code`` packs ddpctl's own code as a wheel lays it out (``ddpctl/infra``,
 ``ddpctl/playbooks``, ``ddpctl/training``), named by its content.
 
-On the head, ``settle`` writes the SSH files and each node's connection for the head's own paths,
-from the state and known_hosts it was sent (``head_replace.py`` does, before a replacement).
+On the head, the home is marked as the head's (``on_head``): the provider's ``replace_lost_nodes`` first
+``settle``s it (the SSH files and each node's connection written for the head's own paths, from the
+state and known_hosts it was sent) and names the head's policy where a call is refused
+(``runs/head_replace.py`` is the program that asks it).
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from typing import TYPE_CHECKING
 from ...model.state import ClusterState
 from ...model.store import HOME_ID_FILE, StateStore
 from . import configure
+from .plan import plan_from_spec
 from .spot_plan import known_host_keys, launched_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     import fabric
 
+#: the file that marks a state home as a head node's (``on_head``)
+HEAD_MARK = "head-home"
 #: ddpctl's packages the head runs, each as a wheel installs it under ``ddpctl/`` (the CLI's are not needed)
 CODE = ("infra", "playbooks", "training")
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
@@ -46,6 +51,10 @@ def files(state: ClusterState, store: StateStore) -> dict[str, tuple[bytes, int]
     seen = ClusterState.from_dict(state.to_dict())  # a copy
     seen.spec = replace(seen.spec, options={**seen.spec.options, "private_ip": True})
     out = {
+        HEAD_MARK: (
+            b"the head node's copy of one cluster's state, sent by ddpctl (providers/aws/head_home.py)\n",
+            0o600,
+        ),
         HOME_ID_FILE: (f"{store.home_id()}\n".encode(), 0o600),
         f"clusters/{name}.json": ((json.dumps(seen.to_dict(), indent=2) + "\n").encode(), 0o600),
     }
@@ -88,21 +97,21 @@ def tar(entries: list[tuple[str, bytes]], mode: int = 0o644) -> bytes:
     return out.getvalue()
 
 
+def on_head(store: StateStore) -> bool:
+    """``store`` is the head's own state home (``files`` sent it): the provider works from there."""
+    return (store.home / HEAD_MARK).is_file()
+
+
 def settle(store: StateStore, name: str) -> ClusterState:
     """On the head: the cluster's SSH files (ssh_config, inventory, known_hosts) and each node's
     connection, written for this home's paths and the nodes' private addresses; the state saved."""
     state = store.load(name)
-    cluster_dir = store.cluster_dir(name)
-    key = str(cluster_dir / "id_ed25519")
-    user = state.spec.options["ssh_user"]
-    nodes = launched_nodes(state, True, {})
-    known = cluster_dir / "known_hosts"
+    plan = plan_from_spec(state.spec, state.cluster_id, str(store.cluster_dir(name)), store.home_id())
+    nodes = launched_nodes(state, True, {})  # plan.private_ip: on, as ``files`` sent it
+    known = store.cluster_dir(name) / "known_hosts"
     host_keys = known_host_keys(known.read_text() if known.is_file() else "", nodes, True)
-    head = bool(state.spec.options.get("head_instance_profile"))
-    written = configure.write_files(
-        cluster_dir, nodes, user=user, key_path=key, private=True, host_keys=host_keys, head_controller=head
-    )
-    hosts = {n.name: configure.ssh_host(n, written, user=user, key_path=key, private=True) for n in nodes}
+    written = configure.cluster_files(plan, nodes, host_keys)
+    hosts = {n.name: configure.cluster_host(plan, n, written) for n in nodes}
     state.nodes = [replace(n, ssh=hosts[n.name]) for n in state.nodes]
     store.save(state)
     return state
@@ -140,8 +149,8 @@ def ship(conn: fabric.Connection, where: str, state: ClusterState, store: StateS
     return OnHead(home, code_dir)
 
 
-#: the program the head runs for a lost node (``head_replace.py``), as the shipped code names it
-PROGRAM = "ddpctl.infra.providers.aws.head_replace"
+#: the program the head runs for a lost node (``runs/head_replace.py``), as the shipped code names it
+PROGRAM = "ddpctl.infra.runs.head_replace"
 
 
 def replacer(state: ClusterState, store: StateStore) -> Callable[[fabric.Connection, str], list[str]] | None:

@@ -89,16 +89,8 @@ def start(state: ClusterState, store: StateStore, plan: AwsPlan, progress: Progr
     before = launched_nodes(state, plan.private_ip, {})
     keys = known_host_keys(known.read_text() if known.is_file() else "", before, plan.private_ip)
     now = launched_nodes(state, plan.private_ip, {node.name: fresh})
-    files = configure.write_files(
-        cluster_dir,
-        now,
-        user=plan.ssh_user,
-        key_path=plan.key_path,
-        private=plan.private_ip,
-        host_keys=keys,
-        head_controller=bool(plan.head_instance_profile),
-    )
-    host = configure.ssh_host(fresh, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
+    files = configure.cluster_files(plan, now, keys)
+    host = configure.cluster_host(plan, fresh, files)
     state.nodes = [replace(node, ssh=host), *state.nodes[1:]]
     store.save(state)
     configure.wait_for_ssh([host], progress)

@@ -37,9 +37,10 @@ from .defaults import lookup_caller_address, with_defaults
 from .details import InstancesDetail, SecurityGroupDetail
 from .dry_run import DryRunReport, dry_run_report
 from .ec2 import Aws, foreign_note, tag_of
-from .errors import aws_errors
+from .errors import HEAD_POLICY_DOC, POLICY_DOC, aws_errors
 from .options import DEFAULT_REGION, OPTIONS, check_ssh_family
 from .plan import SPOT_NOTE, TAG_CLUSTER, TAG_CLUSTER_ID, TAG_HOME, AwsPlan, base_name, plan_from_spec
+from .spot_plan import launched_nodes
 from .steps import only
 from .up import Up
 
@@ -354,31 +355,13 @@ class AwsProvider(Provider):
     def _collect_missing_host_keys(self, state: ClusterState, store: StateStore, progress: Progress) -> None:
         """Host keys that `up --no-configure` did not find yet, from the consoles; the SSH files rewritten."""
         plan = self.aws_plan(state, store)
-        ids = InstancesDetail.of(only(state, "instances")).nodes
-        launched = [
-            configure.Launched(
-                name=n.name,
-                instance_id=ids.get(n.name, ""),
-                private_ip=n.host,
-                public_ip="" if plan.private_ip or n.ssh is None else n.ssh.address,
-                zone="",
-            )
-            for n in state.nodes
-        ]
+        launched = launched_nodes(state, plan.private_ip, {})  # as recorded
         cluster_dir = store.cluster_dir(state.name)
         if not configure.without_host_keys(cluster_dir / "known_hosts", launched, plan.private_ip):
             return
         with aws_errors(plan.region):
             host_keys = configure.collect_host_keys(launched, Aws(plan.region).console_output, progress)
-        configure.write_files(
-            cluster_dir,
-            launched,
-            user=plan.ssh_user,
-            key_path=plan.key_path,
-            private=plan.private_ip,
-            host_keys=host_keys,
-            head_controller=bool(plan.head_instance_profile),
-        )
+        configure.cluster_files(plan, launched, host_keys)
 
     # ---- running jobs --------------------------------------------------------------------------
 
@@ -391,11 +374,14 @@ class AwsProvider(Provider):
         unhealthy: Callable[[str], str] | None = None,
     ) -> ClusterState | None:
         """--spot: the nodes whose instances EC2 took back, or that are unhealthy, each on a new instance
-        (``spot.py``)."""
+        (``spot.py``); on the head node, from its own state home (``head_home.on_head``), its role's
+        policy named where a call is refused."""
+        here = not head_home.on_head(store)
+        state = state if here else head_home.settle(store, state.name)
         plan = self.aws_plan(state, store)
         if not plan.spot:
             return None
-        with aws_errors(plan.region):
+        with aws_errors(plan.region, POLICY_DOC if here else HEAD_POLICY_DOC):
             return spot.replace_lost(state, store, plan, nodes, progress, unhealthy)
 
     def replaces_lost_nodes(self, state: ClusterState, store: StateStore) -> bool:
@@ -405,6 +391,9 @@ class AwsProvider(Provider):
         """--spot with --head-instance-profile: the head replaces nodes itself (``head_home.py``)."""
         plan = self.aws_plan(state, store)
         return head_home.replacer(state, store) if plan.spot and plan.head_instance_profile else None
+
+    def machine_of(self, state: ClusterState, node: str) -> str:
+        return InstancesDetail.of(only(state, "instances")).nodes.get(node, "")
 
     def adopt_replacements(
         self, state: ClusterState, store: StateStore, replaced: dict[str, dict[str, str]], progress: Progress

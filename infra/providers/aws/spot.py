@@ -2,7 +2,8 @@
 ``spot_plan.py``): an elastic run's lost node whose instance EC2 took back (or whose instance, still
 running, the health query finds unhealthy: terminated first) gets a new instance in
 the same subnet, zone and placement group, recorded as the node's, configured by site.yml limited
-to it (then the ``ssh_mesh`` role on every node, so that they all trust its new host key), and the
+to it (then the ``ssh_mesh`` role on every node whose instance runs, so that they all trust its new host
+key; a node lost at the same time is left to its own replacement), and the
 run starts the node's agent there.
 
 Crash-safe as ``up`` is: the launch's client token is recorded before RunInstances (the node stays
@@ -45,11 +46,14 @@ from .steps import only, only_created
 @dataclass(frozen=True)
 class Replacements:
     """What ``replace_instances`` did in EC2: each node's new instance (``new``: node -> instance id),
-    those instances as EC2 describes them now, and their host keys (from their consoles)."""
+    those instances as EC2 describes them now, and their host keys (from their consoles); ``gone``: the
+    cluster's other nodes whose instances do not run either (lost at the same time, replaced after):
+    left out of the mesh's play, which could not reach them."""
 
     new: dict[str, str]
     launched: dict[str, configure.Launched]
     host_keys: dict[str, list[str]]
+    gone: tuple[str, ...] = ()
 
 
 def replace_lost(
@@ -87,8 +91,7 @@ def replace_instances(
     its host keys read from its console; each launch recorded in the state. None: none was lost."""
     inst = only(state, "instances")
     detail = InstancesDetail.of(inst)
-    ids = [detail.nodes[n] for n in asked if n in detail.nodes]
-    described = aws.instances_by_id(ids)
+    described = aws.instances_by_id(list(detail.nodes.values()))  # every node's: the others' lost too?
     states = {i["InstanceId"]: i["State"]["Name"] for i in described}
     owned = {i["InstanceId"] for i in described if ours(i, plan)}
     lost = taken_back(detail.nodes, asked, states, state.nodes[0].name, unhealthy, owned)
@@ -121,7 +124,8 @@ def replace_instances(
     }
     # as ``up`` reads them: a --no-configure cluster's consoles once (``ddpctl configure`` reads them again)
     host_keys = configure.collect_host_keys(list(launched.values()), aws.console_output, progress, wait=plan.configure)
-    return Replacements(new, launched, host_keys)
+    gone = tuple(n for n, i in detail.nodes.items() if n not in new and states.get(i) not in ("pending", "running"))
+    return Replacements(new, launched, host_keys, gone)
 
 
 def _launch(aws: Aws, state: ClusterState, store: StateStore, plan: AwsPlan, lost: Lost) -> str:
@@ -162,7 +166,9 @@ def _configure(state: ClusterState, store: StateStore, plan: AwsPlan, done: Repl
     report = run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, limit=list(new))
     state.nodes = with_nodes(state.nodes, record_nodes(infos, report, cpus))
     store.save(state)
-    run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=Play(tags="ssh_mesh"))
+    reached = [n.name for n in state.nodes if n.name not in done.gone]  # a node lost meanwhile: its own turn
+    mesh = Play(tags="ssh_mesh")
+    run_site(str(files.inventory), state.nodes, key_dir, progress, state.spec.playbook_vars, play=mesh, limit=reached)
 
 
 def _write_ssh_files(
@@ -176,19 +182,8 @@ def _write_ssh_files(
     known = cluster_dir / "known_hosts"
     old_keys = known_host_keys(known.read_text() if known.is_file() else "", launched, plan.private_ip)
     host_keys = {k: v for k, v in old_keys.items() if k not in new} | done.host_keys
-    files = configure.write_files(
-        cluster_dir,
-        launched,
-        user=plan.ssh_user,
-        key_path=plan.key_path,
-        private=plan.private_ip,
-        host_keys=host_keys,
-        head_controller=bool(plan.head_instance_profile),
-    )
-    hosts = {
-        n.name: configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
-        for n in done.launched.values()
-    }
+    files = configure.cluster_files(plan, launched, host_keys)
+    hosts = {n.name: configure.cluster_host(plan, n, files) for n in done.launched.values()}
     old = {n.name: n for n in state.nodes}
     infos = [
         replace(old[n.name], host=n.private_ip, ssh=hosts[n.name])
@@ -202,7 +197,7 @@ def _write_ssh_files(
 def adopt(
     state: ClusterState, store: StateStore, plan: AwsPlan, by_head: dict[str, dict[str, str]], progress: Progress
 ) -> None:
-    """The nodes the run's supervisor on the head replaced (``head_replace.py``), recorded here: each new
+    """The nodes the run's supervisor on the head replaced (``runs/head_replace.py``), recorded here: each new
     instance that is the cluster's (its tags: ``ours``) and runs, as its node's, at the addresses EC2
     reports, with the host keys its console printed; the SSH files rewritten. A node whose record names
     its instance already: nothing. One that is not the cluster's: left out, said."""

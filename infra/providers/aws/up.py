@@ -197,19 +197,8 @@ class Up(Steps):
             self.progress(
                 f"the host keys of {missing} are not in the console output yet: `ddpctl configure` collects them"
             )
-        files = configure.write_files(
-            cluster_dir,
-            launched,
-            user=plan.ssh_user,
-            key_path=plan.key_path,
-            private=plan.private_ip,
-            host_keys=host_keys,
-            head_controller=bool(plan.head_instance_profile),
-        )
-        hosts = [
-            configure.ssh_host(n, files, user=plan.ssh_user, key_path=plan.key_path, private=plan.private_ip)
-            for n in launched
-        ]
+        files = configure.cluster_files(plan, launched, host_keys)
+        hosts = [configure.cluster_host(plan, n, files) for n in launched]
         state.nodes = configure.node_infos(launched, hosts, cpus=self.pre.facts.vcpus, gpus=self.pre.facts.gpus)
         inst = only(state, "instances")
         replace(InstancesDetail.of(inst), nodes={n.name: n.instance_id for n in launched}).put(inst)
