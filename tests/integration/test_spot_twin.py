@@ -119,6 +119,8 @@ def the_head_replaces_a_node_with_this_machine_gone(twin: TwinEnv, tmp_path: Pat
         new_id = instance_of(twin, node)  # recorded here by `runs`
         assert new_id != old[node] and new_id in alive and old[node] not in alive
         assert alive[new_id]["InstanceLifecycle"] == "spot"
+        [instances] = [r for r in twin.state("spot")["resources"] if r["kind"] == "instances"]
+        assert old[node] not in instances["detail"]["ids"] and new_id in instances["detail"]["ids"]
         assert nodes[node]["host"] == alive[new_id]["PrivateIpAddress"] != old_hosts[node]
         assert twin.ok("ssh", node, "--name", "spot", "--", "hostname").stdout.strip() == node
     python = twin.state("spot")["nodes"][0]["controller"]
