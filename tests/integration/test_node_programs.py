@@ -335,6 +335,17 @@ class Store:
         )
         self.first = self.proc.stdout.readline()
 
+    @classmethod
+    def on_a_free_port(cls, **kwargs) -> Store:
+        """Started on a port nothing listened on a moment ago: another process may take it before the
+        store binds it (seen on a busy machine), so a port found taken is a new try, not a failure."""
+        for _ in range(5):
+            store = cls(free_port(), **kwargs)
+            if not store.first.startswith("ERROR cannot listen on port "):
+                return store
+            store.proc.wait(timeout=20)
+        raise AssertionError(f"5 free ports were taken before the store bound them: {store.first}")
+
     def finish(self, timeout: float = 20) -> tuple[int, str, str]:
         """Its exit status and the rest of its output. Read through the same buffered pipes as the first
         line (``communicate`` reads the raw pipes and would miss a line already buffered with it)."""
@@ -362,7 +373,7 @@ def client(port: int):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_store_serves_clients_until_a_stop_signal_then_exits_0_quietly(stores, sig: signal.Signals) -> None:
-    stores.append(store := Store(free_port()))
+    stores.append(store := Store.on_a_free_port())
     assert store.first == f"LISTENING 127.0.0.1:{store.port}\n"  # at once: before torch is imported
     assert store.proc.stdout.readline() == f"READY 127.0.0.1:{store.port}\n"
     agent = client(store.port)
@@ -381,7 +392,7 @@ def test_store_clients_that_come_while_it_imports_torch_wait_for_it(stores, capf
     in its backlog, quietly (no "failed to connect/validate ... retrying" trace), and is served."""
     import torch.distributed  # noqa: F401  (here first: this client connects at once)
 
-    stores.append(store := Store(free_port()))
+    stores.append(store := Store.on_a_free_port())
     assert store.first.startswith("LISTENING ")
     start = time.monotonic()
     agent = client(store.port)  # the store is still importing torch: seconds
@@ -401,7 +412,7 @@ def test_store_names_every_agent_that_ever_joined_as_it_stops(stores) -> None:
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
 
-    stores.append(store := Store(free_port(), rdzv_id="run7"))
+    stores.append(store := Store.on_a_free_port(rdzv_id="run7"))
     assert store.proc.stdout.readline().startswith("READY ")
     backend = C10dRendezvousBackend(client(store.port), "run7")
     state = _RendezvousState()
@@ -416,7 +427,7 @@ def test_store_names_every_agent_that_ever_joined_as_it_stops(stores) -> None:
 
 
 def test_store_told_a_rendezvous_nobody_joined_says_so(stores) -> None:
-    stores.append(store := Store(free_port(), rdzv_id="run8"))
+    stores.append(store := Store.on_a_free_port(rdzv_id="run8"))
     assert store.proc.stdout.readline().startswith("READY ")
     store.proc.terminate()
     assert store.finish() == (0, "JOINED\n", "")
@@ -425,7 +436,7 @@ def test_store_told_a_rendezvous_nobody_joined_says_so(stores) -> None:
 def test_store_a_stop_signal_while_it_starts_is_not_lost(stores) -> None:
     """Sent before it is ready (here, before its first line): blocked, then taken by sigwait (exit 0)."""
     prelude = "import os, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\nos.kill(os.getpid(), signal.SIGTERM)\n"
-    stores.append(store := Store(free_port(), prelude=prelude))
+    stores.append(store := Store.on_a_free_port(prelude=prelude))
     assert store.first.startswith("LISTENING ")
     assert store.finish()[:2] == (0, f"READY 127.0.0.1:{store.port}\n")
 
@@ -441,7 +452,7 @@ def test_store_a_port_in_use_is_one_error_line_at_once(stores) -> None:
 
 
 def test_store_without_torch_says_so(stores) -> None:
-    stores.append(store := Store(free_port(), prelude="import sys\nsys.modules['torch'] = None\n"))
+    stores.append(store := Store.on_a_free_port(prelude="import sys\nsys.modules['torch'] = None\n"))
     assert store.first.startswith("LISTENING ")
     code, out, _ = store.finish()
     assert code == 1 and out.startswith(f"ERROR {sys.executable} cannot import torch.distributed: ")
